@@ -1,0 +1,253 @@
+use super::*;
+use crate::advert::HostedCapsule;
+use crate::cert::NodeCert;
+use crate::identity::SecretKey;
+
+const T0: Millis = Millis(1_800_000_000_000);
+const TTL_MS: u64 = 90_000;
+
+fn key(n: u8) -> SecretKey {
+    SecretKey::from_seed([n; 32])
+}
+
+fn advert(seq: u64, issued_at: Millis, capsules: &[&str]) -> Advert {
+    let mut advert = Advert::new(seq, issued_at, TTL_MS);
+    advert.capsules = capsules
+        .iter()
+        .map(|name| HostedCapsule { name: (*name).into(), digest: None, version: "1.0.0".into() })
+        .collect();
+    advert
+}
+
+fn signed(key: &SecretKey, advert: Advert) -> Envelope {
+    Signed::sign(advert, key).unwrap().into_envelope()
+}
+
+fn gossip(from: u8) -> Source {
+    Source::Gossip { from: key(from).node_id(), token: 0 }
+}
+
+fn drain(dir: &mut Directory) -> Vec<Output> {
+    std::iter::from_fn(|| dir.poll_output()).collect()
+}
+
+fn hosts(dir: &Directory, name: &str) -> Vec<NodeId> {
+    dir.hosts(name).map(|(r, _)| r.node()).collect()
+}
+
+#[test]
+fn accepts_a_signed_advert_and_answers_who_hosts() {
+    let mut dir = Directory::new(DirectoryConfig::default());
+    dir.handle(
+        T0,
+        Input::Advert { envelope: signed(&key(1), advert(1, T0, &["echo", "wc"])), source: gossip(9) },
+    );
+    dir.handle(
+        T0,
+        Input::Advert { envelope: signed(&key(2), advert(1, T0, &["echo"])), source: Source::Local },
+    );
+    let outputs = drain(&mut dir);
+    assert!(matches!(outputs[0], Output::Accepted { seq: 1, .. }));
+    let mut expected = vec![key(1).node_id(), key(2).node_id()];
+    expected.sort();
+    assert_eq!(hosts(&dir, "echo"), expected);
+    assert_eq!(hosts(&dir, "wc"), vec![key(1).node_id()]);
+    assert!(hosts(&dir, "nope").is_empty());
+    assert_eq!(dir.capsule_names().collect::<Vec<_>>(), ["echo", "wc"]);
+    assert_eq!(dir.stats().accepted, 2);
+}
+
+#[test]
+fn a_newer_advert_replaces_the_old_one_and_its_capsules() {
+    let mut dir = Directory::new(DirectoryConfig::default());
+    dir.insert(T0, signed(&key(1), advert(1, T0, &["echo"])), Source::Local).unwrap();
+    dir.insert(T0.plus(10), signed(&key(1), advert(2, T0.plus(10), &["wc"])), Source::Local).unwrap();
+    assert!(hosts(&dir, "echo").is_empty());
+    assert_eq!(hosts(&dir, "wc"), vec![key(1).node_id()]);
+    assert_eq!(dir.len(), 1);
+}
+
+#[test]
+fn forged_stale_and_duplicate_adverts_are_refused_and_counted() {
+    let mut dir = Directory::new(DirectoryConfig::default());
+    dir.insert(T0, signed(&key(1), advert(5, T0, &["echo"])), Source::Local).unwrap();
+    let before = hosts(&dir, "echo");
+
+    // Node 1's envelope with node 2's signature spliced in: claims node 1, signed by node 2.
+    let genuine = signed(&key(1), advert(6, T0, &["evil"]));
+    let forger = signed(&key(2), advert(6, T0, &["evil"]));
+    let mut forged_value: ciborium::Value = ciborium::de::from_reader(genuine.encode().as_slice()).unwrap();
+    let forger_value: ciborium::Value = ciborium::de::from_reader(forger.encode().as_slice()).unwrap();
+    let sig_of = |v: &ciborium::Value| {
+        v.as_map().unwrap().iter().find(|(k, _)| k.as_text() == Some("sig")).unwrap().1.clone()
+    };
+    let forged_sig = sig_of(&forger_value);
+    for (k, v) in forged_value.as_map_mut().unwrap() {
+        if k.as_text() == Some("sig") {
+            *v = forged_sig.clone();
+        }
+    }
+    let forged = Envelope::decode(&codec::encode(&forged_value)).unwrap();
+    assert_eq!(dir.insert(T0, forged, gossip(3)), Err(Refusal::BadSignature));
+    assert_eq!(
+        dir.insert(T0, signed(&key(1), advert(5, T0, &["x"])), gossip(3)),
+        Err(Refusal::Duplicate { seq: 5 })
+    );
+    assert_eq!(
+        dir.insert(T0, signed(&key(1), advert(4, T0, &["x"])), gossip(3)),
+        Err(Refusal::Stale { seq: 4, held: 5 })
+    );
+    assert_eq!(hosts(&dir, "echo"), before, "refusals change nothing held");
+    assert!(hosts(&dir, "evil").is_empty() && hosts(&dir, "x").is_empty());
+    let refused = &dir.stats().refused;
+    assert_eq!((refused["bad_signature"], refused["duplicate"], refused["stale"]), (1, 1, 1));
+    assert!(Refusal::BadSignature.is_misbehaviour() && !Refusal::Stale { seq: 0, held: 1 }.is_misbehaviour());
+}
+
+#[test]
+fn adverts_expire_after_their_ttl_and_replays_stay_out() {
+    let mut dir = Directory::new(DirectoryConfig::default());
+    let old = signed(&key(1), advert(1, T0, &["echo"]));
+    dir.insert(T0, old.clone(), Source::Local).unwrap();
+    assert_eq!(dir.poll_timeout(), Some(T0.plus(TTL_MS)));
+    drain(&mut dir);
+
+    dir.handle(T0.plus(TTL_MS - 1), Input::Tick);
+    assert_eq!(dir.len(), 1);
+    dir.handle(T0.plus(TTL_MS), Input::Tick);
+    assert_eq!(drain(&mut dir), vec![Output::Expired { node: key(1).node_id() }]);
+    assert!(hosts(&dir, "echo").is_empty());
+
+    // Within the skew allowance the old advert would pass freshness; the tombstone stops it.
+    assert_eq!(
+        dir.insert(T0.plus(TTL_MS + 1), old.clone(), gossip(2)),
+        Err(Refusal::Replayed { seq: 1, held: 1 })
+    );
+    // After the allowance, freshness alone stops it and the tombstone is gone.
+    let later = T0.plus(TTL_MS + dir.config().clock_skew_max_ms);
+    dir.handle(later, Input::Tick);
+    assert_eq!(dir.poll_timeout(), None);
+    assert!(matches!(dir.insert(later, old, gossip(2)), Err(Refusal::Expired { .. })));
+    // A genuinely newer advert is welcome again.
+    dir.insert(later, signed(&key(1), advert(2, later, &["echo"])), gossip(2)).unwrap();
+}
+
+#[test]
+fn late_copies_never_outlive_their_issue_time_plus_ttl_and_skew() {
+    let mut dir = Directory::new(DirectoryConfig::default());
+    let received = T0.plus(TTL_MS);
+    dir.insert(received, signed(&key(1), advert(1, T0, &["echo"])), Source::Local).unwrap();
+    let record = dir.get(&key(1).node_id()).unwrap();
+    assert_eq!(record.expires_at(), T0.plus(TTL_MS + dir.config().clock_skew_max_ms));
+}
+
+#[test]
+fn adverts_from_the_future_are_refused() {
+    let mut dir = Directory::new(DirectoryConfig::default());
+    let ahead = T0.plus(dir.config().clock_skew_max_ms + 1);
+    assert_eq!(
+        dir.insert(T0, signed(&key(1), advert(1, ahead, &["echo"])), gossip(2)),
+        Err(Refusal::FromFuture { ahead_ms: 30_001 })
+    );
+}
+
+#[test]
+fn ttls_are_clamped_to_the_configured_maximum() {
+    let config = DirectoryConfig { ttl_max_ms: 10_000, ..DirectoryConfig::default() };
+    let mut dir = Directory::new(config);
+    dir.insert(T0, signed(&key(1), advert(1, T0, &["echo"])), Source::Local).unwrap();
+    assert_eq!(dir.poll_timeout(), Some(T0.plus(10_000)));
+}
+
+#[test]
+fn closed_mesh_admits_only_certified_nodes() {
+    let authority = key(100);
+    let config = DirectoryConfig {
+        admission: Admission::Closed { authorities: vec![authority.public()] },
+        ..DirectoryConfig::default()
+    };
+    let mut dir = Directory::new(config);
+    let cert_for = |node: &SecretKey, issuer: &SecretKey| {
+        Signed::sign(NodeCert::new(node.node_id(), 1, T0, T0.plus(86_400_000)), issuer)
+            .unwrap()
+            .into_envelope()
+    };
+
+    let uncertified = advert(1, T0, &["echo"]);
+    let err = dir.insert(T0, signed(&key(1), uncertified), gossip(9)).unwrap_err();
+    assert!(err.to_string().contains("no node certificate"), "{err}");
+
+    let mut self_certified = advert(1, T0, &["echo"]);
+    self_certified.cert = Some(cert_for(&key(1), &key(1)));
+    let err = dir.insert(T0, signed(&key(1), self_certified), gossip(9)).unwrap_err();
+    assert!(err.to_string().contains("not a trusted authority"), "{err}");
+
+    let mut borrowed = advert(1, T0, &["echo"]);
+    borrowed.cert = Some(cert_for(&key(2), &authority));
+    let err = dir.insert(T0, signed(&key(1), borrowed), gossip(9)).unwrap_err();
+    assert!(err.to_string().contains("is for"), "{err}");
+
+    let mut certified = advert(1, T0, &["echo"]);
+    certified.cert = Some(cert_for(&key(1), &authority));
+    dir.insert(T0, signed(&key(1), certified), gossip(9)).unwrap();
+    assert_eq!(dir.stats().refused["not_admitted"], 3);
+}
+
+#[test]
+fn a_full_directory_refuses_new_nodes_but_updates_known_ones() {
+    let config = DirectoryConfig { nodes_max: 2, ..DirectoryConfig::default() };
+    let mut dir = Directory::new(config);
+    dir.insert(T0, signed(&key(1), advert(1, T0, &[])), Source::Local).unwrap();
+    dir.insert(T0, signed(&key(2), advert(1, T0, &[])), Source::Local).unwrap();
+    assert_eq!(
+        dir.insert(T0, signed(&key(3), advert(1, T0, &[])), gossip(3)),
+        Err(Refusal::Full { nodes_max: 2 })
+    );
+    dir.insert(T0, signed(&key(2), advert(2, T0, &[])), gossip(3)).unwrap();
+}
+
+#[test]
+fn anti_entropy_sends_exactly_what_the_peer_lacks() {
+    let mut a = Directory::new(DirectoryConfig::default());
+    let mut b = Directory::new(DirectoryConfig::default());
+    for n in 1..=5 {
+        a.insert(T0, signed(&key(n), advert(2, T0, &["echo"])), Source::Local).unwrap();
+    }
+    b.insert(T0, signed(&key(1), advert(2, T0, &["echo"])), Source::Local).unwrap();
+    b.insert(T0, signed(&key(2), advert(1, T0, &["echo"])), Source::Local).unwrap();
+    b.insert(T0, signed(&key(9), advert(1, T0, &["echo"])), Source::Local).unwrap();
+
+    let digest = DirectoryDigest::decode(&b.digest().encode()).unwrap();
+    let (missing, more) = a.missing_for(&digest, 100);
+    let mut nodes: Vec<NodeId> = missing.iter().map(|e| NodeId::from_key(e.signer())).collect();
+    nodes.sort();
+    let mut expected: Vec<NodeId> = [2, 3, 4, 5].iter().map(|n| key(*n).node_id()).collect();
+    expected.sort();
+    assert_eq!((nodes, more), (expected, false));
+    assert!(a.missing_for(&digest, 2).1);
+
+    a.handle(T0, Input::PeerDigest { peer: key(9).node_id(), digest: b.digest() });
+    let sent = drain(&mut a).into_iter().find_map(|o| match o {
+        Output::SendAdverts { adverts, .. } => Some(adverts),
+        _ => None,
+    });
+    for envelope in sent.unwrap() {
+        b.insert(T0, envelope, Source::Sync { from: key(100).node_id() }).unwrap();
+    }
+    assert_eq!(a.missing_for(&b.digest(), 100).0.len(), 0);
+    assert_ne!(a.digest().fingerprint(), b.digest().fingerprint(), "b also holds node 9");
+}
+
+#[test]
+fn digests_must_be_sorted_and_unique() {
+    let n1 = key(1).node_id();
+    let n2 = key(2).node_id();
+    let (lo, hi) = if n1 < n2 { (n1, n2) } else { (n2, n1) };
+    let unsorted = DirectoryDigest { entries: vec![DigestEntry(hi, 1), DigestEntry(lo, 1)] };
+    assert!(DirectoryDigest::decode(&unsorted.encode()).is_err());
+    let dup = DirectoryDigest { entries: vec![DigestEntry(lo, 1), DigestEntry(lo, 2)] };
+    assert!(DirectoryDigest::decode(&dup.encode()).is_err());
+    let built =
+        DirectoryDigest::from_entries(vec![DigestEntry(hi, 1), DigestEntry(lo, 1), DigestEntry(lo, 3)]);
+    assert_eq!(built.entries(), &[DigestEntry(lo, 3), DigestEntry(hi, 1)]);
+}

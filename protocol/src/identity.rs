@@ -1,0 +1,293 @@
+//! Keys and node identities.
+//!
+//! Every key is ed25519. A node's identity is its public key; on the wire and to users it
+//! is spelled as the libp2p `PeerId` derived from that key (`12D3KooW…`), so the name a
+//! user sees in `mur peers` is the name libp2p authenticates. Other keys (authorities,
+//! publishers) are spelled `ed25519:<64 hex digits>`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
+use serde::{Deserialize, Serialize};
+
+use crate::codec::byte_array;
+
+/// Text prefix of a public key that is not a node identity.
+pub const PUBLIC_KEY_PREFIX: &str = "ed25519:";
+
+/// Why a key or identity could not be read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("public key must be written `ed25519:` followed by 64 hex digits, got `{0}`")]
+    PublicKeyText(String),
+    #[error("bytes are not a valid ed25519 public key")]
+    NotACurvePoint,
+    #[error("`{0}` is not a libp2p peer id")]
+    PeerIdText(String),
+    #[error("peer id {0} is not derived from an ed25519 key (murmur nodes use ed25519 identities)")]
+    NotEd25519(String),
+    #[error("secret key must be exactly 32 bytes, got {0}")]
+    SecretKeyLength(usize),
+}
+
+/// An ed25519 public key, validated as a point on the curve.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "KeyBytes", into = "KeyBytes")]
+pub struct PublicKey([u8; 32]);
+
+impl PublicKey {
+    /// Reads a public key from its 32 raw bytes, refusing bytes that are not a curve point.
+    pub fn from_bytes(bytes: [u8; 32]) -> Result<Self, KeyError> {
+        VerifyingKey::from_bytes(&bytes).map_err(|_| KeyError::NotACurvePoint)?;
+        Ok(Self(bytes))
+    }
+
+    /// The key's 32 raw bytes.
+    #[must_use]
+    pub const fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// Checks `signature` over `message` with ed25519's strict rules (no small-order keys,
+    /// no non-canonical scalars), so one message has one valid signature per key.
+    #[must_use]
+    pub fn verify(&self, message: &[u8], signature: &Signature) -> bool {
+        let Ok(key) = VerifyingKey::from_bytes(&self.0) else {
+            return false;
+        };
+        let signature = ed25519_dalek::Signature::from_bytes(&signature.0);
+        key.verify_strict(message, &signature).is_ok()
+    }
+}
+
+impl fmt::Display for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{PUBLIC_KEY_PREFIX}{}", hex::encode(self.0))
+    }
+}
+
+impl fmt::Debug for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl FromStr for PublicKey {
+    type Err = KeyError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = || KeyError::PublicKeyText(text.to_owned());
+        let hex_part = text.trim().strip_prefix(PUBLIC_KEY_PREFIX).ok_or_else(bad)?;
+        let mut bytes = [0u8; 32];
+        hex::decode_to_slice(hex_part, &mut bytes).map_err(|_| bad())?;
+        Self::from_bytes(bytes)
+    }
+}
+
+/// Wire form of a key: a 32-byte CBOR byte string.
+#[derive(Serialize, Deserialize)]
+#[serde(transparent)]
+struct KeyBytes(#[serde(with = "byte_array")] [u8; 32]);
+
+impl TryFrom<KeyBytes> for PublicKey {
+    type Error = KeyError;
+
+    fn try_from(bytes: KeyBytes) -> Result<Self, Self::Error> {
+        Self::from_bytes(bytes.0)
+    }
+}
+
+impl From<PublicKey> for KeyBytes {
+    fn from(key: PublicKey) -> Self {
+        Self(key.0)
+    }
+}
+
+/// A node's identity: its public key, spelled as a libp2p `PeerId`.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct NodeId(PublicKey);
+
+impl NodeId {
+    /// The node whose key is `key`.
+    #[must_use]
+    pub const fn from_key(key: PublicKey) -> Self {
+        Self(key)
+    }
+
+    /// The node's public key.
+    #[must_use]
+    pub const fn key(&self) -> &PublicKey {
+        &self.0
+    }
+
+    /// The libp2p `PeerId` of this node.
+    #[must_use]
+    pub fn to_peer_id(&self) -> libp2p_identity::PeerId {
+        // Invariant: `PublicKey` only holds bytes that passed curve-point validation.
+        let key = libp2p_identity::ed25519::PublicKey::try_from_bytes(&self.0.0)
+            .expect("NodeId holds a validated ed25519 key");
+        libp2p_identity::PublicKey::from(key).to_peer_id()
+    }
+
+    /// The node behind a libp2p `PeerId`, if that id embeds an ed25519 key.
+    pub fn from_peer_id(peer: &libp2p_identity::PeerId) -> Result<Self, KeyError> {
+        const IDENTITY_MULTIHASH: u64 = 0x00;
+        let not_ed25519 = || KeyError::NotEd25519(peer.to_base58());
+        let multihash = peer.as_ref();
+        if multihash.code() != IDENTITY_MULTIHASH {
+            return Err(not_ed25519());
+        }
+        let key = libp2p_identity::PublicKey::try_decode_protobuf(multihash.digest())
+            .map_err(|_| not_ed25519())?
+            .try_into_ed25519()
+            .map_err(|_| not_ed25519())?;
+        Ok(Self(PublicKey::from_bytes(key.to_bytes())?))
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_peer_id().to_base58())
+    }
+}
+
+impl fmt::Debug for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "NodeId({self})")
+    }
+}
+
+impl FromStr for NodeId {
+    type Err = KeyError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let peer = libp2p_identity::PeerId::from_str(text.trim())
+            .map_err(|_| KeyError::PeerIdText(text.to_owned()))?;
+        Self::from_peer_id(&peer)
+    }
+}
+
+/// An ed25519 signature.
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Signature(#[serde(with = "byte_array")] pub [u8; 64]);
+
+impl fmt::Debug for Signature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Signature({}…)", hex::encode(&self.0[..8]))
+    }
+}
+
+/// An ed25519 secret key. It never prints its bytes.
+#[derive(Clone)]
+pub struct SecretKey(SigningKey);
+
+impl SecretKey {
+    /// The key with this 32-byte seed. Callers draw the seed from the OS (`murnode`) or from
+    /// a seeded RNG (the simulator); the protocol crate never draws randomness itself.
+    #[must_use]
+    pub fn from_seed(seed: [u8; 32]) -> Self {
+        Self(SigningKey::from_bytes(&seed))
+    }
+
+    /// Reads a key from a 32-byte seed held in a slice, as stored in key files.
+    pub fn from_slice(bytes: &[u8]) -> Result<Self, KeyError> {
+        let seed: [u8; 32] = bytes.try_into().map_err(|_| KeyError::SecretKeyLength(bytes.len()))?;
+        Ok(Self::from_seed(seed))
+    }
+
+    /// The 32-byte seed, for writing a key file.
+    #[must_use]
+    pub fn to_seed(&self) -> [u8; 32] {
+        self.0.to_bytes()
+    }
+
+    /// The matching public key.
+    #[must_use]
+    pub fn public(&self) -> PublicKey {
+        PublicKey(self.0.verifying_key().to_bytes())
+    }
+
+    /// The node identity of this key.
+    #[must_use]
+    pub fn node_id(&self) -> NodeId {
+        NodeId(self.public())
+    }
+
+    /// Signs `message` (deterministic: same key and message, same signature).
+    #[must_use]
+    pub fn sign(&self, message: &[u8]) -> Signature {
+        Signature(self.0.sign(message).to_bytes())
+    }
+}
+
+impl fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SecretKey(public: {})", self.public())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: u8) -> SecretKey {
+        SecretKey::from_seed([n; 32])
+    }
+
+    #[test]
+    fn public_key_text_round_trips() {
+        let public = key(1).public();
+        let text = public.to_string();
+        assert!(text.starts_with("ed25519:") && text.len() == 8 + 64);
+        assert_eq!(text.parse::<PublicKey>().unwrap(), public);
+    }
+
+    #[test]
+    fn public_key_text_errors_are_clear() {
+        for bad in ["", "ed25519:", "ed25519:zz", "12345", "ed25519:00"] {
+            let err = bad.parse::<PublicKey>().unwrap_err();
+            assert!(err.to_string().contains("64 hex digits"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn node_id_spells_as_libp2p_peer_id() {
+        let node = key(2).node_id();
+        let libp2p_key = libp2p_identity::ed25519::Keypair::from(
+            libp2p_identity::ed25519::SecretKey::try_from_bytes([2u8; 32]).unwrap(),
+        );
+        let expected = libp2p_identity::PublicKey::from(libp2p_key.public()).to_peer_id();
+        assert_eq!(node.to_peer_id(), expected);
+        assert!(node.to_string().starts_with("12D3KooW"));
+        assert_eq!(node.to_string().parse::<NodeId>().unwrap(), node);
+    }
+
+    #[test]
+    fn non_ed25519_peer_id_is_refused() {
+        // A sha2-256 multihash peer id, as RSA keys get: no key can be read out of it.
+        let mut bytes = vec![0x12, 0x20];
+        bytes.extend_from_slice(&[7; 32]);
+        let sha_peer = libp2p_identity::PeerId::from_bytes(&bytes).unwrap();
+        assert!(matches!(NodeId::from_peer_id(&sha_peer), Err(KeyError::NotEd25519(_))));
+        assert!(matches!("not-a-peer".parse::<NodeId>(), Err(KeyError::PeerIdText(_))));
+    }
+
+    #[test]
+    fn signatures_verify_only_for_their_message_and_key() {
+        let signer = key(3);
+        let sig = signer.sign(b"hello");
+        assert!(signer.public().verify(b"hello", &sig));
+        assert!(!signer.public().verify(b"hellp", &sig));
+        assert!(!key(4).public().verify(b"hello", &sig));
+    }
+
+    #[test]
+    fn secret_key_debug_hides_the_secret() {
+        let secret = key(5);
+        let shown = format!("{secret:?}");
+        assert!(!shown.contains(&hex::encode(secret.to_seed())));
+    }
+}

@@ -1,0 +1,78 @@
+//! Every bound the protocol enforces, in one place.
+//!
+//! A bound exists for each thing a peer, a file or a user can make us hold: bytes on the
+//! wire, entries in a list, entries in a map. When input goes past a bound it is refused
+//! with an error naming the bound; nothing grows without limit. Each value says why.
+
+/// Deepest CBOR nesting any document needs is 4 (envelope → advert → capsule → field);
+/// 16 leaves room for future documents while stopping stack-exhaustion inputs early.
+pub const CBOR_DEPTH_MAX: usize = 16;
+
+/// An envelope is a few fixed fields around one body; 256 bytes covers them.
+pub const ENVELOPE_OVERHEAD_MAX: usize = 256;
+
+/// A node advert with the full [`ADVERT_CAPSULES_MAX`] capsules, addresses and artifacts
+/// fits in 16 KiB; typical adverts are well under 4 KiB. Gossipsub's own cap is 64 KiB.
+pub const ADVERT_BYTES_MAX: usize = 16 * 1024;
+
+/// A capability grant is a handful of allowlists; 8 KiB holds the maxima below.
+pub const GRANT_BYTES_MAX: usize = 8 * 1024;
+
+/// A node certificate is four small fields.
+pub const CERT_BYTES_MAX: usize = 1024;
+
+/// Largest envelope of any kind we will decode.
+pub const ENVELOPE_BYTES_MAX: usize = ADVERT_BYTES_MAX + ENVELOPE_OVERHEAD_MAX;
+
+/// Capsules one node may advertise. A node runs tens of capsules; 128 leaves headroom
+/// while keeping the advert (and every directory's copy of it) small.
+pub const ADVERT_CAPSULES_MAX: usize = 128;
+
+/// Listen addresses in an advert: a node has a few interfaces times two transports.
+pub const ADVERT_ADDRS_MAX: usize = 16;
+
+/// Artifacts a node advertises as provided. Beyond this, providers are found by asking.
+pub const ADVERT_ARTIFACTS_MAX: usize = 64;
+
+/// A multiaddr in text form: `/ip6/…/udp/…/quic-v1/p2p/…` is under 150 bytes.
+pub const ADDR_LEN_MAX: usize = 256;
+
+/// Capsule names are DNS-label-like identifiers.
+pub const CAPSULE_NAME_LEN_MAX: usize = 64;
+
+/// Versions are semver-ish strings such as `1.2.3-rc.1+build.5`.
+pub const VERSION_LEN_MAX: usize = 64;
+
+/// Entries in each allowlist of a grant (network, shell, tools).
+pub const GRANT_ALLOW_ENTRIES_MAX: usize = 64;
+
+/// One allowlist entry: a peer URL, a binary path or a tool name.
+pub const ALLOW_ENTRY_LEN_MAX: usize = 512;
+
+/// A peer URL in text form (host names are at most 253 bytes; paths stay short).
+pub const PEER_URL_LEN_MAX: usize = 512;
+
+/// Advert TTL a node may ask for. Longer would keep dead nodes listed for too long.
+pub const ADVERT_TTL_MS_MAX: u64 = 10 * 60 * 1000;
+
+/// Shortest advert TTL we honour: below this, refresh traffic dominates.
+pub const ADVERT_TTL_MS_MIN: u64 = 1000;
+
+/// Nodes a directory holds. The simulator's largest scenarios run 10,000 nodes.
+pub const DIRECTORY_NODES_MAX: usize = 16_384;
+
+/// Entries in an anti-entropy digest: one per node in the sender's directory.
+pub const DIGEST_ENTRIES_MAX: usize = DIRECTORY_NODES_MAX;
+
+/// Directory outputs waiting to be drained by the driver. A driver drains after every
+/// `handle`, so this only fills when a driver forgets; then the oldest are dropped.
+pub const DIRECTORY_OUTPUTS_MAX: usize = 4096;
+
+/// Adverts returned for one anti-entropy request, so one response stays bounded
+/// (`SYNC_ADVERTS_MAX` × [`ENVELOPE_BYTES_MAX`] is the worst case, 4 KiB typical).
+pub const SYNC_ADVERTS_MAX: usize = 256;
+
+const _: () = assert!(CERT_BYTES_MAX <= ADVERT_BYTES_MAX / 4);
+const _: () = assert!(GRANT_BYTES_MAX + ENVELOPE_OVERHEAD_MAX <= ENVELOPE_BYTES_MAX);
+const _: () = assert!(ADVERT_TTL_MS_MIN < ADVERT_TTL_MS_MAX);
+const _: () = assert!(DIGEST_ENTRIES_MAX >= DIRECTORY_NODES_MAX);

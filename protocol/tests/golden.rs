@@ -1,0 +1,107 @@
+//! Golden vectors freeze the wire format: the bytes of fixed documents signed with fixed
+//! keys must never change by accident. After a deliberate format change (with a version
+//! bump), regenerate with `MURMUR_BLESS=1 cargo test -p murmur-protocol --test golden`.
+
+use std::path::PathBuf;
+
+use murmur_protocol::directory::{DigestEntry, DirectoryDigest};
+use murmur_protocol::*;
+
+const T0: Millis = Millis(1_800_000_000_000);
+const DAY_MS: u64 = 86_400_000;
+
+fn authority() -> SecretKey {
+    SecretKey::from_seed([0xa1; 32])
+}
+
+fn node_key() -> SecretKey {
+    SecretKey::from_seed([0x11; 32])
+}
+
+fn cert() -> Envelope {
+    Signed::sign(NodeCert::new(node_key().node_id(), 3, T0, T0.plus(365 * DAY_MS)), &authority())
+        .unwrap()
+        .into_envelope()
+}
+
+fn advert() -> Envelope {
+    let mut advert = Advert::new(42, T0, 90_000);
+    advert.load = 250;
+    advert.addrs = vec!["/ip4/192.168.1.10/tcp/7421".into(), "/ip4/192.168.1.10/udp/7421/quic-v1".into()];
+    advert.capsules = vec![
+        HostedCapsule { name: "echo".into(), digest: Some(Digest::of(b"echo.wasm")), version: "0.1.0".into() },
+        HostedCapsule { name: "wordcount".into(), digest: None, version: "1.2.0".into() },
+    ];
+    advert.artifacts = vec![Digest::of(b"echo.wasm")];
+    advert.cert = Some(cert());
+    Signed::sign(advert, &node_key()).unwrap().into_envelope()
+}
+
+fn grant() -> Envelope {
+    let mut grant = Grant::new("pipeline", 7, T0, T0.plus(30 * DAY_MS));
+    grant.network = vec![
+        "mesh://echo".parse().unwrap(),
+        format!("mesh://wordcount@{}", node_key().node_id()).parse().unwrap(),
+        "localhost:*".parse().unwrap(),
+    ];
+    grant.shell = vec!["/usr/bin/git".into()];
+    grant.tools = vec!["wordcount".into(), "text-*".into()];
+    grant.artifact = Some(Digest::of(b"pipeline.wasm"));
+    Signed::sign(grant, &authority()).unwrap().into_envelope()
+}
+
+fn digest() -> DirectoryDigest {
+    DirectoryDigest::from_entries(
+        [1u8, 2, 3].iter().map(|n| DigestEntry(SecretKey::from_seed([*n; 32]).node_id(), u64::from(*n) * 1000)).collect(),
+    )
+}
+
+fn check(name: &str, bytes: &[u8]) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.hex"));
+    let text: String = hex::encode(bytes).as_bytes().chunks(64).map(|l| format!("{}\n", std::str::from_utf8(l).unwrap())).collect();
+    if std::env::var_os("MURMUR_BLESS").is_some() {
+        std::fs::write(&path, text).unwrap();
+        return;
+    }
+    let stored = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(stored, text, "{name}: wire format changed; see this file's docs");
+}
+
+fn stored(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.hex"));
+    let text: String = std::fs::read_to_string(path).unwrap().split_whitespace().collect();
+    hex::decode(text).unwrap()
+}
+
+#[test]
+fn advert_bytes_are_frozen() {
+    check("advert", &advert().encode());
+    let opened: Signed<Advert> = Envelope::decode(&stored("advert")).unwrap().open().unwrap();
+    assert_eq!(opened.doc().seq, 42);
+    assert_eq!(opened.doc().capsules[1].name, "wordcount");
+    verify_cert(opened.doc().cert.clone().unwrap(), &[authority().public()], T0, &node_key().node_id()).unwrap();
+}
+
+#[test]
+fn grant_bytes_are_frozen() {
+    check("grant", &grant().encode());
+    let env = Envelope::decode(&stored("grant")).unwrap();
+    let verified = verify_grant(env, &[authority().public()], T0, GrantExpectation {
+        capsule: Some("pipeline"),
+        artifact: Some(&Digest::of(b"pipeline.wasm")),
+    })
+    .unwrap();
+    assert!(verified.doc().allows_target(&"localhost:8080".parse().unwrap()));
+}
+
+#[test]
+fn node_cert_bytes_are_frozen() {
+    check("node_cert", &cert().encode());
+    Envelope::decode(&stored("node_cert")).unwrap().open::<NodeCert>().unwrap();
+}
+
+#[test]
+fn digest_bytes_are_frozen() {
+    check("directory_digest", &digest().encode());
+    assert_eq!(DirectoryDigest::decode(&stored("directory_digest")).unwrap(), digest());
+}

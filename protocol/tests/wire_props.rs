@@ -1,0 +1,242 @@
+//! Property tests for every wire type: round trips, and hostile bytes never panic and are
+//! never accepted.
+
+use murmur_protocol::directory::{DigestEntry, DirectoryDigest};
+use murmur_protocol::*;
+use proptest::prelude::*;
+
+fn secret() -> impl Strategy<Value = SecretKey> {
+    any::<[u8; 32]>().prop_map(SecretKey::from_seed)
+}
+
+fn digest() -> impl Strategy<Value = Digest> {
+    any::<[u8; 32]>().prop_map(Digest)
+}
+
+fn capsule_name() -> impl Strategy<Value = String> {
+    "[a-z0-9][a-z0-9._-]{0,20}"
+}
+
+fn millis() -> impl Strategy<Value = Millis> {
+    (0u64..1 << 50).prop_map(Millis)
+}
+
+fn hosted() -> impl Strategy<Value = HostedCapsule> {
+    (capsule_name(), proptest::option::of(digest()), "[0-9]{1,3}\\.[0-9]{1,3}\\.[0-9]{1,3}(-[a-z0-9.]{1,8})?")
+        .prop_map(|(name, digest, version)| HostedCapsule { name, digest, version })
+}
+
+fn cert_envelope() -> impl Strategy<Value = Envelope> {
+    (secret(), secret(), any::<u64>(), millis(), 1u64..1 << 40).prop_map(|(issuer, node, serial, from, len)| {
+        Signed::sign(NodeCert::new(node.node_id(), serial, from, from.plus(len)), &issuer)
+            .expect("valid cert")
+            .into_envelope()
+    })
+}
+
+prop_compose! {
+    fn advert()(
+        seq in any::<u64>(),
+        issued_at in millis(),
+        ttl_ms in 1000u64..=600_000,
+        load in 0u16..=1000,
+        addrs in proptest::collection::vec("/ip4/127\\.0\\.0\\.1/tcp/[0-9]{1,5}", 0..4),
+        capsules in proptest::collection::btree_map(capsule_name(), hosted(), 0..8),
+        artifacts in proptest::collection::vec(digest(), 0..4),
+        cert in proptest::option::of(cert_envelope()),
+    ) -> Advert {
+        let mut advert = Advert::new(seq, issued_at, ttl_ms);
+        advert.load = load;
+        advert.addrs = addrs;
+        advert.capsules = capsules.into_iter().map(|(name, mut c)| { c.name = name; c }).collect();
+        advert.artifacts = artifacts;
+        advert.cert = cert;
+        advert
+    }
+}
+
+fn peer_url_text() -> impl Strategy<Value = String> {
+    let node = secret().prop_map(|k| k.node_id().to_string());
+    prop_oneof![
+        capsule_name().prop_map(|n| format!("mesh://{n}")),
+        (capsule_name(), node).prop_map(|(n, p)| format!("mesh://{n}@{p}")),
+        ("[a-z]([a-z0-9-]{0,8}[a-z0-9])?(\\.[a-z]{2,5})?", 1u16..).prop_map(|(h, p)| format!("{h}:{p}")),
+        (any::<bool>(), "[a-z]{1,8}", proptest::option::of(1u16..), "(/[a-zA-Z0-9_-]{1,6}){0,3}").prop_map(
+            |(s, h, p, path)| {
+                let scheme = if s { "https" } else { "http" };
+                match p {
+                    Some(p) => format!("{scheme}://{h}:{p}{path}"),
+                    None => format!("{scheme}://{h}{path}"),
+                }
+            }
+        ),
+    ]
+}
+
+fn pattern_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        peer_url_text(),
+        "[a-z]{0,6}".prop_map(|n| format!("mesh://{n}*")),
+        capsule_name().prop_map(|n| format!("mesh://{n}@*")),
+        "[a-z]{1,6}".prop_map(|h| format!("{h}:*")),
+        "[a-z]{1,6}".prop_map(|h| format!("http://{h}:*/api/*")),
+    ]
+}
+
+prop_compose! {
+    fn grant()(
+        capsule in capsule_name(),
+        serial in any::<u64>(),
+        from in millis(),
+        len in 1u64..1 << 40,
+        network in proptest::collection::vec(pattern_text(), 0..6),
+        shell in proptest::collection::vec("/usr/bin/[a-z]{1,8}", 0..4),
+        tools in proptest::collection::vec("[a-z]{1,8}\\*?", 0..4),
+        artifact in proptest::option::of(digest()),
+    ) -> Grant {
+        let mut grant = Grant::new(capsule, serial, from, from.plus(len));
+        grant.network = network.iter().map(|p| p.parse().expect("generated pattern parses")).collect();
+        grant.shell = shell;
+        grant.tools = tools;
+        grant.artifact = artifact;
+        grant
+    }
+}
+
+/// Bytes that must never decode into something accepted: flipped, truncated, extended.
+fn mutations(bytes: &[u8], bit: usize, cut: usize) -> [Vec<u8>; 3] {
+    let mut flipped = bytes.to_vec();
+    flipped[(bit / 8) % bytes.len()] ^= 1 << (bit % 8);
+    let truncated = bytes[..cut % bytes.len()].to_vec();
+    let mut extended = bytes.to_vec();
+    extended.push(0);
+    [flipped, truncated, extended]
+}
+
+fn accepted<T: Document>(bytes: &[u8]) -> bool {
+    Envelope::decode(bytes).is_ok_and(|env| env.open::<T>().is_ok())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn advert_round_trips(key in secret(), advert in advert()) {
+        let bytes = Signed::sign(advert.clone(), &key).unwrap().envelope().encode();
+        let opened: Signed<Advert> = Envelope::decode(&bytes).unwrap().open().unwrap();
+        prop_assert_eq!(opened.doc(), &advert);
+        prop_assert_eq!(opened.signer(), key.public());
+    }
+
+    #[test]
+    fn grant_round_trips(key in secret(), grant in grant()) {
+        let bytes = Signed::sign(grant.clone(), &key).unwrap().envelope().encode();
+        let opened: Signed<Grant> = Envelope::decode(&bytes).unwrap().open().unwrap();
+        prop_assert_eq!(opened.doc(), &grant);
+    }
+
+    #[test]
+    fn cert_round_trips(env in cert_envelope()) {
+        let bytes = env.encode();
+        let decoded = Envelope::decode(&bytes).unwrap();
+        prop_assert_eq!(&decoded, &env);
+        prop_assert!(decoded.open::<NodeCert>().is_ok());
+    }
+
+    #[test]
+    fn digest_round_trips(keys in proptest::collection::vec((secret(), any::<u64>()), 0..20)) {
+        let digest = DirectoryDigest::from_entries(keys.iter().map(|(k, s)| DigestEntry(k.node_id(), *s)).collect());
+        prop_assert_eq!(DirectoryDigest::decode(&digest.encode()).unwrap(), digest);
+    }
+
+    #[test]
+    fn peer_urls_round_trip_through_their_canonical_text(text in peer_url_text()) {
+        let url: PeerUrl = text.parse().unwrap();
+        let again: PeerUrl = url.to_string().parse().unwrap();
+        prop_assert_eq!(&again, &url);
+        prop_assert_eq!(again.to_string(), url.to_string());
+    }
+
+    #[test]
+    fn patterns_round_trip_and_an_exact_pattern_matches_its_url(text in peer_url_text()) {
+        let url: PeerUrl = text.parse().unwrap();
+        let pattern: AllowPattern = url.to_string().parse().unwrap();
+        prop_assert!(pattern.matches(&url));
+        let again: AllowPattern = pattern.to_string().parse().unwrap();
+        prop_assert_eq!(again, pattern);
+    }
+
+    #[test]
+    fn mutated_adverts_are_never_accepted(key in secret(), advert in advert(), bit in any::<usize>(), cut in any::<usize>()) {
+        let bytes = Signed::sign(advert, &key).unwrap().envelope().encode();
+        for mutated in mutations(&bytes, bit, cut) {
+            prop_assert!(!accepted::<Advert>(&mutated));
+        }
+    }
+
+    #[test]
+    fn mutated_grants_are_never_accepted(key in secret(), grant in grant(), bit in any::<usize>(), cut in any::<usize>()) {
+        let bytes = Signed::sign(grant, &key).unwrap().envelope().encode();
+        for mutated in mutations(&bytes, bit, cut) {
+            prop_assert!(!accepted::<Grant>(&mutated));
+        }
+    }
+
+    #[test]
+    fn mutated_digests_never_panic(keys in proptest::collection::vec(secret(), 1..8), bit in any::<usize>(), cut in any::<usize>()) {
+        let digest = DirectoryDigest::from_entries(keys.iter().map(|k| DigestEntry(k.node_id(), 1)).collect());
+        for mutated in mutations(&digest.encode(), bit, cut) {
+            let _ = DirectoryDigest::decode(&mutated);
+        }
+    }
+
+    #[test]
+    fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+        if let Ok(env) = Envelope::decode(&bytes) {
+            let _ = env.clone().open::<Advert>();
+            let _ = env.clone().open::<Grant>();
+            let _ = env.open::<NodeCert>();
+        }
+        let _ = DirectoryDigest::decode(&bytes);
+    }
+
+    #[test]
+    fn random_text_never_panics(text in "\\PC{0,80}") {
+        let _ = text.parse::<PeerUrl>();
+        let _ = text.parse::<AllowPattern>();
+        let _ = text.parse::<PublicKey>();
+        let _ = text.parse::<NodeId>();
+        let _ = text.parse::<Digest>();
+    }
+
+    #[test]
+    fn random_cbor_shaped_input_never_panics(value in cbor_value(3)) {
+        let bytes = murmur_protocol::codec::encode(&value);
+        if let Ok(env) = Envelope::decode(&bytes) {
+            let _ = env.open::<Advert>();
+        }
+    }
+}
+
+/// Random CBOR trees with the keys our documents use, so decoding gets past the first byte.
+fn cbor_value(depth: u32) -> impl Strategy<Value = ciborium::Value> {
+    use ciborium::Value;
+    let key = prop_oneof![
+        Just("v"), Just("sig"), Just("body"), Just("kind"), Just("signer"), Just("seq"), Just("capsules"),
+        Just("name"), Just("ttl_ms"), Just("issued_at"),
+    ];
+    let leaf = prop_oneof![
+        any::<u64>().prop_map(|n| Value::Integer(n.into())),
+        proptest::collection::vec(any::<u8>(), 0..70).prop_map(Value::Bytes),
+        "[a-z-]{0,12}".prop_map(Value::Text),
+        any::<bool>().prop_map(Value::Bool),
+        Just(Value::Null),
+    ];
+    leaf.prop_recursive(depth, 64, 8, move |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            proptest::collection::vec((key.clone(), inner), 0..8)
+                .prop_map(|kv| Value::Map(kv.into_iter().map(|(k, v)| (Value::Text(k.into()), v)).collect())),
+        ]
+    })
+}
