@@ -1,1 +1,16 @@
-//! x
+//! `murnode` and `mur`: the Murmur daemon and its client.
+//!
+//! This crate holds adapters only: it feeds the sans-IO state machines of
+//! `murmur-protocol` from the network, disk and clocks, and carries out what they decide.
+//! Nothing here decides how the mesh behaves.
+
+pub mod api;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod daemon;
+pub mod data_dir;
+pub mod exit;
+pub mod keyfile;
+pub mod output;
+pub mod telemetry;

@@ -29,7 +29,11 @@ fn advert() -> Envelope {
     advert.load = 250;
     advert.addrs = vec!["/ip4/192.168.1.10/tcp/7421".into(), "/ip4/192.168.1.10/udp/7421/quic-v1".into()];
     advert.capsules = vec![
-        HostedCapsule { name: "echo".into(), digest: Some(Digest::of(b"echo.wasm")), version: "0.1.0".into() },
+        HostedCapsule {
+            name: "echo".into(),
+            digest: Some(Digest::of(b"echo.wasm")),
+            version: "0.1.0".into(),
+        },
         HostedCapsule { name: "wordcount".into(), digest: None, version: "1.2.0".into() },
     ];
     advert.artifacts = vec![Digest::of(b"echo.wasm")];
@@ -52,13 +56,20 @@ fn grant() -> Envelope {
 
 fn digest() -> DirectoryDigest {
     DirectoryDigest::from_entries(
-        [1u8, 2, 3].iter().map(|n| DigestEntry(SecretKey::from_seed([*n; 32]).node_id(), u64::from(*n) * 1000)).collect(),
+        [1u8, 2, 3]
+            .iter()
+            .map(|n| DigestEntry(SecretKey::from_seed([*n; 32]).node_id(), u64::from(*n) * 1000))
+            .collect(),
     )
 }
 
 fn check(name: &str, bytes: &[u8]) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.hex"));
-    let text: String = hex::encode(bytes).as_bytes().chunks(64).map(|l| format!("{}\n", std::str::from_utf8(l).unwrap())).collect();
+    let text: String = hex::encode(bytes)
+        .as_bytes()
+        .chunks(64)
+        .map(|l| format!("{}\n", std::str::from_utf8(l).unwrap()))
+        .collect();
     if std::env::var_os("MURMUR_BLESS").is_some() {
         std::fs::write(&path, text).unwrap();
         return;
@@ -79,17 +90,20 @@ fn advert_bytes_are_frozen() {
     let opened: Signed<Advert> = Envelope::decode(&stored("advert")).unwrap().open().unwrap();
     assert_eq!(opened.doc().seq, 42);
     assert_eq!(opened.doc().capsules[1].name, "wordcount");
-    verify_cert(opened.doc().cert.clone().unwrap(), &[authority().public()], T0, &node_key().node_id()).unwrap();
+    verify_cert(opened.doc().cert.clone().unwrap(), &[authority().public()], T0, &node_key().node_id())
+        .unwrap();
 }
 
 #[test]
 fn grant_bytes_are_frozen() {
     check("grant", &grant().encode());
     let env = Envelope::decode(&stored("grant")).unwrap();
-    let verified = verify_grant(env, &[authority().public()], T0, GrantExpectation {
-        capsule: Some("pipeline"),
-        artifact: Some(&Digest::of(b"pipeline.wasm")),
-    })
+    let verified = verify_grant(
+        env,
+        &[authority().public()],
+        T0,
+        GrantExpectation { capsule: Some("pipeline"), artifact: Some(&Digest::of(b"pipeline.wasm")) },
+    )
     .unwrap();
     assert!(verified.doc().allows_target(&"localhost:8080".parse().unwrap()));
 }

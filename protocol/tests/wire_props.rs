@@ -27,11 +27,13 @@ fn hosted() -> impl Strategy<Value = HostedCapsule> {
 }
 
 fn cert_envelope() -> impl Strategy<Value = Envelope> {
-    (secret(), secret(), any::<u64>(), millis(), 1u64..1 << 40).prop_map(|(issuer, node, serial, from, len)| {
-        Signed::sign(NodeCert::new(node.node_id(), serial, from, from.plus(len)), &issuer)
-            .expect("valid cert")
-            .into_envelope()
-    })
+    (secret(), secret(), any::<u64>(), millis(), 1u64..1 << 40).prop_map(
+        |(issuer, node, serial, from, len)| {
+            Signed::sign(NodeCert::new(node.node_id(), serial, from, from.plus(len)), &issuer)
+                .expect("valid cert")
+                .into_envelope()
+        },
+    )
 }
 
 prop_compose! {
@@ -222,8 +224,16 @@ proptest! {
 fn cbor_value(depth: u32) -> impl Strategy<Value = ciborium::Value> {
     use ciborium::Value;
     let key = prop_oneof![
-        Just("v"), Just("sig"), Just("body"), Just("kind"), Just("signer"), Just("seq"), Just("capsules"),
-        Just("name"), Just("ttl_ms"), Just("issued_at"),
+        Just("v"),
+        Just("sig"),
+        Just("body"),
+        Just("kind"),
+        Just("signer"),
+        Just("seq"),
+        Just("capsules"),
+        Just("name"),
+        Just("ttl_ms"),
+        Just("issued_at"),
     ];
     let leaf = prop_oneof![
         any::<u64>().prop_map(|n| Value::Integer(n.into())),

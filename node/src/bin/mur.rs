@@ -1,0 +1,43 @@
+//! `mur`: the Murmur client.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use murmur_node::cli::{grant, key};
+use murmur_node::exit::{self, CliResult};
+
+/// The Murmur client: keys, grants, and (with a running node) the mesh.
+///
+/// Set up an authority and grant a capsule what it may reach:
+///   mur key gen --out authority.key
+///   mur grant sign --key authority.key --capsule pipeline --allow mesh://echo --out pipeline.grant
+///   mur grant verify pipeline.grant --authority ed25519:…
+///
+/// Exit codes: 0 ok, 1 failed (e.g. an invalid grant), 2 usage or input error.
+#[derive(Debug, Parser)]
+#[command(name = "mur", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create and inspect ed25519 key files.
+    #[command(subcommand)]
+    Key(key::KeyCommand),
+    /// Sign, verify and show capability grants (signed allowlists).
+    #[command(subcommand)]
+    Grant(grant::GrantCommand),
+}
+
+fn main() -> ExitCode {
+    exit::finish(dispatch(Cli::parse().command))
+}
+
+fn dispatch(command: Command) -> CliResult {
+    match command {
+        Command::Key(command) => key::run(command),
+        Command::Grant(command) => grant::run(command),
+    }
+}

@@ -1,0 +1,104 @@
+//! `murnode`: the Murmur daemon.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use murmur_node::daemon::{self, RunOptions};
+use murmur_node::data_dir;
+use murmur_node::exit::{self, CliError, CliResult};
+use murmur_node::output::print_json;
+use murmur_node::telemetry::{self, LogFormat};
+
+/// The Murmur node daemon: joins the mesh, hosts capsules, serves the API.
+///
+/// Start a node:
+///   murnode init --data-dir ./node1
+///   murnode run --data-dir ./node1
+///
+/// Logs go to stderr (filter with MURNODE_LOG, e.g. MURNODE_LOG=debug); the ready line
+/// and command output go to stdout.
+#[derive(Debug, Parser)]
+#[command(name = "murnode", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create a data directory: a node key (mode 0600) and a commented default config.
+    ///
+    /// Safe to run again: an existing key or config is kept, never overwritten.
+    Init {
+        /// The data directory.
+        #[arg(long, env = "MURNODE_DATA_DIR", default_value_os_t = data_dir::default_path())]
+        data_dir: PathBuf,
+        /// Print a JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the node until SIGINT or SIGTERM.
+    ///
+    /// Prints one ready line on stdout once the API is listening (a JSON object with
+    /// --json). Flags override the config file.
+    Run {
+        /// The data directory (made by `murnode init`).
+        #[arg(long, env = "MURNODE_DATA_DIR", default_value_os_t = data_dir::default_path())]
+        data_dir: PathBuf,
+        /// API address HOST:PORT (port 0 picks a free port). Overrides api.listen.
+        #[arg(long, env = "MURNODE_API", value_name = "HOST:PORT")]
+        api: Option<String>,
+        /// libp2p listen multiaddr (repeatable). Replaces network.listen.
+        #[arg(long, value_name = "MULTIADDR")]
+        listen: Vec<String>,
+        /// Bootstrap peer multiaddr ending in /p2p/PEERID (repeatable). Replaces network.bootstrap.
+        #[arg(long, value_name = "MULTIADDR")]
+        bootstrap: Vec<String>,
+        /// Do not use mDNS, whatever the config says.
+        #[arg(long)]
+        no_mdns: bool,
+        /// Print the ready line as a JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    telemetry::init(cli.log_format);
+    exit::finish(dispatch(cli.command))
+}
+
+fn dispatch(command: Command) -> CliResult {
+    match command {
+        Command::Init { data_dir, json } => init(&data_dir, json),
+        Command::Run { data_dir, api, listen, bootstrap, no_mdns, json } => {
+            let runtime = tokio::runtime::Runtime::new().map_err(CliError::failed)?;
+            runtime.block_on(daemon::run(RunOptions { data_dir, api, listen, bootstrap, no_mdns, json }))
+        }
+    }
+}
+
+fn init(dir: &std::path::Path, json: bool) -> CliResult {
+    let done = data_dir::init(dir).map_err(CliError::usage)?;
+    let peer_id = done.key.node_id().to_string();
+    if json {
+        print_json(&serde_json::json!({
+            "peer_id": peer_id,
+            "data_dir": dir.display().to_string(),
+            "key_created": done.key_created,
+            "config_created": done.config_created,
+        }));
+    } else {
+        let key_note = if done.key_created { "created" } else { "kept existing" };
+        let config_note = if done.config_created { "created" } else { "kept existing" };
+        println!("{peer_id}");
+        eprintln!("data directory {}: node key {key_note}, config {config_note}", dir.display());
+        eprintln!("next: murnode run --data-dir {}", dir.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,4 @@
+//! The `mur` client's commands. Each module owns one noun (`mur key …`, `mur grant …`).
+
+pub mod grant;
+pub mod key;

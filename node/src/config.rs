@@ -1,0 +1,330 @@
+//! `murnode`'s configuration: a TOML file in the data directory, validated into [`Config`].
+//!
+//! [`RawConfig`] mirrors the file (unknown keys are errors); [`Config::from_raw`] checks
+//! every rule and reports every broken one, each naming its key. Flags and `MURNODE_*`
+//! environment variables are applied on top by the caller (flag > env > file > default).
+//! The commented default file is `deploy/murnode.toml`; `murnode init` writes it.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use libp2p::multiaddr::Protocol;
+use libp2p::{Multiaddr, PeerId};
+use murmur_protocol::advert::HostedCapsule;
+use murmur_protocol::limits::{ADVERT_CAPSULES_MAX, ADVERT_TTL_MS_MAX, ADVERT_TTL_MS_MIN};
+use murmur_protocol::names::{check_capsule_name, check_version};
+use murmur_protocol::{Digest, PublicKey};
+use serde::Deserialize;
+
+/// The commented default configuration, as `murnode init` writes it.
+pub const DEFAULT_CONFIG_TOML: &str = include_str!("../../deploy/murnode.toml");
+
+/// File name of the configuration inside the data directory.
+pub const CONFIG_FILE: &str = "murnode.toml";
+
+/// Default admin API address: loopback only.
+pub const DEFAULT_API_LISTEN: &str = "127.0.0.1:7420";
+
+/// Default libp2p port, TCP and UDP (QUIC).
+pub const DEFAULT_P2P_PORT: u16 = 7421;
+
+/// Most bootstrap peers: each is dialled at start; more would only slow start-up.
+pub const BOOTSTRAP_PEERS_MAX: usize = 64;
+
+/// Most listen addresses.
+pub const LISTEN_ADDRS_MAX: usize = 16;
+
+/// The file as written. Every field has a default, so an empty file is valid.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawConfig {
+    pub api: RawApi,
+    pub network: RawNetwork,
+    pub adverts: RawAdverts,
+    pub trust: RawTrust,
+    pub capsules: Vec<RawCapsule>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawApi {
+    pub listen: String,
+}
+
+impl Default for RawApi {
+    fn default() -> Self {
+        Self { listen: DEFAULT_API_LISTEN.into() }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawNetwork {
+    pub listen: Vec<String>,
+    pub bootstrap: Vec<String>,
+    pub mdns: bool,
+    pub mdns_query_interval_secs: u64,
+    pub connections_max: u32,
+    pub idle_timeout_secs: u64,
+}
+
+impl Default for RawNetwork {
+    fn default() -> Self {
+        Self {
+            listen: vec![
+                format!("/ip4/0.0.0.0/tcp/{DEFAULT_P2P_PORT}"),
+                format!("/ip4/0.0.0.0/udp/{DEFAULT_P2P_PORT}/quic-v1"),
+            ],
+            bootstrap: Vec::new(),
+            mdns: true,
+            mdns_query_interval_secs: 10,
+            connections_max: 256,
+            idle_timeout_secs: 120,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawAdverts {
+    pub refresh_secs: u64,
+    pub ttl_secs: u64,
+}
+
+impl Default for RawAdverts {
+    fn default() -> Self {
+        Self { refresh_secs: 30, ttl_secs: 90 }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTrust {
+    pub authorities: Vec<String>,
+    pub closed: bool,
+    pub cert: String,
+}
+
+impl Default for RawTrust {
+    fn default() -> Self {
+        Self { authorities: Vec::new(), closed: false, cert: "node.cert".into() }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCapsule {
+    pub name: String,
+    pub version: String,
+    pub digest: Option<String>,
+}
+
+/// A validated configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub api_listen: SocketAddr,
+    pub network: NetworkConfig,
+    pub adverts: AdvertConfig,
+    pub trust: TrustConfig,
+    /// Capsules declared in the file, advertised as hosted.
+    pub capsules: Vec<HostedCapsule>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetworkConfig {
+    pub listen: Vec<Multiaddr>,
+    pub bootstrap: Vec<(PeerId, Multiaddr)>,
+    pub mdns: bool,
+    pub mdns_query_interval: Duration,
+    pub connections_max: u32,
+    pub idle_timeout: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdvertConfig {
+    pub refresh: Duration,
+    pub ttl: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TrustConfig {
+    pub authorities: Vec<PublicKey>,
+    pub closed: bool,
+    /// Absolute path of this node's certificate.
+    pub cert: PathBuf,
+}
+
+/// Every rule the configuration broke, each naming its key.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<String>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.as_slice() {
+            [one] => f.write_str(one),
+            many => {
+                write!(f, "{} problems:", many.len())?;
+                many.iter().try_for_each(|e| write!(f, "\n  - {e}"))
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+impl RawConfig {
+    /// Parses TOML text; unknown keys and wrong types are errors naming the key and line.
+    pub fn parse(text: &str) -> Result<Self, ConfigErrors> {
+        toml::from_str(text)
+            .map_err(|err| ConfigErrors(vec![err.to_string().trim_end().replace('\n', "\n    ")]))
+    }
+
+    /// Reads the file at `path`.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|err| anyhow::anyhow!("cannot read config {}: {err}", path.display()))?;
+        Self::parse(&text).map_err(|err| anyhow::anyhow!("config {}: {err}", path.display()))
+    }
+}
+
+impl Config {
+    /// Checks every rule; relative paths are resolved against `data_dir`.
+    pub fn from_raw(raw: &RawConfig, data_dir: &Path) -> Result<Self, ConfigErrors> {
+        let mut errors = Vec::new();
+        let mut err = |key: &str, msg: String| errors.push(format!("config key `{key}`: {msg}"));
+
+        let api_listen = raw.api.listen.parse::<SocketAddr>().unwrap_or_else(|_| {
+            err("api.listen", format!("`{}` is not HOST:PORT with an IP address host", raw.api.listen));
+            SocketAddr::from(([127, 0, 0, 1], 0))
+        });
+
+        let net = &raw.network;
+        if net.listen.len() > LISTEN_ADDRS_MAX {
+            err("network.listen", format!("has {} entries, more than {LISTEN_ADDRS_MAX}", net.listen.len()));
+        }
+        let listen = net
+            .listen
+            .iter()
+            .filter_map(|text| parse_listen(text).map_err(|msg| err("network.listen", msg)).ok())
+            .collect();
+        if net.bootstrap.len() > BOOTSTRAP_PEERS_MAX {
+            err(
+                "network.bootstrap",
+                format!("has {} entries, more than {BOOTSTRAP_PEERS_MAX}", net.bootstrap.len()),
+            );
+        }
+        let bootstrap = net
+            .bootstrap
+            .iter()
+            .filter_map(|text| parse_bootstrap(text).map_err(|msg| err("network.bootstrap", msg)).ok())
+            .collect();
+        if !(1..=3600).contains(&net.mdns_query_interval_secs) {
+            err("network.mdns_query_interval_secs", "must be 1..=3600".into());
+        }
+        if !(2..=65_536).contains(&net.connections_max) {
+            err("network.connections_max", "must be 2..=65536".into());
+        }
+        if !(10..=86_400).contains(&net.idle_timeout_secs) {
+            err("network.idle_timeout_secs", "must be 10..=86400 (pings every 15 s keep live peers)".into());
+        }
+
+        let ttl_range_secs = ADVERT_TTL_MS_MIN.div_ceil(1000)..=ADVERT_TTL_MS_MAX / 1000;
+        if !ttl_range_secs.contains(&raw.adverts.ttl_secs) {
+            err("adverts.ttl_secs", format!("must be {}..={}", ttl_range_secs.start(), ttl_range_secs.end()));
+        }
+        if raw.adverts.refresh_secs == 0 || raw.adverts.refresh_secs >= raw.adverts.ttl_secs {
+            err(
+                "adverts.refresh_secs",
+                format!("must be at least 1 and less than adverts.ttl_secs ({})", raw.adverts.ttl_secs),
+            );
+        }
+
+        let authorities: Vec<PublicKey> = raw
+            .trust
+            .authorities
+            .iter()
+            .filter_map(|text| text.parse().map_err(|e| err("trust.authorities", format!("{e}"))).ok())
+            .collect();
+        if raw.trust.closed && raw.trust.authorities.is_empty() {
+            err("trust.closed", "a closed mesh needs at least one key in trust.authorities".into());
+        }
+
+        if raw.capsules.len() > ADVERT_CAPSULES_MAX {
+            err(
+                "capsules",
+                format!("declares {} capsules, more than {ADVERT_CAPSULES_MAX}", raw.capsules.len()),
+            );
+        }
+        let mut capsules: Vec<HostedCapsule> = Vec::new();
+        for (i, c) in raw.capsules.iter().enumerate() {
+            let key = format!("capsules[{i}]");
+            if let Err(msg) = check_capsule_name(&c.name) {
+                err(&format!("{key}.name"), msg);
+            }
+            if let Err(msg) = check_version(&c.version) {
+                err(&format!("{key}.version"), msg);
+            }
+            let digest = c.digest.as_deref().and_then(|d| {
+                d.parse::<Digest>().map_err(|e| err(&format!("{key}.digest"), e.to_string())).ok()
+            });
+            if capsules.iter().any(|other| other.name == c.name) {
+                err(&format!("{key}.name"), format!("capsule `{}` is declared twice", c.name));
+            }
+            capsules.push(HostedCapsule { name: c.name.clone(), digest, version: c.version.clone() });
+        }
+
+        if !errors.is_empty() {
+            return Err(ConfigErrors(errors));
+        }
+        Ok(Self {
+            api_listen,
+            network: NetworkConfig {
+                listen,
+                bootstrap,
+                mdns: net.mdns,
+                mdns_query_interval: Duration::from_secs(net.mdns_query_interval_secs),
+                connections_max: net.connections_max,
+                idle_timeout: Duration::from_secs(net.idle_timeout_secs),
+            },
+            adverts: AdvertConfig {
+                refresh: Duration::from_secs(raw.adverts.refresh_secs),
+                ttl: Duration::from_secs(raw.adverts.ttl_secs),
+            },
+            trust: TrustConfig {
+                authorities,
+                closed: raw.trust.closed,
+                cert: data_dir.join(&raw.trust.cert),
+            },
+            capsules,
+        })
+    }
+}
+
+/// Parses a listen multiaddr: TCP or QUIC over IPv4/IPv6, no `/p2p/` suffix.
+pub fn parse_listen(text: &str) -> Result<Multiaddr, String> {
+    let addr: Multiaddr = text.parse().map_err(|e| format!("`{text}` is not a multiaddr: {e}"))?;
+    let protocols: Vec<Protocol<'_>> = addr.iter().collect();
+    let transport_ok = matches!(
+        protocols.as_slice(),
+        [Protocol::Ip4(_) | Protocol::Ip6(_), Protocol::Tcp(_)]
+            | [Protocol::Ip4(_) | Protocol::Ip6(_), Protocol::Udp(_), Protocol::QuicV1]
+    );
+    if !transport_ok {
+        return Err(format!("`{text}` must be /ip4|ip6/ADDR/tcp/PORT or /ip4|ip6/ADDR/udp/PORT/quic-v1"));
+    }
+    Ok(addr)
+}
+
+/// Parses a bootstrap multiaddr, which must end in `/p2p/<peer id>`.
+pub fn parse_bootstrap(text: &str) -> Result<(PeerId, Multiaddr), String> {
+    let addr: Multiaddr = text.parse().map_err(|e| format!("`{text}` is not a multiaddr: {e}"))?;
+    match addr.iter().last() {
+        Some(Protocol::P2p(peer)) => Ok((peer, addr)),
+        _ => Err(format!("`{text}` must end in /p2p/<peer id> so the peer can be authenticated")),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,92 @@
+use super::*;
+
+fn parse(text: &str) -> Result<Config, String> {
+    let raw = RawConfig::parse(text).map_err(|e| e.to_string())?;
+    Config::from_raw(&raw, Path::new("/data")).map_err(|e| e.to_string())
+}
+
+#[test]
+fn the_shipped_default_file_is_the_default_config() {
+    let shipped = parse(DEFAULT_CONFIG_TOML).unwrap();
+    assert_eq!(shipped, parse("").unwrap());
+    assert_eq!(shipped.api_listen.to_string(), "127.0.0.1:7420");
+    assert_eq!(shipped.adverts.ttl, Duration::from_secs(90));
+    assert_eq!(shipped.trust.cert, PathBuf::from("/data/node.cert"));
+}
+
+#[test]
+fn every_commented_key_in_the_shipped_file_is_a_real_key() {
+    // Uncomment every `# key = value` line and every `# [[table]]`: all must still parse.
+    let uncommented: String = DEFAULT_CONFIG_TOML
+        .lines()
+        .map(|line| {
+            let body = line.strip_prefix("# ").unwrap_or(line);
+            let is_setting = body.starts_with("[[")
+                || body
+                    .split_once(" = ")
+                    .is_some_and(|(k, _)| k.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
+            if line.starts_with("# ") && is_setting { body.to_owned() } else { line.to_owned() }
+        })
+        .map(|line| line + "\n")
+        .collect();
+    assert!(uncommented.contains("\nttl_secs = 90\n"));
+    let config = parse(&uncommented).unwrap();
+    assert_eq!(config.capsules.len(), 1);
+}
+
+#[test]
+fn a_typo_names_the_key() {
+    let err = parse("[adverts]\nttl_sec = 90\n").unwrap_err();
+    assert!(err.contains("unknown field `ttl_sec`") && err.contains("ttl_secs"), "{err}");
+    let err = parse("[netwrk]\n").unwrap_err();
+    assert!(err.contains("unknown field `netwrk`"), "{err}");
+}
+
+#[test]
+fn bad_values_name_their_keys_all_at_once() {
+    let err = parse(
+        r#"
+[api]
+listen = "localhost:7420"
+[network]
+bootstrap = ["/ip4/10.0.0.1/tcp/7421"]
+listen = ["/dns4/x/tcp/1"]
+[adverts]
+refresh_secs = 100
+[trust]
+closed = true
+authorities = ["ed25519:xyz"]
+[[capsules]]
+name = "Echo"
+version = "1"
+digest = "sha256:00"
+"#,
+    )
+    .unwrap_err();
+    for key in [
+        "`api.listen`",
+        "`network.bootstrap`",
+        "`network.listen`",
+        "`adverts.refresh_secs`",
+        "`trust.authorities`",
+        "`capsules[0].name`",
+        "`capsules[0].digest`",
+    ] {
+        assert!(err.contains(key), "missing {key} in:\n{err}");
+    }
+    assert!(err.starts_with("7 problems:"), "{err}");
+}
+
+#[test]
+fn wrong_types_are_errors_with_a_line() {
+    let err = parse("[network]\nmdns = \"yes\"\n").unwrap_err();
+    assert!(err.contains("line 2") || err.contains("mdns"), "{err}");
+}
+
+#[test]
+fn bootstrap_needs_a_peer_id() {
+    let peer = murmur_protocol::SecretKey::from_seed([1; 32]).node_id();
+    let ok = format!("[network]\nbootstrap = [\"/ip4/10.0.0.1/tcp/7421/p2p/{peer}\"]\n");
+    let config = parse(&ok).unwrap();
+    assert_eq!(config.network.bootstrap[0].0, peer.to_peer_id());
+}
