@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs Murmur's whole test suite: the command the README gives and CI calls.
+#
+#   bash tests/run.sh
+#
+# Builds once (debug), then runs every test with cargo-nextest when it is installed
+# (cargo test otherwise). Tests start real murnode processes on 127.0.0.1 only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '\n== %s\n' "$*"; }
+
+if command -v cargo-nextest >/dev/null 2>&1; then
+  say "build and test (cargo nextest)"
+  cargo nextest run --workspace --no-fail-fast
+else
+  say "build and test (cargo test; install cargo-nextest for a faster run)"
+  cargo test --workspace --no-fail-fast
+fi

@@ -1,0 +1,205 @@
+//! Harness for end-to-end tests: real `murnode` processes on 127.0.0.1.
+//!
+//! Every node gets a temporary data dir, port 0 for everything, and is killed when its
+//! [`TestNode`] drops. Waits are bounded and poll real state; nothing sleeps to
+//! synchronize. The binaries are the ones cargo built for this workspace
+//! (`target/<profile>/murnode` and `mur`), found next to the test executable.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+/// How long a node may take to print its ready line (debug builds on a loaded 2-core CI).
+pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Path of a workspace binary (`murnode`, `mur`).
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> → target/<profile>/<name>
+    let dir = exe.parent().and_then(Path::parent).expect("test executable lives in target/<profile>/deps");
+    let path = dir.join(name);
+    assert!(path.exists(), "{} not built; run the tests with `cargo test --workspace` or nextest", path.display());
+    path
+}
+
+/// Runs `mur` with `args` and returns its output.
+pub fn mur(args: &[&str]) -> Output {
+    Command::new(bin("mur")).args(args).output().expect("mur runs")
+}
+
+/// Runs `mur`, requires exit 0, and parses its stdout as one JSON object.
+pub fn mur_json(args: &[&str]) -> Value {
+    let out = mur(args);
+    assert!(out.status.success(), "mur {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("mur {args:?}: stdout is not JSON ({e})"))
+}
+
+/// Runs `murnode` with `args` to completion (for `init`, `--help`, failing `run`s).
+pub fn murnode(args: &[&str]) -> Output {
+    Command::new(bin("murnode")).args(args).env("MURNODE_LOG", "warn").output().expect("murnode runs")
+}
+
+/// A fresh data directory with a node key and the default config.
+pub fn init_data_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = murnode(&["init", "--data-dir", dir.path().to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "murnode init failed: {}", String::from_utf8_lossy(&out.stderr));
+    dir
+}
+
+/// A running `murnode`, killed on drop.
+#[derive(Debug)]
+pub struct TestNode {
+    child: Option<Child>,
+    /// The data directory (owned here unless the caller passed its own).
+    pub data_dir: PathBuf,
+    _owned_dir: Option<tempfile::TempDir>,
+    /// The ready line.
+    pub ready: Value,
+    /// `http://127.0.0.1:PORT` of the node's API.
+    pub api: String,
+    stderr_log: PathBuf,
+}
+
+impl TestNode {
+    /// Initializes a fresh data dir and starts a node on loopback with `extra` flags.
+    pub fn start(extra: &[&str]) -> anyhow::Result<Self> {
+        let dir = init_data_dir();
+        let path = dir.path().to_path_buf();
+        let mut node = Self::start_in(&path, extra)?;
+        node._owned_dir = Some(dir);
+        Ok(node)
+    }
+
+    /// Starts a node on an existing data dir (for restarts).
+    pub fn start_in(data_dir: &Path, extra: &[&str]) -> anyhow::Result<Self> {
+        let stderr_log = data_dir.join(format!("stderr-{}.log", std::process::id()));
+        let stderr = std::fs::File::create(&stderr_log)?;
+        let mut args: Vec<&str> = vec!["run", "--json", "--data-dir", data_dir.to_str().context("utf-8 path")?];
+        args.extend(["--api", "127.0.0.1:0"]);
+        args.extend(extra);
+        let mut child = Command::new(bin("murnode"))
+            .args(&args)
+            .env("MURNODE_LOG", std::env::var("MURNODE_LOG").unwrap_or_else(|_| "info".into()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .context("spawn murnode")?;
+        let stdout = child.stdout.take().context("stdout")?;
+        let (tx, rx) = mpsc::sync_channel(1);
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let first = lines.next();
+            let _ = tx.send(first);
+            // Keep draining so the node never blocks on a full pipe.
+            for _ in lines {}
+        });
+        let mut node = Self {
+            child: Some(child),
+            data_dir: data_dir.to_path_buf(),
+            _owned_dir: None,
+            ready: Value::Null,
+            api: String::new(),
+            stderr_log,
+        };
+        let line = match rx.recv_timeout(READY_TIMEOUT) {
+            Ok(Some(Ok(line))) => line,
+            other => bail!("murnode printed no ready line ({other:?}); stderr:\n{}", node.stderr()),
+        };
+        node.ready = serde_json::from_str(&line).with_context(|| format!("ready line is not JSON: {line}"))?;
+        node.api = format!("http://{}", node.ready["api_addr"].as_str().context("api_addr")?);
+        Ok(node)
+    }
+
+    /// The node's peer id.
+    pub fn peer_id(&self) -> &str {
+        self.ready["peer_id"].as_str().unwrap_or_default()
+    }
+
+    /// The node's resolved listen multiaddrs, each with `/p2p/<peer id>` appended.
+    pub fn dial_addrs(&self) -> Vec<String> {
+        self.ready["listen_addrs"]
+            .as_array()
+            .map(|addrs| {
+                addrs.iter().filter_map(Value::as_str).map(|a| format!("{a}/p2p/{}", self.peer_id())).collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// GET a JSON document from the node's API.
+    pub fn get(&self, path: &str) -> anyhow::Result<Value> {
+        let response = reqwest::blocking::get(format!("{}{path}", self.api))?;
+        Ok(response.json()?)
+    }
+
+    /// GET a text document (e.g. `/metrics`).
+    pub fn get_text(&self, path: &str) -> anyhow::Result<String> {
+        Ok(reqwest::blocking::get(format!("{}{path}", self.api))?.text()?)
+    }
+
+    /// Sends `signal` to the process.
+    pub fn signal(&self, signal: Signal) {
+        if let Some(child) = &self.child {
+            let pid = i32::try_from(child.id()).expect("pid fits i32");
+            let _ = kill(Pid::from_raw(pid), signal);
+        }
+    }
+
+    /// SIGKILLs the process and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the exit status.
+    pub fn terminate(&mut self, timeout: Duration) -> anyhow::Result<ExitStatus> {
+        self.signal(Signal::SIGTERM);
+        let mut child = self.child.take().context("already stopped")?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                bail!("murnode did not exit within {timeout:?} of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// What the node logged so far.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_log).unwrap_or_default()
+    }
+}
+
+impl Drop for TestNode {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Polls `check` every 50 ms until it returns `Some`, or fails after `timeout` with `what`.
+pub fn wait_for<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> anyhow::Result<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check() {
+            return Ok(value);
+        }
+        if Instant::now() > deadline {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
