@@ -1,28 +1,39 @@
-//! The node's HTTP API (axum): health now; peers, capsules and metrics with the mesh.
+//! The node's HTTP API (axum): health, peers, capsules, Prometheus metrics.
 //!
 //! Errors are a status plus `{"error":{"code":"…","message":"…"}}`. Build the router with
 //! [`app`] and test it in process with `tower::ServiceExt::oneshot`.
+
+mod metrics;
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::State;
-use axum::http::{Method, StatusCode, Uri};
+use axum::http::{Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
+
+use crate::mesh::MeshHandle;
 
 /// What the HTTP handlers read.
 #[derive(Debug)]
 pub struct ApiState {
     pub peer_id: String,
     pub started: Instant,
+    pub mesh: MeshHandle,
 }
 
 /// The router, with every route the node serves.
 pub fn app(state: Arc<ApiState>) -> Router {
-    Router::new().route("/healthz", get(healthz)).fallback(not_found).with_state(state)
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/v1/peers", get(peers))
+        .route("/v1/capsules", get(capsules))
+        .route("/metrics", get(prometheus))
+        .fallback(not_found)
+        .with_state(state)
 }
 
 async fn healthz(State(state): State<Arc<ApiState>>) -> Json<serde_json::Value> {
@@ -33,8 +44,33 @@ async fn healthz(State(state): State<Arc<ApiState>>) -> Json<serde_json::Value> 
     }))
 }
 
+async fn peers(State(state): State<Arc<ApiState>>) -> Response {
+    match state.mesh.peers().await {
+        Ok(view) => Json(view).into_response(),
+        Err(err) => unavailable(&err),
+    }
+}
+
+async fn capsules(State(state): State<Arc<ApiState>>) -> Response {
+    match state.mesh.capsules().await {
+        Ok(view) => Json(view).into_response(),
+        Err(err) => unavailable(&err),
+    }
+}
+
+async fn prometheus(State(state): State<Arc<ApiState>>) -> Response {
+    match state.mesh.metrics().await {
+        Ok(m) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics::render(&m)).into_response(),
+        Err(err) => unavailable(&err),
+    }
+}
+
 async fn not_found(method: Method, uri: Uri) -> Response {
     error(StatusCode::NOT_FOUND, "not_found", &format!("no route for {method} {}", uri.path()))
+}
+
+fn unavailable(err: &anyhow::Error) -> Response {
+    error(StatusCode::SERVICE_UNAVAILABLE, "mesh_unavailable", &format!("{err:#}"))
 }
 
 /// An error response in the API's one error shape.
@@ -49,29 +85,73 @@ mod tests {
     use tower::ServiceExt;
 
     use super::*;
+    use crate::mesh::Query;
+    use crate::views::{CapsuleView, CapsulesView, PeersView};
 
+    /// A state whose mesh is a stub task answering queries with fixed views.
     fn state() -> Arc<ApiState> {
-        Arc::new(ApiState { peer_id: "12D3KooWtest".into(), started: Instant::now() })
+        let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            while let Some(query) = rx.recv().await {
+                match query {
+                    Query::Peers(reply) => {
+                        let _ = reply.send(PeersView { local_peer_id: "me".into(), peers: vec![] });
+                    }
+                    Query::Capsules(reply) => {
+                        let _ = reply.send(CapsulesView {
+                            capsules: vec![CapsuleView { name: "echo".into(), providers: vec![] }],
+                        });
+                    }
+                    Query::Metrics(reply) => {
+                        let _ = reply.send(crate::mesh::MeshMetrics::default());
+                    }
+                }
+            }
+        });
+        Arc::new(ApiState {
+            peer_id: "12D3KooWtest".into(),
+            started: Instant::now(),
+            mesh: MeshHandle::for_tests(tx),
+        })
     }
 
-    async fn get_json(uri: &str) -> (StatusCode, serde_json::Value) {
+    async fn get(uri: &str) -> (StatusCode, String) {
         let response = app(state()).oneshot(Request::get(uri).body(Body::empty()).unwrap()).await.unwrap();
         let status = response.status();
         let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
-        (status, serde_json::from_slice(&bytes).unwrap())
+        (status, String::from_utf8(bytes.to_vec()).unwrap())
     }
 
     #[tokio::test]
     async fn healthz_reports_ok_and_the_peer_id() {
-        let (status, body) = get_json("/healthz").await;
+        let (status, body) = get("/healthz").await;
+        let body: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(status, StatusCode::OK);
-        assert_eq!(body["status"], "ok");
-        assert_eq!(body["peer_id"], "12D3KooWtest");
+        assert_eq!((body["status"].as_str(), body["peer_id"].as_str()), (Some("ok"), Some("12D3KooWtest")));
+    }
+
+    #[tokio::test]
+    async fn peers_and_capsules_are_json_views() {
+        let (status, body) = get("/v1/capsules").await;
+        assert_eq!(status, StatusCode::OK);
+        let view: CapsulesView = serde_json::from_str(&body).unwrap();
+        assert_eq!(view.capsules[0].name, "echo");
+        let (_, body) = get("/v1/peers").await;
+        assert_eq!(serde_json::from_str::<PeersView>(&body).unwrap().local_peer_id, "me");
+    }
+
+    #[tokio::test]
+    async fn metrics_are_prometheus_text() {
+        let (status, body) = get("/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.contains("# TYPE murmur_peers_connected gauge"), "{body}");
+        assert!(body.contains("murmur_adverts_refused_total{reason=\"bad_signature\"} 0"), "{body}");
     }
 
     #[tokio::test]
     async fn unknown_routes_get_the_error_shape() {
-        let (status, body) = get_json("/nope").await;
+        let (status, body) = get("/nope").await;
+        let body: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(status, StatusCode::NOT_FOUND);
         assert_eq!(body["error"]["code"], "not_found");
         assert_eq!(body["error"]["message"], "no route for GET /nope");

@@ -12,10 +12,16 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::info;
 
+use murmur_protocol::limits::{CERT_BYTES_MAX, ENVELOPE_OVERHEAD_MAX};
+use murmur_protocol::{Envelope, SecretKey, verify_cert};
+use tokio::sync::watch;
+
 use crate::api::{self, ApiState};
+use crate::clock;
 use crate::config::{CONFIG_FILE, Config, RawConfig};
 use crate::data_dir;
 use crate::exit::{CliError, CliResult, UsageContext};
+use crate::mesh;
 use crate::output::print_json;
 
 /// `murnode run`'s inputs after flag and environment parsing.
@@ -39,6 +45,8 @@ pub struct RunOptions {
 pub struct Ready {
     pub event: &'static str,
     pub peer_id: String,
+    /// The libp2p addresses the node listens on, ports resolved (without `/p2p/`).
+    pub listen_addrs: Vec<String>,
     pub api_addr: SocketAddr,
     pub data_dir: String,
 }
@@ -68,19 +76,33 @@ pub fn load_config(options: &RunOptions) -> CliResult<Config> {
 pub async fn run(options: RunOptions) -> CliResult {
     let key = data_dir::node_key(&options.data_dir).map_err(CliError::usage)?;
     let config = load_config(&options)?;
+    let cert = own_certificate(&key, &config).map_err(CliError::usage)?;
     let peer_id = key.node_id().to_string();
 
     let listener = TcpListener::bind(config.api_listen)
         .await
         .with_context(|| format!("cannot listen for the API on {}", config.api_listen))?;
     let api_addr = listener.local_addr().context("cannot read the API address")?;
-    let state = Arc::new(ApiState { peer_id: peer_id.clone(), started: Instant::now() });
 
-    let ready = Ready { event: "ready", peer_id, api_addr, data_dir: options.data_dir.display().to_string() };
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mesh = mesh::start(&key, &config, cert, stop_rx).await.context("cannot start networking")?;
+    let state =
+        Arc::new(ApiState { peer_id: peer_id.clone(), started: Instant::now(), mesh: mesh.handle.clone() });
+
+    let ready = Ready {
+        event: "ready",
+        peer_id,
+        listen_addrs: mesh.listen_addrs.iter().map(ToString::to_string).collect(),
+        api_addr,
+        data_dir: options.data_dir.display().to_string(),
+    };
     if options.json {
         print_json(&ready);
     } else {
         println!("murnode ready: peer {} api http://{}", ready.peer_id, ready.api_addr);
+        for addr in &ready.listen_addrs {
+            println!("  listening on {addr}/p2p/{}", ready.peer_id);
+        }
     }
     info!(peer = %ready.peer_id, api = %api_addr, "node started");
 
@@ -88,8 +110,31 @@ pub async fn run(options: RunOptions) -> CliResult {
         .with_graceful_shutdown(shutdown_signal())
         .await
         .context("API server failed")?;
+    let _ = stop_tx.send(true);
+    let _ = mesh.task.await;
     info!("node stopped");
     Ok(())
+}
+
+/// This node's closed-mesh certificate, checked before use so a node never starts with a
+/// certificate its peers would refuse.
+fn own_certificate(key: &SecretKey, config: &Config) -> anyhow::Result<Option<Envelope>> {
+    if !config.trust.closed {
+        return Ok(None);
+    }
+    let path = &config.trust.cert;
+    let bytes =
+        crate::cli::grant::read_bounded(path, CERT_BYTES_MAX + ENVELOPE_OVERHEAD_MAX).with_context(|| {
+            format!(
+                "a closed mesh needs this node's certificate (issue one with `mur cert sign --node {}`)",
+                key.node_id()
+            )
+        })?;
+    let envelope =
+        Envelope::decode(&bytes).with_context(|| format!("{} is not a node certificate", path.display()))?;
+    verify_cert(envelope.clone(), &config.trust.authorities, clock::now(), &key.node_id())
+        .with_context(|| format!("{} cannot admit this node", path.display()))?;
+    Ok(Some(envelope))
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -12,5 +12,7 @@ pub mod daemon;
 pub mod data_dir;
 pub mod exit;
 pub mod keyfile;
+pub mod mesh;
 pub mod output;
 pub mod telemetry;
+pub mod views;

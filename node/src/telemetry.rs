@@ -15,7 +15,10 @@ pub enum LogFormat {
 
 /// Installs the global subscriber. Call once, first thing in `main`.
 pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_env("MURNODE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    // libp2p-kad warns "no known peers" on every periodic bootstrap of a node that has none
+    // yet (the first node of a mesh); that is expected, so only its errors are shown.
+    let filter =
+        EnvFilter::try_from_env("MURNODE_LOG").unwrap_or_else(|_| EnvFilter::new("info,libp2p_kad=error"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     // A second init (in tests) keeps the first subscriber; that is fine.
     let _ = match format {

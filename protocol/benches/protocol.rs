@@ -102,7 +102,7 @@ fn directory_merge(c: &mut Criterion) {
     let empty = Directory::new(DirectoryConfig::default()).digest();
     group.bench_function("digest_10000", |b| b.iter(|| black_box(&full).digest()));
     group.bench_function("missing_for_empty_peer_10000", |b| {
-        b.iter(|| black_box(&full).missing_for(black_box(&empty), usize::MAX))
+        b.iter(|| black_box(&full).missing_for(black_box(&empty), usize::MAX, usize::MAX))
     });
     group.finish();
 }

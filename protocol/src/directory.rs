@@ -37,7 +37,10 @@ use crate::cert::verify_cert;
 use crate::codec::{self, DecodeError};
 use crate::digest::Digest;
 use crate::identity::{NodeId, PublicKey};
-use crate::limits::{DIGEST_ENTRIES_MAX, DIRECTORY_NODES_MAX, DIRECTORY_OUTPUTS_MAX, SYNC_ADVERTS_MAX};
+use crate::limits::{
+    DIGEST_ENTRIES_MAX, DIRECTORY_NODES_MAX, DIRECTORY_OUTPUTS_MAX, ENVELOPE_OVERHEAD_MAX, SYNC_ADVERTS_MAX,
+    SYNC_RESPONSE_BYTES_MAX,
+};
 use crate::signed::{Envelope, OpenError, Signed};
 use crate::time::Millis;
 use crate::verify::{Ed25519Verifier, Verifier};
@@ -348,7 +351,7 @@ impl Directory {
                 let _ = self.insert(now, envelope, source);
             }
             Input::PeerDigest { peer, digest } => {
-                let (adverts, more) = self.missing_for(&digest, SYNC_ADVERTS_MAX);
+                let (adverts, more) = self.missing_for(&digest, SYNC_ADVERTS_MAX, SYNC_RESPONSE_BYTES_MAX);
                 if !adverts.is_empty() {
                     self.push(Output::SendAdverts { peer, adverts, more });
                 }
@@ -467,18 +470,27 @@ impl Directory {
     }
 
     /// The adverts a peer with `digest` is missing (nodes it lacks, or holds older adverts
-    /// for), at most `count_max` of them, and whether more were left out.
+    /// for): at most `count_max` of them and about `bytes_max` encoded bytes, and whether
+    /// more were left out.
     #[must_use]
-    pub fn missing_for(&self, digest: &DirectoryDigest, count_max: usize) -> (Vec<Envelope>, bool) {
+    pub fn missing_for(
+        &self,
+        digest: &DirectoryDigest,
+        count_max: usize,
+        bytes_max: usize,
+    ) -> (Vec<Envelope>, bool) {
         let mut theirs = digest.entries.iter().peekable();
         let mut missing = Vec::new();
+        let mut bytes = 0;
         for (node, record) in &self.records {
             while theirs.next_if(|entry| entry.0 < *node).is_some() {}
             let their_seq = theirs.next_if(|entry| entry.0 == *node).map(|entry| entry.1);
             if their_seq.is_none_or(|seq| seq < record.advert().seq) {
-                if missing.len() == count_max {
+                let size = record.envelope().body().len() + ENVELOPE_OVERHEAD_MAX;
+                if missing.len() == count_max || bytes + size > bytes_max {
                     return (missing, true);
                 }
+                bytes += size;
                 missing.push(record.envelope().clone());
             }
         }

@@ -76,3 +76,23 @@ const _: () = assert!(CERT_BYTES_MAX <= ADVERT_BYTES_MAX / 4);
 const _: () = assert!(GRANT_BYTES_MAX + ENVELOPE_OVERHEAD_MAX <= ENVELOPE_BYTES_MAX);
 const _: () = assert!(ADVERT_TTL_MS_MIN < ADVERT_TTL_MS_MAX);
 const _: () = assert!(DIGEST_ENTRIES_MAX >= DIRECTORY_NODES_MAX);
+
+/// Largest anti-entropy request: a full digest (≈ 45 bytes per node) plus a certificate.
+/// libp2p's request-response default cap is 1 MiB as well.
+pub const SYNC_REQUEST_BYTES_MAX: usize = 1024 * 1024;
+
+/// Largest anti-entropy response. Adverts are added until the next would cross this; the
+/// peer asks again for the rest (`more`).
+pub const SYNC_RESPONSE_BYTES_MAX: usize = 1024 * 1024;
+
+/// Connected peers the mesh state machine tracks; the swarm's connection limit is lower.
+pub const MESH_PEERS_MAX: usize = 4096;
+
+/// Remembered dial attempts (for backoff); oldest forgotten first.
+pub const DIAL_BACKOFF_ENTRIES_MAX: usize = 4096;
+
+/// Mesh outputs waiting to be drained by the driver (see [`DIRECTORY_OUTPUTS_MAX`]).
+pub const MESH_OUTPUTS_MAX: usize = 8192;
+
+const _: () = assert!(SYNC_RESPONSE_BYTES_MAX >= ENVELOPE_BYTES_MAX);
+const _: () = assert!(SYNC_REQUEST_BYTES_MAX >= DIGEST_ENTRIES_MAX * 45 + CERT_BYTES_MAX);

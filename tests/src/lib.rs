@@ -25,7 +25,11 @@ pub fn bin(name: &str) -> PathBuf {
     // target/<profile>/deps/<test> → target/<profile>/<name>
     let dir = exe.parent().and_then(Path::parent).expect("test executable lives in target/<profile>/deps");
     let path = dir.join(name);
-    assert!(path.exists(), "{} not built; run the tests with `cargo test --workspace` or nextest", path.display());
+    assert!(
+        path.exists(),
+        "{} not built; run the tests with `cargo test --workspace` or nextest",
+        path.display()
+    );
     path
 }
 
@@ -82,7 +86,8 @@ impl TestNode {
     pub fn start_in(data_dir: &Path, extra: &[&str]) -> anyhow::Result<Self> {
         let stderr_log = data_dir.join(format!("stderr-{}.log", std::process::id()));
         let stderr = std::fs::File::create(&stderr_log)?;
-        let mut args: Vec<&str> = vec!["run", "--json", "--data-dir", data_dir.to_str().context("utf-8 path")?];
+        let mut args: Vec<&str> =
+            vec!["run", "--json", "--data-dir", data_dir.to_str().context("utf-8 path")?];
         args.extend(["--api", "127.0.0.1:0"]);
         args.extend(extra);
         let mut child = Command::new(bin("murnode"))
@@ -114,7 +119,8 @@ impl TestNode {
             Ok(Some(Ok(line))) => line,
             other => bail!("murnode printed no ready line ({other:?}); stderr:\n{}", node.stderr()),
         };
-        node.ready = serde_json::from_str(&line).with_context(|| format!("ready line is not JSON: {line}"))?;
+        node.ready =
+            serde_json::from_str(&line).with_context(|| format!("ready line is not JSON: {line}"))?;
         node.api = format!("http://{}", node.ready["api_addr"].as_str().context("api_addr")?);
         Ok(node)
     }
@@ -129,7 +135,11 @@ impl TestNode {
         self.ready["listen_addrs"]
             .as_array()
             .map(|addrs| {
-                addrs.iter().filter_map(Value::as_str).map(|a| format!("{a}/p2p/{}", self.peer_id())).collect()
+                addrs
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(|a| format!("{a}/p2p/{}", self.peer_id()))
+                    .collect()
             })
             .unwrap_or_default()
     }

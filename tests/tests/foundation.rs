@@ -94,7 +94,8 @@ fn authority() -> Authority {
 fn sign(auth: &Authority, name: &str, extra: &[&str]) -> String {
     let out = auth.path.join(name);
     let out_s = out.to_str().unwrap().to_owned();
-    let mut args = vec!["grant", "sign", "--key", &auth.key, "--capsule", "pipeline", "--out", &out_s, "--json"];
+    let mut args =
+        vec!["grant", "sign", "--key", &auth.key, "--capsule", "pipeline", "--out", &out_s, "--json"];
     args.extend(extra);
     mur_json(&args);
     out_s
@@ -110,7 +111,11 @@ fn verify(file: &str, authority: &str, extra: &[&str]) -> (Option<i32>, serde_js
 #[test]
 fn grants_sign_verify_and_show() {
     let auth = authority();
-    let file = sign(&auth, "ok.grant", &["--allow", "mesh://echo", "--allow", "localhost:*", "--tools-allow", "wordcount"]);
+    let file = sign(
+        &auth,
+        "ok.grant",
+        &["--allow", "mesh://echo", "--allow", "localhost:*", "--tools-allow", "wordcount"],
+    );
     let (code, json) = verify(&file, &auth.public, &["--capsule", "pipeline"]);
     assert_eq!(code, Some(0));
     assert_eq!(json["valid"], true);
@@ -152,10 +157,22 @@ fn bad_inputs_to_grant_sign_are_usage_errors() {
     let auth = authority();
     let out_path = auth.path.join("x.grant");
     let out_s = out_path.to_str().unwrap();
-    let out = mur(&["grant", "sign", "--key", &auth.key, "--capsule", "x", "--allow", "mesh://ec*o", "--out", out_s]);
+    let out = mur(&[
+        "grant",
+        "sign",
+        "--key",
+        &auth.key,
+        "--capsule",
+        "x",
+        "--allow",
+        "mesh://ec*o",
+        "--out",
+        out_s,
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("may only end a component"), "{}", text(&out.stderr));
     assert!(!out_path.exists(), "nothing written on a refused input");
-    let out = mur(&["grant", "sign", "--key", &auth.key, "--capsule", "x", "--valid-for", "5y", "--out", out_s]);
+    let out =
+        mur(&["grant", "sign", "--key", &auth.key, "--capsule", "x", "--valid-for", "5y", "--out", out_s]);
     assert_eq!(out.status.code(), Some(2));
 }

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use murmur_node::cli::{grant, key};
+use murmur_node::cli::{capsules, cert, grant, key, peers};
 use murmur_node::exit::{self, CliResult};
 
 /// The Murmur client: keys, grants, and (with a running node) the mesh.
@@ -12,6 +12,10 @@ use murmur_node::exit::{self, CliResult};
 ///   mur key gen --out authority.key
 ///   mur grant sign --key authority.key --capsule pipeline --allow mesh://echo --out pipeline.grant
 ///   mur grant verify pipeline.grant --authority ed25519:…
+///
+/// Look at the mesh through a running node (--node URL, or MURMUR_NODE):
+///   mur peers
+///   mur capsules --json
 ///
 /// Exit codes: 0 ok, 1 failed (e.g. an invalid grant), 2 usage or input error.
 #[derive(Debug, Parser)]
@@ -29,6 +33,13 @@ enum Command {
     /// Sign, verify and show capability grants (signed allowlists).
     #[command(subcommand)]
     Grant(grant::GrantCommand),
+    /// Sign node certificates for a closed mesh.
+    #[command(subcommand)]
+    Cert(cert::CertCommand),
+    /// List connected and known peers of a node.
+    Peers(peers::PeersArgs),
+    /// List every capsule in the mesh directory and the nodes hosting it.
+    Capsules(capsules::CapsulesArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,5 +50,8 @@ fn dispatch(command: Command) -> CliResult {
     match command {
         Command::Key(command) => key::run(command),
         Command::Grant(command) => grant::run(command),
+        Command::Cert(command) => cert::run(command),
+        Command::Peers(args) => peers::run(args),
+        Command::Capsules(args) => capsules::run(args),
     }
 }

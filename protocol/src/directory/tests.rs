@@ -218,13 +218,13 @@ fn anti_entropy_sends_exactly_what_the_peer_lacks() {
     b.insert(T0, signed(&key(9), advert(1, T0, &["echo"])), Source::Local).unwrap();
 
     let digest = DirectoryDigest::decode(&b.digest().encode()).unwrap();
-    let (missing, more) = a.missing_for(&digest, 100);
+    let (missing, more) = a.missing_for(&digest, 100, usize::MAX);
     let mut nodes: Vec<NodeId> = missing.iter().map(|e| NodeId::from_key(e.signer())).collect();
     nodes.sort();
     let mut expected: Vec<NodeId> = [2, 3, 4, 5].iter().map(|n| key(*n).node_id()).collect();
     expected.sort();
     assert_eq!((nodes, more), (expected, false));
-    assert!(a.missing_for(&digest, 2).1);
+    assert!(a.missing_for(&digest, 2, usize::MAX).1);
 
     a.handle(T0, Input::PeerDigest { peer: key(9).node_id(), digest: b.digest() });
     let sent = drain(&mut a).into_iter().find_map(|o| match o {
@@ -234,7 +234,7 @@ fn anti_entropy_sends_exactly_what_the_peer_lacks() {
     for envelope in sent.unwrap() {
         b.insert(T0, envelope, Source::Sync { from: key(100).node_id() }).unwrap();
     }
-    assert_eq!(a.missing_for(&b.digest(), 100).0.len(), 0);
+    assert_eq!(a.missing_for(&b.digest(), 100, usize::MAX).0.len(), 0);
     assert_ne!(a.digest().fingerprint(), b.digest().fingerprint(), "b also holds node 9");
 }
 

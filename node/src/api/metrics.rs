@@ -1,0 +1,91 @@
+//! Prometheus text exposition of the mesh counters.
+
+use std::fmt::Write;
+
+use murmur_protocol::directory::Refusal;
+
+use crate::mesh::MeshMetrics;
+
+/// Renders every metric, with zero-valued series included so dashboards see them at once.
+pub fn render(m: &MeshMetrics) -> String {
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, series: &[(&str, u64)]| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (labels, value) in series {
+            if labels.is_empty() {
+                let _ = writeln!(out, "{name} {value}");
+            } else {
+                let _ = writeln!(out, "{name}{{{labels}}} {value}");
+            }
+        }
+    };
+    let d = &m.directory;
+    let s = &m.mesh;
+    metric(
+        "murmur_peers_connected",
+        "gauge",
+        "Peers with an open libp2p connection.",
+        &[("", m.peers_connected as u64)],
+    );
+    metric(
+        "murmur_directory_nodes",
+        "gauge",
+        "Nodes whose advert the directory holds.",
+        &[("", m.directory_nodes as u64)],
+    );
+    metric(
+        "murmur_directory_capsules",
+        "gauge",
+        "Distinct capsule names in the directory.",
+        &[("", m.directory_capsules as u64)],
+    );
+    metric(
+        "murmur_adverts_accepted_total",
+        "counter",
+        "Adverts accepted into the directory.",
+        &[("", d.accepted)],
+    );
+    let refused: Vec<(String, u64)> = Refusal::REASONS
+        .iter()
+        .map(|reason| (format!("reason=\"{reason}\""), d.refused.get(reason).copied().unwrap_or(0)))
+        .collect();
+    let refused: Vec<(&str, u64)> = refused.iter().map(|(l, v)| (l.as_str(), *v)).collect();
+    metric("murmur_adverts_refused_total", "counter", "Adverts refused, by reason.", &refused);
+    metric("murmur_adverts_expired_total", "counter", "Adverts dropped at their TTL.", &[("", d.expired)]);
+    metric(
+        "murmur_gossip_messages_total",
+        "counter",
+        "Advert gossip messages received and published.",
+        &[("direction=\"in\"", s.gossip_in_messages), ("direction=\"out\"", s.gossip_out_messages)],
+    );
+    metric(
+        "murmur_gossip_bytes_total",
+        "counter",
+        "Advert gossip payload bytes received and published (not counting relays).",
+        &[("direction=\"in\"", s.gossip_in_bytes), ("direction=\"out\"", s.gossip_out_bytes)],
+    );
+    metric(
+        "murmur_gossip_verdicts_total",
+        "counter",
+        "Validation verdicts on received gossip.",
+        &[
+            ("verdict=\"accept\"", s.gossip_accepted),
+            ("verdict=\"ignore\"", s.gossip_ignored),
+            ("verdict=\"reject\"", s.gossip_rejected),
+        ],
+    );
+    metric(
+        "murmur_sync_total",
+        "counter",
+        "Anti-entropy exchanges started and answered.",
+        &[("direction=\"sent\"", s.syncs_sent), ("direction=\"answered\"", s.syncs_answered)],
+    );
+    metric(
+        "murmur_peers_refused_total",
+        "counter",
+        "Peers disconnected for lacking admission.",
+        &[("", s.peers_refused)],
+    );
+    out
+}

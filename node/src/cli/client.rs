@@ -1,0 +1,52 @@
+//! How `mur` reaches a node's API: `--node URL`, else `$MURMUR_NODE`, else the local node.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use serde::de::DeserializeOwned;
+
+use crate::exit::{CliError, CliResult};
+
+/// The local node's API when nothing else is said (matches the default `api.listen`).
+pub const DEFAULT_NODE_URL: &str = "http://127.0.0.1:7420";
+
+/// How long `mur` waits for a node before giving up.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where the node is.
+#[derive(Debug, Clone, Args)]
+pub struct NodeArgs {
+    /// The node's API URL.
+    #[arg(long = "node", env = "MURMUR_NODE", value_name = "URL", default_value = DEFAULT_NODE_URL, global = true)]
+    pub url: String,
+}
+
+impl NodeArgs {
+    /// GETs `path` and decodes the JSON answer; an error document becomes the error text.
+    pub fn get<T: DeserializeOwned>(&self, path: &str) -> CliResult<T> {
+        let url = format!("{}{path}", self.url.trim_end_matches('/'));
+        let client = reqwest::blocking::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .map_err(CliError::failed)?;
+        let response = client.get(&url).send().map_err(|err| {
+            CliError::failed(anyhow::anyhow!(
+                "cannot reach the node at {} ({err}); is murnode running? (set --node or MURMUR_NODE)",
+                self.url
+            ))
+        })?;
+        let status = response.status();
+        let body = response.text().context("reading the node's answer")?;
+        if !status.is_success() {
+            let message = serde_json::from_str::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+                .unwrap_or(body);
+            return Err(CliError::failed(anyhow::anyhow!("the node answered {status}: {message}")));
+        }
+        serde_json::from_str(&body)
+            .with_context(|| format!("unexpected answer from {url}"))
+            .map_err(CliError::failed)
+    }
+}

@@ -1,0 +1,155 @@
+//! The libp2p adapter: a swarm that carries out what the protocol's [`MeshNode`] decides.
+//!
+//! The swarm moves bytes and reports events; every decision (which adverts to believe and
+//! relay, when to republish, what a peer lacks, whom to dial or drop) is the state
+//! machine's. The driver runs as one tokio task that owns both, so no locks are needed;
+//! the API talks to it through a bounded query channel.
+
+mod addrs;
+mod behaviour;
+mod codec;
+mod driver;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use libp2p::{Multiaddr, SwarmBuilder, noise, tcp, yamux};
+use murmur_protocol::SecretKey;
+use murmur_protocol::directory::{Admission, DirectoryConfig};
+use murmur_protocol::mesh::{MeshConfig, MeshNode};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+pub use behaviour::{IDENTIFY_PROTOCOL, KAD_PROTOCOL, SYNC_PROTOCOL};
+use driver::Driver;
+
+use crate::clock;
+use crate::config::Config;
+use crate::views::{CapsulesView, PeersView};
+
+/// Queries from the API to the driver, each with its reply channel.
+#[derive(Debug)]
+pub enum Query {
+    Peers(oneshot::Sender<PeersView>),
+    Capsules(oneshot::Sender<CapsulesView>),
+    Metrics(oneshot::Sender<MeshMetrics>),
+}
+
+/// Counters and gauges for `/metrics`.
+#[derive(Clone, Debug, Default)]
+pub struct MeshMetrics {
+    pub peers_connected: usize,
+    pub directory_nodes: usize,
+    pub directory_capsules: usize,
+    pub mesh: murmur_protocol::mesh::MeshStats,
+    pub directory: murmur_protocol::directory::DirectoryStats,
+}
+
+/// Queries waiting for the driver. The API answers 503 rather than queue more.
+pub const QUERY_QUEUE_MAX: usize = 64;
+
+/// How long the API waits for the driver to answer a query.
+pub const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long start-up waits for every listener to report its address.
+pub const LISTEN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The API's way to reach the running mesh.
+#[derive(Clone, Debug)]
+pub struct MeshHandle {
+    queries: mpsc::Sender<Query>,
+}
+
+impl MeshHandle {
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Query) -> anyhow::Result<T> {
+        let (tx, rx) = oneshot::channel();
+        self.queries.try_send(make(tx)).map_err(|_| anyhow::anyhow!("the mesh is busy; try again"))?;
+        tokio::time::timeout(QUERY_TIMEOUT, rx)
+            .await
+            .context("the mesh did not answer in time")?
+            .context("the mesh stopped")
+    }
+
+    /// Connected and known peers.
+    pub async fn peers(&self) -> anyhow::Result<PeersView> {
+        self.ask(Query::Peers).await
+    }
+
+    /// The capsule directory.
+    pub async fn capsules(&self) -> anyhow::Result<CapsulesView> {
+        self.ask(Query::Capsules).await
+    }
+
+    /// Counters for `/metrics`.
+    pub async fn metrics(&self) -> anyhow::Result<MeshMetrics> {
+        self.ask(Query::Metrics).await
+    }
+
+    /// A handle answering through `queries`, for API tests that stand in for the driver.
+    #[doc(hidden)]
+    #[must_use]
+    pub const fn for_tests(queries: mpsc::Sender<Query>) -> Self {
+        Self { queries }
+    }
+}
+
+/// A started mesh: its handle, the resolved listen addresses, the driver task.
+#[derive(Debug)]
+pub struct Started {
+    pub handle: MeshHandle,
+    pub listen_addrs: Vec<Multiaddr>,
+    pub task: JoinHandle<()>,
+}
+
+/// Builds the swarm, listens, dials bootstrap peers and spawns the driver. Returns once
+/// every listener has reported its address.
+pub async fn start(
+    key: &SecretKey,
+    config: &Config,
+    cert: Option<murmur_protocol::Envelope>,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<Started> {
+    let keypair = libp2p::identity::Keypair::ed25519_from_bytes(key.to_seed()).context("node key")?;
+    let network = config.network.clone();
+    let mut swarm = SwarmBuilder::with_existing_identity(keypair)
+        .with_tokio()
+        .with_tcp(tcp::Config::default().nodelay(true), noise::Config::new, yamux::Config::default)
+        .context("TCP transport")?
+        .with_quic()
+        .with_dns()
+        .context("DNS resolver")?
+        .with_behaviour(|keypair| behaviour::Behaviour::new(keypair, &network).map_err(Into::into))
+        .context("libp2p behaviours")?
+        .with_swarm_config(|c| c.with_idle_connection_timeout(network.idle_timeout))
+        .build();
+
+    let mut listeners = Vec::new();
+    for addr in &network.listen {
+        listeners.push(swarm.listen_on(addr.clone()).with_context(|| format!("cannot listen on {addr}"))?);
+    }
+
+    let mesh = MeshNode::new(key.clone(), mesh_config(config), clock::now());
+    let (queries_tx, queries_rx) = mpsc::channel(QUERY_QUEUE_MAX);
+    let mut driver = Driver::new(swarm, mesh, queries_rx, shutdown);
+    let listen_addrs = driver.wait_for_listeners(listeners, LISTEN_TIMEOUT).await?;
+    driver.start(config, cert);
+    let task = tokio::spawn(driver.run());
+    Ok(Started { handle: MeshHandle { queries: queries_tx }, listen_addrs, task })
+}
+
+/// The protocol's mesh configuration from the node's validated config.
+#[must_use]
+pub fn mesh_config(config: &Config) -> MeshConfig {
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let admission = if config.trust.closed {
+        Admission::Closed { authorities: config.trust.authorities.clone() }
+    } else {
+        Admission::Open
+    };
+    MeshConfig {
+        refresh_ms: ms(config.adverts.refresh),
+        ttl_ms: ms(config.adverts.ttl),
+        directory: DirectoryConfig { admission, ..DirectoryConfig::default() },
+        ..MeshConfig::default()
+    }
+}

@@ -1,0 +1,63 @@
+//! The JSON documents of the admin API (`/v1/peers`, `/v1/capsules`), shared by the node
+//! that serves them and by `mur`, which reads them. Field by field in docs/src/api.md.
+
+use serde::{Deserialize, Serialize};
+
+/// `GET /v1/peers`: connected peers, and nodes known from the directory.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PeersView {
+    /// This node's peer id.
+    pub local_peer_id: String,
+    /// Every connected or known node except this one, sorted by peer id.
+    pub peers: Vec<PeerView>,
+}
+
+/// One connected or known node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PeerView {
+    pub peer_id: String,
+    /// A libp2p connection is open.
+    pub connected: bool,
+    /// Closed mesh: the peer showed a valid certificate (always true in an open mesh).
+    pub admitted: bool,
+    /// Remote addresses of open connections, else the addresses its advert lists.
+    pub addrs: Vec<String>,
+    /// Last ping round-trip time.
+    pub rtt_ms: Option<f64>,
+    /// Milliseconds since we last heard from the peer (a ping, a message, an advert).
+    pub last_seen_ms: Option<u64>,
+    /// Sequence number of the advert we hold for it.
+    pub advert_seq: Option<u64>,
+    /// Capsules its advert lists.
+    pub capsules: usize,
+}
+
+/// `GET /v1/capsules`: every capsule in the directory and the nodes that host it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CapsulesView {
+    /// Sorted by name.
+    pub capsules: Vec<CapsuleView>,
+}
+
+/// One capsule name and its providers.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CapsuleView {
+    pub name: String,
+    /// Sorted by peer id.
+    pub providers: Vec<ProviderView>,
+}
+
+/// One node hosting a capsule.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProviderView {
+    pub peer_id: String,
+    /// This node itself.
+    pub local: bool,
+    pub version: String,
+    /// `sha256:…` of the artifact, when the capsule comes from the artifact store.
+    pub digest: Option<String>,
+    /// Milliseconds since the provider signed the advert we hold.
+    pub advert_age_ms: u64,
+    /// The provider's load, thousandths of capacity.
+    pub load: u16,
+}

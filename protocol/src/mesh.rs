@@ -1,0 +1,587 @@
+//! The mesh state machine: a node's view of the mesh and everything it decides about it.
+//!
+//! [`MeshNode`] owns the node's [`Directory`], publishes the node's own signed advert
+//! (when what it hosts changes and on a refresh interval), judges adverts arriving by
+//! gossip (the driver relays only what it accepts), runs anti-entropy with peers when they
+//! connect and periodically after, picks peers to dial, and in a closed mesh disconnects
+//! peers that cannot show a valid node certificate.
+//!
+//! `murnode` drives it from a libp2p swarm (gossipsub, request-response `/murmur/sync/1`);
+//! the simulator drives the same code over a modelled network.
+//!
+//! # Call order
+//!
+//! ```text
+//! let mut node = MeshNode::new(key, config, now);
+//! loop {
+//!     node.handle(now, input);                   // a peer event, a message, a command, Tick
+//!     while let Some(out) = node.poll_output() { carry it out }
+//!     at node.poll_timeout(): node.handle(now, Input::Tick)
+//! }
+//! ```
+//!
+//! Every output is a command for the driver (`Publish`, `Report`, `SendSyncRequest`, …) or
+//! an event for its logs and metrics (`Event`). The machine never blocks and holds nothing
+//! unbounded: peers, dial backoffs and queued outputs each have a limit in [`crate::limits`].
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use crate::advert::{Advert, HostedCapsule};
+use crate::cert::verify_cert;
+use crate::digest::Digest;
+use crate::directory::{Admission, Directory, DirectoryConfig, Output as DirectoryOutput, Refusal, Source};
+use crate::identity::{NodeId, SecretKey};
+use crate::limits::{
+    DIAL_BACKOFF_ENTRIES_MAX, MESH_OUTPUTS_MAX, MESH_PEERS_MAX, SYNC_ADVERTS_MAX, SYNC_RESPONSE_BYTES_MAX,
+};
+use crate::signed::{Envelope, Signed};
+use crate::sync::{SyncRequest, SyncResponse};
+use crate::time::Millis;
+use crate::verify::Verifier;
+
+/// The gossipsub topic adverts travel on.
+pub const ADVERT_TOPIC: &str = "murmur/adverts/1";
+
+/// How often, at most, the mesh looks for nodes to dial while below its peer target: often
+/// enough to fill gaps within a second, rarely enough that scanning a large directory stays
+/// a negligible cost.
+pub const DIAL_CHECK_INTERVAL_MS: u64 = 1000;
+
+/// How a node takes part in the mesh.
+#[derive(Clone, Debug)]
+pub struct MeshConfig {
+    /// Republish our advert this often even when nothing changed.
+    pub refresh_ms: u64,
+    /// TTL written into our adverts.
+    pub ttl_ms: u64,
+    /// Run anti-entropy with one connected peer (round robin) this often, on top of the
+    /// exchange every new connection starts with; heals what gossip missed.
+    pub sync_interval_ms: u64,
+    /// Dial nodes learned from adverts until this many peers are connected.
+    pub peers_target: usize,
+    /// Wait this long before dialling the same node again.
+    pub dial_backoff_ms: u64,
+    /// Closed mesh: a peer that has not shown a valid certificate this long after
+    /// connecting is disconnected.
+    pub admission_timeout_ms: u64,
+    /// How the directory judges adverts (including open or closed admission).
+    pub directory: DirectoryConfig,
+}
+
+impl Default for MeshConfig {
+    fn default() -> Self {
+        Self {
+            refresh_ms: 30_000,
+            ttl_ms: 90_000,
+            sync_interval_ms: 60_000,
+            peers_target: 16,
+            dial_backoff_ms: 30_000,
+            admission_timeout_ms: 15_000,
+            directory: DirectoryConfig::default(),
+        }
+    }
+}
+
+/// What the driver tells the mesh.
+#[derive(Clone, Debug)]
+pub enum Input {
+    /// A connection to `peer` opened (the first one, if several).
+    PeerConnected { peer: NodeId },
+    /// The last connection to `peer` closed.
+    PeerDisconnected { peer: NodeId },
+    /// A gossip message on [`ADVERT_TOPIC`] arrived from `from`; the driver must later
+    /// receive a [`Output::Report`] with the same `token`.
+    GossipReceived { from: NodeId, token: u64, bytes: Vec<u8> },
+    /// `from` asked what we hold that it lacks; answer with the same `token`.
+    SyncRequested { from: NodeId, token: u64, request: SyncRequest },
+    /// `from` answered our sync request.
+    SyncAnswered { from: NodeId, response: SyncResponse },
+    /// Our sync request to `peer` failed (timeout, refused, disconnected).
+    SyncFailed { peer: NodeId },
+    /// The capsules this node hosts changed.
+    SetHosted { capsules: Vec<HostedCapsule> },
+    /// The addresses this node can be reached at changed.
+    SetAddrs { addrs: Vec<String> },
+    /// The artifacts this node serves changed.
+    SetArtifacts { artifacts: Vec<Digest> },
+    /// This node's load changed (thousandths of capacity).
+    SetLoad { load: u16 },
+    /// This node's closed-mesh certificate (an envelope of a [`crate::NodeCert`]).
+    SetCert { cert: Option<Envelope> },
+    /// Time passed.
+    Tick,
+}
+
+/// Whether the driver should relay a gossip message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Valid and new (or identical to what we hold): relay it.
+    Accept,
+    /// Not useful (late, duplicate, or from a peer not yet admitted): drop it quietly.
+    Ignore,
+    /// Invalid: drop it and penalise the peer that sent it.
+    Reject,
+}
+
+/// What the mesh asks the driver to do, or tells it happened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Output {
+    /// Publish this advert envelope on [`ADVERT_TOPIC`].
+    Publish { bytes: Vec<u8> },
+    /// The verdict on the gossip message with `token`.
+    Report { token: u64, verdict: Verdict },
+    /// Send a sync request to `peer`.
+    SendSyncRequest { peer: NodeId, request: SyncRequest },
+    /// Answer the sync request with `token`.
+    SendSyncResponse { token: u64, response: SyncResponse },
+    /// Connect to `peer` at one of `addrs`.
+    Dial { peer: NodeId, addrs: Vec<String> },
+    /// Close every connection to `peer`.
+    Disconnect { peer: NodeId, reason: String },
+    /// Something the driver may log or count.
+    Event(Event),
+}
+
+/// Facts about the directory, for logs and metrics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// An advert was accepted.
+    AdvertAccepted { node: NodeId, seq: u64, source: Source },
+    /// An advert was refused.
+    AdvertRefused { node: NodeId, source: Source, reason: Refusal },
+    /// A node's advert expired.
+    AdvertExpired { node: NodeId },
+    /// We published our own advert with this sequence number.
+    Published { seq: u64 },
+}
+
+/// Counters for metrics (the directory keeps its own, see [`MeshNode::directory`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MeshStats {
+    pub gossip_in_messages: u64,
+    pub gossip_in_bytes: u64,
+    pub gossip_out_messages: u64,
+    pub gossip_out_bytes: u64,
+    pub gossip_accepted: u64,
+    pub gossip_ignored: u64,
+    pub gossip_rejected: u64,
+    pub syncs_sent: u64,
+    pub syncs_answered: u64,
+    pub peers_refused: u64,
+    pub outputs_dropped: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Peer {
+    connected_at: Millis,
+    admitted: bool,
+    syncing: bool,
+}
+
+/// What we advertise about ourselves.
+#[derive(Clone, Debug, Default)]
+struct Local {
+    capsules: Vec<HostedCapsule>,
+    addrs: Vec<String>,
+    artifacts: Vec<Digest>,
+    load: u16,
+    cert: Option<Envelope>,
+    seq: u64,
+}
+
+/// One node's mesh state machine. See the module docs for the call order.
+#[derive(Debug)]
+pub struct MeshNode {
+    key: SecretKey,
+    id: NodeId,
+    config: MeshConfig,
+    directory: Directory,
+    local: Local,
+    next_refresh: Millis,
+    next_sync: Millis,
+    sync_cursor: Option<NodeId>,
+    peers: BTreeMap<NodeId, Peer>,
+    dialed: BTreeMap<NodeId, Millis>,
+    next_dial_check: Millis,
+    outputs: VecDeque<Output>,
+    stats: MeshStats,
+}
+
+impl MeshNode {
+    /// A node that signs with `key`; its first advert goes out at the first `handle`.
+    #[must_use]
+    pub fn new(key: SecretKey, config: MeshConfig, now: Millis) -> Self {
+        let directory = Directory::new(config.directory.clone());
+        Self::with_directory(key, config, directory, now)
+    }
+
+    /// Like [`MeshNode::new`] with a shared signature verifier (the simulator's cache).
+    #[must_use]
+    pub fn with_verifier(
+        key: SecretKey,
+        config: MeshConfig,
+        verifier: Arc<dyn Verifier>,
+        now: Millis,
+    ) -> Self {
+        let directory = Directory::with_verifier(config.directory.clone(), verifier);
+        Self::with_directory(key, config, directory, now)
+    }
+
+    fn with_directory(key: SecretKey, config: MeshConfig, directory: Directory, now: Millis) -> Self {
+        let next_sync = now.plus(config.sync_interval_ms);
+        Self {
+            id: key.node_id(),
+            key,
+            config,
+            directory,
+            local: Local::default(),
+            next_refresh: now,
+            next_sync,
+            sync_cursor: None,
+            peers: BTreeMap::new(),
+            dialed: BTreeMap::new(),
+            next_dial_check: now,
+            outputs: VecDeque::new(),
+            stats: MeshStats::default(),
+        }
+    }
+
+    /// Feeds one input at `now`.
+    pub fn handle(&mut self, now: Millis, input: Input) {
+        match input {
+            Input::PeerConnected { peer } => self.on_connected(now, peer),
+            Input::PeerDisconnected { peer } => {
+                self.peers.remove(&peer);
+            }
+            Input::GossipReceived { from, token, bytes } => self.on_gossip(now, from, token, &bytes),
+            Input::SyncRequested { from, token, request } => self.on_sync_request(now, from, token, request),
+            Input::SyncAnswered { from, response } => self.on_sync_response(now, from, response),
+            Input::SyncFailed { peer } => {
+                if let Some(state) = self.peers.get_mut(&peer) {
+                    state.syncing = false;
+                }
+            }
+            Input::SetHosted { capsules } => self.update_local(now, |l| l.capsules = capsules),
+            Input::SetAddrs { addrs } => self.update_local(now, |l| l.addrs = addrs),
+            Input::SetArtifacts { artifacts } => self.update_local(now, |l| l.artifacts = artifacts),
+            Input::SetLoad { load } => self.update_local(now, |l| l.load = load),
+            Input::SetCert { cert } => self.update_local(now, |l| l.cert = cert),
+            Input::Tick => {}
+        }
+        self.on_time(now);
+        self.drain_directory();
+    }
+
+    /// The next queued output, oldest first.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    /// When the mesh next needs [`Input::Tick`].
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Millis> {
+        let mut next = self.next_refresh.min(self.next_sync);
+        if let Some(at) = self.directory.poll_timeout() {
+            next = next.min(at);
+        }
+        if let Some(deadline) = self.admission_deadline() {
+            next = next.min(deadline);
+        }
+        if self.peers.len() < self.config.peers_target {
+            next = next.min(self.next_dial_check);
+        }
+        Some(next)
+    }
+
+    /// This node's identity.
+    #[must_use]
+    pub const fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// The directory (read-only): who hosts what.
+    #[must_use]
+    pub const fn directory(&self) -> &Directory {
+        &self.directory
+    }
+
+    /// Counters for metrics.
+    #[must_use]
+    pub const fn stats(&self) -> &MeshStats {
+        &self.stats
+    }
+
+    /// Connected peers, ordered, with whether each is admitted (always true when open).
+    pub fn peers(&self) -> impl Iterator<Item = (NodeId, bool, Millis)> + '_ {
+        self.peers.iter().map(|(id, p)| (*id, p.admitted, p.connected_at))
+    }
+
+    /// The sequence number of our latest advert.
+    #[must_use]
+    pub const fn local_seq(&self) -> u64 {
+        self.local.seq
+    }
+
+    fn closed(&self) -> bool {
+        matches!(self.config.directory.admission, Admission::Closed { .. })
+    }
+
+    fn on_connected(&mut self, now: Millis, peer: NodeId) {
+        if peer == self.id || self.peers.contains_key(&peer) {
+            return;
+        }
+        if self.peers.len() >= MESH_PEERS_MAX {
+            self.push(Output::Disconnect { peer, reason: format!("more than {MESH_PEERS_MAX} peers") });
+            return;
+        }
+        let admitted = !self.closed();
+        self.peers.insert(peer, Peer { connected_at: now, admitted, syncing: false });
+        self.start_sync(peer);
+    }
+
+    fn start_sync(&mut self, peer: NodeId) {
+        let Some(state) = self.peers.get_mut(&peer) else { return };
+        if state.syncing {
+            return;
+        }
+        state.syncing = true;
+        self.stats.syncs_sent += 1;
+        let request = SyncRequest::new(self.local.cert.clone(), self.directory.digest());
+        self.push(Output::SendSyncRequest { peer, request });
+    }
+
+    fn on_gossip(&mut self, now: Millis, from: NodeId, token: u64, bytes: &[u8]) {
+        self.stats.gossip_in_messages += 1;
+        self.stats.gossip_in_bytes += bytes.len() as u64;
+        let verdict = if !self.peers.get(&from).is_some_and(|p| p.admitted) && self.closed() {
+            Verdict::Ignore
+        } else {
+            match Envelope::decode(bytes) {
+                Err(_) => Verdict::Reject,
+                Ok(envelope) => self.judge_gossip(now, from, token, envelope),
+            }
+        };
+        match verdict {
+            Verdict::Accept => self.stats.gossip_accepted += 1,
+            Verdict::Ignore => self.stats.gossip_ignored += 1,
+            Verdict::Reject => self.stats.gossip_rejected += 1,
+        }
+        self.push(Output::Report { token, verdict });
+    }
+
+    fn judge_gossip(&mut self, now: Millis, from: NodeId, token: u64, envelope: Envelope) -> Verdict {
+        let node = NodeId::from_key(envelope.signer());
+        let identical = self.directory.get(&node).is_some_and(|r| *r.envelope() == envelope);
+        match self.directory.insert(now, envelope, Source::Gossip { from, token }) {
+            Ok(_) => Verdict::Accept,
+            // Already accepted through anti-entropy: relaying helps peers that lack it.
+            Err(Refusal::Duplicate { .. }) if identical => Verdict::Accept,
+            Err(reason) if reason.is_misbehaviour() => Verdict::Reject,
+            Err(_) => Verdict::Ignore,
+        }
+    }
+
+    fn on_sync_request(&mut self, now: Millis, from: NodeId, token: u64, request: SyncRequest) {
+        if let Admission::Closed { authorities } = &self.config.directory.admission {
+            let admitted = request
+                .cert
+                .clone()
+                .ok_or_else(|| "presented no node certificate".to_owned())
+                .and_then(|cert| verify_cert(cert, authorities, now, &from).map_err(|e| e.to_string()));
+            match admitted {
+                Ok(_) => {
+                    if let Some(peer) = self.peers.get_mut(&from) {
+                        peer.admitted = true;
+                    }
+                }
+                Err(reason) => {
+                    self.refuse_peer(from, reason);
+                    return;
+                }
+            }
+        }
+        let (adverts, more) =
+            self.directory.missing_for(&request.digest, SYNC_ADVERTS_MAX, SYNC_RESPONSE_BYTES_MAX);
+        self.stats.syncs_answered += 1;
+        self.push(Output::SendSyncResponse { token, response: SyncResponse::new(adverts, more) });
+    }
+
+    fn on_sync_response(&mut self, now: Millis, from: NodeId, response: SyncResponse) {
+        let Some(peer) = self.peers.get_mut(&from) else { return };
+        peer.syncing = false;
+        for envelope in response.adverts {
+            // Each advert is judged on its own; a peer relaying someone's forgery is not
+            // proof the peer forged it, so refusals here only count.
+            let _ = self.directory.insert(now, envelope, Source::Sync { from });
+        }
+        if response.more {
+            self.start_sync(from);
+        }
+    }
+
+    fn refuse_peer(&mut self, peer: NodeId, reason: String) {
+        self.stats.peers_refused += 1;
+        self.peers.remove(&peer);
+        self.push(Output::Disconnect { peer, reason: format!("not admitted to this closed mesh: {reason}") });
+    }
+
+    fn update_local(&mut self, now: Millis, change: impl FnOnce(&mut Local)) {
+        change(&mut self.local);
+        // Republish at once: what we host changed.
+        self.next_refresh = now;
+    }
+
+    fn on_time(&mut self, now: Millis) {
+        if now >= self.next_refresh {
+            self.publish(now);
+        }
+        self.directory.handle(now, crate::directory::Input::Tick);
+        if self.closed() {
+            self.enforce_admission(now);
+        }
+        if now >= self.next_sync {
+            self.next_sync = now.plus(self.config.sync_interval_ms);
+            if let Some(peer) = self.next_sync_peer() {
+                self.start_sync(peer);
+            }
+        }
+        self.maybe_dial(now);
+    }
+
+    fn publish(&mut self, now: Millis) {
+        self.next_refresh = now.plus(self.config.refresh_ms);
+        let seq = (self.local.seq + 1).max(now.0);
+        let mut advert = Advert::new(seq, now, self.config.ttl_ms);
+        advert.capsules.clone_from(&self.local.capsules);
+        advert.addrs.clone_from(&self.local.addrs);
+        advert.artifacts.clone_from(&self.local.artifacts);
+        advert.load = self.local.load;
+        advert.cert.clone_from(&self.local.cert);
+        match Signed::sign(advert, &self.key) {
+            Ok(signed) => {
+                self.local.seq = seq;
+                let envelope = signed.into_envelope();
+                let bytes = envelope.encode();
+                let _ = self.directory.insert(now, envelope, Source::Local);
+                self.stats.gossip_out_messages += 1;
+                self.stats.gossip_out_bytes += bytes.len() as u64;
+                self.push(Output::Publish { bytes });
+                self.push(Output::Event(Event::Published { seq }));
+            }
+            Err(err) => {
+                // Our own inputs were out of bounds (too many capsules, a bad name): keep the
+                // last good advert; the driver validated its inputs, so this is a bug there.
+                self.push(Output::Event(Event::AdvertRefused {
+                    node: self.id,
+                    source: Source::Local,
+                    reason: Refusal::Malformed(err.to_string()),
+                }));
+            }
+        }
+    }
+
+    fn admission_deadline(&self) -> Option<Millis> {
+        if !self.closed() {
+            return None;
+        }
+        self.peers
+            .values()
+            .filter(|p| !p.admitted)
+            .map(|p| p.connected_at.plus(self.config.admission_timeout_ms))
+            .min()
+    }
+
+    fn enforce_admission(&mut self, now: Millis) {
+        let timeout = self.config.admission_timeout_ms;
+        let late: Vec<NodeId> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| !p.admitted && now >= p.connected_at.plus(timeout))
+            .map(|(id, _)| *id)
+            .collect();
+        for peer in late {
+            self.refuse_peer(peer, format!("no valid certificate within {timeout} ms"));
+        }
+    }
+
+    /// The connected, admitted peer after the cursor, wrapping around.
+    fn next_sync_peer(&mut self) -> Option<NodeId> {
+        let admitted = |p: &&Peer| p.admitted && !p.syncing;
+        let after = self.sync_cursor.and_then(|cursor| {
+            self.peers
+                .range(cursor..)
+                .filter(|(id, _)| **id != cursor)
+                .find(|(_, p)| admitted(p))
+                .map(|(id, _)| *id)
+        });
+        let next = after.or_else(|| self.peers.iter().find(|(_, p)| admitted(p)).map(|(id, _)| *id));
+        self.sync_cursor = next;
+        next
+    }
+
+    fn maybe_dial(&mut self, now: Millis) {
+        let mut deficit = self.config.peers_target.saturating_sub(self.peers.len());
+        // Scanning the directory costs O(nodes): do it at most once per check interval.
+        if deficit == 0 || now < self.next_dial_check {
+            return;
+        }
+        self.next_dial_check = now.plus(DIAL_CHECK_INTERVAL_MS);
+        let backoff = self.config.dial_backoff_ms;
+        let mut dials = Vec::new();
+        for record in self.directory.records() {
+            if deficit == 0 {
+                break;
+            }
+            let node = record.node();
+            let recently = self.dialed.get(&node).is_some_and(|at| now < at.plus(backoff));
+            if node == self.id
+                || self.peers.contains_key(&node)
+                || recently
+                || record.advert().addrs.is_empty()
+            {
+                continue;
+            }
+            dials.push((node, record.advert().addrs.clone()));
+            deficit -= 1;
+        }
+        for (peer, addrs) in dials {
+            if self.dialed.len() >= DIAL_BACKOFF_ENTRIES_MAX
+                && let Some(oldest) = self.dialed.iter().min_by_key(|(_, at)| **at).map(|(id, _)| *id)
+            {
+                self.dialed.remove(&oldest);
+            }
+            self.dialed.insert(peer, now);
+            self.push(Output::Dial { peer, addrs });
+        }
+    }
+
+    fn drain_directory(&mut self) {
+        while let Some(output) = self.directory.poll_output() {
+            let event = match output {
+                DirectoryOutput::Accepted { node, seq, source } => {
+                    Event::AdvertAccepted { node, seq, source }
+                }
+                DirectoryOutput::Refused { node, source, reason } => {
+                    Event::AdvertRefused { node, source, reason }
+                }
+                DirectoryOutput::Expired { node } => Event::AdvertExpired { node },
+                // The mesh answers digests itself (`on_sync_request`), never via the directory.
+                DirectoryOutput::SendAdverts { .. } => continue,
+            };
+            self.push(Output::Event(event));
+        }
+    }
+
+    fn push(&mut self, output: Output) {
+        if self.outputs.len() >= MESH_OUTPUTS_MAX {
+            self.outputs.pop_front();
+            self.stats.outputs_dropped += 1;
+        }
+        self.outputs.push_back(output);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,261 @@
+use super::*;
+use crate::cert::NodeCert;
+
+const T0: Millis = Millis(1_800_000_000_000);
+
+fn key(n: u8) -> SecretKey {
+    SecretKey::from_seed([n; 32])
+}
+
+fn capsule(name: &str) -> HostedCapsule {
+    HostedCapsule { name: name.into(), digest: None, version: "1.0.0".into() }
+}
+
+fn config() -> MeshConfig {
+    MeshConfig { peers_target: 0, ..MeshConfig::default() }
+}
+
+/// A tiny in-memory driver: delivers every output of every node to its peer at once.
+struct Net {
+    nodes: Vec<MeshNode>,
+    links: Vec<(usize, usize)>,
+    published: Vec<(usize, Vec<u8>)>,
+    disconnects: Vec<(usize, NodeId)>,
+    dials: Vec<(usize, NodeId)>,
+    now: Millis,
+}
+
+impl Net {
+    fn new(configs: Vec<(SecretKey, MeshConfig)>) -> Self {
+        let nodes = configs.into_iter().map(|(k, c)| MeshNode::new(k, c, T0)).collect();
+        Self {
+            nodes,
+            links: Vec::new(),
+            published: Vec::new(),
+            disconnects: Vec::new(),
+            dials: Vec::new(),
+            now: T0,
+        }
+    }
+
+    fn index(&self, id: NodeId) -> Option<usize> {
+        self.nodes.iter().position(|n| n.id() == id)
+    }
+
+    fn connect(&mut self, a: usize, b: usize) {
+        self.links.push((a, b));
+        let (ia, ib) = (self.nodes[a].id(), self.nodes[b].id());
+        self.nodes[a].handle(self.now, Input::PeerConnected { peer: ib });
+        self.nodes[b].handle(self.now, Input::PeerConnected { peer: ia });
+        self.pump();
+    }
+
+    fn linked(&self, a: usize, b: usize) -> bool {
+        self.links.iter().any(|&(x, y)| (x, y) == (a, b) || (x, y) == (b, a))
+    }
+
+    fn handle(&mut self, i: usize, input: Input) {
+        self.nodes[i].handle(self.now, input);
+        self.pump();
+    }
+
+    fn pump(&mut self) {
+        let mut pending_gossip: Vec<(usize, usize, Vec<u8>)> = Vec::new();
+        loop {
+            let mut progressed = false;
+            for i in 0..self.nodes.len() {
+                while let Some(out) = self.nodes[i].poll_output() {
+                    progressed = true;
+                    match out {
+                        Output::Publish { bytes } => {
+                            self.published.push((i, bytes.clone()));
+                            for j in 0..self.nodes.len() {
+                                if self.linked(i, j) {
+                                    pending_gossip.push((i, j, bytes.clone()));
+                                }
+                            }
+                        }
+                        Output::SendSyncRequest { peer, request } => {
+                            let Some(j) = self.index(peer) else {
+                                self.nodes[i].handle(self.now, Input::SyncFailed { peer });
+                                continue;
+                            };
+                            let from = self.nodes[i].id();
+                            let request = SyncRequest::decode(&request.encode()).unwrap();
+                            self.nodes[j]
+                                .handle(self.now, Input::SyncRequested { from, token: i as u64, request });
+                        }
+                        Output::SendSyncResponse { token, response } => {
+                            let j = token as usize;
+                            let from = self.nodes[i].id();
+                            let response = SyncResponse::decode(&response.encode()).unwrap();
+                            self.nodes[j].handle(self.now, Input::SyncAnswered { from, response });
+                        }
+                        Output::Disconnect { peer, .. } => self.disconnects.push((i, peer)),
+                        Output::Dial { peer, .. } => self.dials.push((i, peer)),
+                        Output::Report { .. } | Output::Event(_) => {}
+                    }
+                }
+            }
+            for (from, to, bytes) in pending_gossip.drain(..) {
+                progressed = true;
+                let from = self.nodes[from].id();
+                self.nodes[to].handle(self.now, Input::GossipReceived { from, token: 0, bytes });
+            }
+            if !progressed {
+                break;
+            }
+        }
+    }
+
+    fn advance(&mut self, ms: u64) {
+        self.now = self.now.plus(ms);
+        for i in 0..self.nodes.len() {
+            self.nodes[i].handle(self.now, Input::Tick);
+        }
+        self.pump();
+    }
+
+    fn hosts(&self, i: usize, name: &str) -> usize {
+        self.nodes[i].directory().hosts(name).count()
+    }
+}
+
+#[test]
+fn a_node_publishes_its_advert_and_republishes_on_change_and_refresh() {
+    let mut net = Net::new(vec![(key(1), config())]);
+    net.handle(0, Input::SetHosted { capsules: vec![capsule("echo")] });
+    assert_eq!(net.published.len(), 1, "first handle publishes");
+    assert_eq!(net.hosts(0, "echo"), 1, "own advert is in own directory");
+    net.handle(0, Input::SetHosted { capsules: vec![capsule("echo"), capsule("wc")] });
+    assert_eq!(net.published.len(), 2, "a change republishes at once");
+    let seq_after_change = net.nodes[0].local_seq();
+    assert_eq!(net.nodes[0].poll_timeout(), Some(T0.plus(30_000)));
+    net.advance(30_000);
+    assert_eq!(net.published.len(), 3, "refresh republishes");
+    assert!(net.nodes[0].local_seq() > seq_after_change);
+}
+
+#[test]
+fn anti_entropy_on_connect_brings_a_late_joiner_up_to_date() {
+    let mut net = Net::new((1..=4).map(|n| (key(n), config())).collect());
+    for i in 0..3 {
+        net.handle(i, Input::SetHosted { capsules: vec![capsule(&format!("cap{i}"))] });
+    }
+    net.connect(0, 1);
+    net.connect(1, 2);
+    assert_eq!(net.nodes[1].directory().len(), 3);
+    // Node 3 joins late, connected only to node 2; no refresh has happened yet.
+    net.connect(2, 3);
+    assert_eq!(net.nodes[3].directory().len(), 4, "learned every node through node 2");
+    assert_eq!(net.hosts(3, "cap0"), 1);
+}
+
+#[test]
+fn gossip_spreads_changes_and_forgeries_are_rejected() {
+    let mut net = Net::new((1..=3).map(|n| (key(n), config())).collect());
+    net.connect(0, 1);
+    net.connect(1, 2);
+    net.handle(0, Input::SetHosted { capsules: vec![capsule("echo")] });
+    assert_eq!(net.hosts(1, "echo"), 1);
+
+    // A forged advert claiming node 0, signed by node 2's key, gossiped to node 1.
+    let forged = Signed::sign(Advert::new(u64::MAX, T0, 90_000), &key(3)).unwrap().into_envelope();
+    let mut value: ciborium::Value = ciborium::de::from_reader(forged.encode().as_slice()).unwrap();
+    for (k, v) in value.as_map_mut().unwrap() {
+        if k.as_text() == Some("signer") {
+            *v = ciborium::Value::Bytes(key(1).public().as_bytes().to_vec());
+        }
+    }
+    let bytes = crate::codec::encode(&value);
+    let from = net.nodes[2].id();
+    net.nodes[1].handle(net.now, Input::GossipReceived { from, token: 77, bytes });
+    let report = std::iter::from_fn(|| net.nodes[1].poll_output())
+        .find_map(|o| match o {
+            Output::Report { token, verdict } => Some((token, verdict)),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(report, (77, Verdict::Reject));
+    assert_eq!(net.hosts(1, "echo"), 1, "the forgery changed nothing");
+    assert_eq!(net.nodes[1].directory().stats().refused["bad_signature"], 1);
+}
+
+#[test]
+fn closed_mesh_disconnects_peers_without_a_certificate() {
+    let authority = key(100);
+    let closed = MeshConfig {
+        directory: DirectoryConfig {
+            admission: Admission::Closed { authorities: vec![authority.public()] },
+            ..DirectoryConfig::default()
+        },
+        ..config()
+    };
+    let mut net = Net::new(vec![(key(1), closed.clone()), (key(2), closed.clone()), (key(3), closed)]);
+    for (i, n) in [(0, 1u8), (1, 2)] {
+        let cert = Signed::sign(NodeCert::new(key(n).node_id(), 1, T0, T0.plus(86_400_000)), &authority)
+            .unwrap()
+            .into_envelope();
+        net.handle(i, Input::SetCert { cert: Some(cert) });
+        net.handle(i, Input::SetHosted { capsules: vec![capsule(&format!("cap{i}"))] });
+    }
+    net.handle(2, Input::SetHosted { capsules: vec![capsule("intruder")] });
+    net.connect(0, 1);
+    assert_eq!(net.hosts(0, "cap1"), 1, "certified peers exchange adverts");
+    assert!(net.disconnects.is_empty());
+    net.connect(2, 0);
+    assert!(net.disconnects.contains(&(0, key(3).node_id())), "uncertified peer is disconnected");
+    assert_eq!(net.hosts(0, "intruder"), 0);
+    assert_eq!(net.nodes[0].stats().peers_refused, 1);
+}
+
+#[test]
+fn closed_mesh_times_out_peers_that_never_present_a_certificate() {
+    let closed = MeshConfig {
+        directory: DirectoryConfig {
+            admission: Admission::Closed { authorities: vec![key(100).public()] },
+            ..DirectoryConfig::default()
+        },
+        ..config()
+    };
+    let mut node = MeshNode::new(key(1), closed, T0);
+    node.handle(T0, Input::PeerConnected { peer: key(2).node_id() });
+    assert_eq!(node.poll_timeout(), Some(T0.plus(15_000)));
+    while node.poll_output().is_some() {}
+    node.handle(T0.plus(15_000), Input::Tick);
+    let disconnected =
+        std::iter::from_fn(|| node.poll_output()).any(|o| matches!(o, Output::Disconnect { .. }));
+    assert!(disconnected);
+}
+
+#[test]
+fn nodes_dial_peers_learned_from_adverts_with_backoff() {
+    let dialing = MeshConfig { peers_target: 4, ..MeshConfig::default() };
+    let mut net = Net::new(vec![(key(1), dialing), (key(2), config()), (key(3), config())]);
+    net.handle(2, Input::SetAddrs { addrs: vec!["/ip4/10.0.0.3/tcp/7421".into()] });
+    net.connect(1, 2);
+    net.connect(0, 1);
+    net.advance(DIAL_CHECK_INTERVAL_MS);
+    assert!(net.dials.iter().any(|&(i, peer)| i == 0 && peer == key(3).node_id()), "{:?}", net.dials);
+    let before = net.dials.len();
+    net.advance(DIAL_CHECK_INTERVAL_MS);
+    assert_eq!(net.dials.len(), before, "no redial within the backoff");
+    net.advance(30_000);
+    assert!(net.dials.len() > before, "redial after the backoff");
+}
+
+#[test]
+fn expired_nodes_leave_every_directory() {
+    let mut net = Net::new((1..=2).map(|n| (key(n), config())).collect());
+    net.handle(1, Input::SetHosted { capsules: vec![capsule("echo")] });
+    net.connect(0, 1);
+    assert_eq!(net.hosts(0, "echo"), 1);
+    // Node 1 dies: it stops publishing; node 0 drops it after the TTL.
+    net.nodes.truncate(1);
+    net.links.clear();
+    net.handle(0, Input::PeerDisconnected { peer: key(2).node_id() });
+    net.advance(89_999);
+    assert_eq!(net.hosts(0, "echo"), 1);
+    net.advance(1);
+    assert_eq!(net.hosts(0, "echo"), 0);
+}
