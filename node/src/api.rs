@@ -105,6 +105,9 @@ mod tests {
                     Query::Metrics(reply) => {
                         let _ = reply.send(crate::mesh::MeshMetrics::default());
                     }
+                    Query::SetHosted(_, reply) => {
+                        let _ = reply.send(());
+                    }
                 }
             }
         });

@@ -10,7 +10,7 @@ use anyhow::Context;
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
-use tracing::info;
+use tracing::{info, warn};
 
 use murmur_protocol::limits::{CERT_BYTES_MAX, ENVELOPE_OVERHEAD_MAX};
 use murmur_protocol::{Envelope, SecretKey, verify_cert};
@@ -106,6 +106,8 @@ pub async fn run(options: RunOptions) -> CliResult {
     }
     info!(peer = %ready.peer_id, api = %api_addr, "node started");
 
+    tokio::spawn(reload_on_sighup(options.clone(), config, mesh.handle.clone()));
+
     axum::serve(listener, api::app(state))
         .with_graceful_shutdown(shutdown_signal())
         .await
@@ -135,6 +137,33 @@ fn own_certificate(key: &SecretKey, config: &Config) -> anyhow::Result<Option<En
     verify_cert(envelope.clone(), &config.trust.authorities, clock::now(), &key.node_id())
         .with_context(|| format!("{} cannot admit this node", path.display()))?;
     Ok(Some(envelope))
+}
+
+/// Re-reads the config file on SIGHUP and applies what can change while running: the
+/// declared capsules. Other changed keys are reported as needing a restart. A config that
+/// no longer validates is reported and ignored; the node keeps running as it was.
+async fn reload_on_sighup(options: RunOptions, mut current: Config, mesh: mesh::MeshHandle) {
+    let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
+    while hup.recv().await.is_some() {
+        let next = match load_config(&options) {
+            Ok(next) => next,
+            Err(err) => {
+                warn!(error = %err, "config reload refused; keeping the running configuration");
+                continue;
+            }
+        };
+        if next.capsules != current.capsules {
+            match mesh.set_hosted(next.capsules.clone()).await {
+                Ok(()) => info!(capsules = next.capsules.len(), "config reloaded: declared capsules updated"),
+                Err(err) => warn!(error = %err, "config reload: cannot update capsules"),
+            }
+        }
+        let restart_needed = Config { capsules: current.capsules.clone(), ..next.clone() } != current;
+        if restart_needed {
+            warn!("config reload: keys other than [[capsules]] changed; they take effect after a restart");
+        }
+        current = Config { capsules: next.capsules, ..current };
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -33,6 +33,8 @@ pub enum Query {
     Peers(oneshot::Sender<PeersView>),
     Capsules(oneshot::Sender<CapsulesView>),
     Metrics(oneshot::Sender<MeshMetrics>),
+    /// Replace the capsules this node advertises (config reload).
+    SetHosted(Vec<murmur_protocol::HostedCapsule>, oneshot::Sender<()>),
 }
 
 /// Counters and gauges for `/metrics`.
@@ -83,6 +85,11 @@ impl MeshHandle {
     /// Counters for `/metrics`.
     pub async fn metrics(&self) -> anyhow::Result<MeshMetrics> {
         self.ask(Query::Metrics).await
+    }
+
+    /// Replaces the capsules this node advertises; republishes at once.
+    pub async fn set_hosted(&self, capsules: Vec<murmur_protocol::HostedCapsule>) -> anyhow::Result<()> {
+        self.ask(|reply| Query::SetHosted(capsules, reply)).await
     }
 
     /// A handle answering through `queries`, for API tests that stand in for the driver.

@@ -5,6 +5,8 @@
 //! synchronize. The binaries are the ones cargo built for this workspace
 //! (`target/<profile>/murnode` and `mur`), found next to the test executable.
 
+pub mod netns;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -58,6 +60,24 @@ pub fn init_data_dir() -> tempfile::TempDir {
     dir
 }
 
+/// A fresh data directory whose config is `toml` (instead of the commented defaults).
+pub fn init_data_dir_with(toml: &str) -> tempfile::TempDir {
+    let dir = init_data_dir();
+    std::fs::write(dir.path().join("murnode.toml"), toml).expect("write config");
+    dir
+}
+
+/// Config text declaring `capsules` as hosted (name, version).
+pub fn capsules_toml(capsules: &[(&str, &str)]) -> String {
+    capsules
+        .iter()
+        .map(|(name, version)| format!("[[capsules]]\nname = \"{name}\"\nversion = \"{version}\"\n"))
+        .collect()
+}
+
+/// Flags for a loopback-only node: TCP on 127.0.0.1, no mDNS.
+pub const LOOPBACK: &[&str] = &["--listen", "/ip4/127.0.0.1/tcp/0", "--no-mdns"];
+
 /// A running `murnode`, killed on drop.
 #[derive(Debug)]
 pub struct TestNode {
@@ -73,9 +93,24 @@ pub struct TestNode {
 }
 
 impl TestNode {
-    /// Initializes a fresh data dir and starts a node on loopback with `extra` flags.
+    /// Initializes a fresh data dir and starts a node with `extra` flags.
     pub fn start(extra: &[&str]) -> anyhow::Result<Self> {
-        let dir = init_data_dir();
+        Self::start_owned(init_data_dir(), extra)
+    }
+
+    /// Starts a node on loopback whose config is `toml`, optionally bootstrapping to `peer`.
+    pub fn start_with(toml: &str, bootstrap: Option<&Self>) -> anyhow::Result<Self> {
+        let mut args: Vec<String> = LOOPBACK.iter().map(|s| (*s).to_owned()).collect();
+        if let Some(peer) = bootstrap {
+            args.push("--bootstrap".into());
+            args.push(peer.dial_addrs().first().cloned().context("bootstrap peer has no address")?);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Self::start_owned(init_data_dir_with(toml), &args)
+    }
+
+    /// Starts a node in a data dir this node will own (and delete on drop).
+    pub fn start_owned(dir: tempfile::TempDir, extra: &[&str]) -> anyhow::Result<Self> {
         let path = dir.path().to_path_buf();
         let mut node = Self::start_in(&path, extra)?;
         node._owned_dir = Some(dir);
@@ -84,13 +119,28 @@ impl TestNode {
 
     /// Starts a node on an existing data dir (for restarts).
     pub fn start_in(data_dir: &Path, extra: &[&str]) -> anyhow::Result<Self> {
+        let mut args = vec!["--api", "127.0.0.1:0"];
+        args.extend(extra);
+        Self::launch(&[], data_dir, &args)
+    }
+
+    /// Starts `murnode run` through `launcher` (e.g. `ip netns exec NS`), with `extra` flags.
+    pub fn launch(launcher: &[String], data_dir: &Path, extra: &[&str]) -> anyhow::Result<Self> {
         let stderr_log = data_dir.join(format!("stderr-{}.log", std::process::id()));
         let stderr = std::fs::File::create(&stderr_log)?;
         let mut args: Vec<&str> =
             vec!["run", "--json", "--data-dir", data_dir.to_str().context("utf-8 path")?];
-        args.extend(["--api", "127.0.0.1:0"]);
         args.extend(extra);
-        let mut child = Command::new(bin("murnode"))
+        let murnode = bin("murnode");
+        let mut command = match launcher.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(&murnode);
+                c
+            }
+            None => Command::new(&murnode),
+        };
+        let mut child = command
             .args(&args)
             .env("MURNODE_LOG", std::env::var("MURNODE_LOG").unwrap_or_else(|_| "info".into()))
             .stdin(Stdio::null())
@@ -186,6 +236,49 @@ impl TestNode {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The capsule names the node's directory lists.
+    pub fn capsule_names(&self) -> Vec<String> {
+        self.get("/v1/capsules")
+            .ok()
+            .and_then(|v| v["capsules"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|c| c["name"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// Peer ids of peers with an open connection.
+    pub fn connected_peers(&self) -> Vec<String> {
+        self.get("/v1/peers")
+            .ok()
+            .and_then(|v| v["peers"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter(|p| p["connected"] == true)
+            .filter_map(|p| p["peer_id"].as_str().map(str::to_owned))
+            .collect()
+    }
+
+    /// One sample of a Prometheus metric (`name{labels}` exactly as exposed), or 0.
+    pub fn metric(&self, series: &str) -> u64 {
+        self.get_text("/metrics")
+            .unwrap_or_default()
+            .lines()
+            .find_map(|line| line.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Sends SIGHUP (config reload).
+    pub fn reload(&self) {
+        self.signal(Signal::SIGHUP);
+    }
+
+    /// The OS process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// What the node logged so far.

@@ -348,6 +348,11 @@ impl Driver {
             Query::Capsules(reply) => {
                 let _ = reply.send(self.capsules_view());
             }
+            Query::SetHosted(capsules, reply) => {
+                info!(capsules = capsules.len(), "hosted capsules changed");
+                self.mesh.handle(clock::now(), Input::SetHosted { capsules });
+                let _ = reply.send(());
+            }
             Query::Metrics(reply) => {
                 let directory = self.mesh.directory();
                 let _ = reply.send(MeshMetrics {

@@ -1,0 +1,294 @@
+//! The mesh with real processes: discovery, gossip, anti-entropy, expiry, refusals,
+//! closed meshes and mDNS.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use murmur_protocol::{Advert, HostedCapsule, Millis, SecretKey, Signed};
+use murmur_tests::{TestNode, bin, capsules_toml, mur_json, wait_for};
+
+const CONVERGE: Duration = Duration::from_secs(20);
+
+fn names(list: &[&str]) -> BTreeSet<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+
+fn has_all(node: &TestNode, expected: &BTreeSet<String>) -> bool {
+    expected.is_subset(&node.capsule_names().into_iter().collect())
+}
+
+#[test]
+fn five_nodes_bootstrapped_in_a_chain_all_find_each_other() {
+    let mut nodes: Vec<TestNode> = Vec::new();
+    for k in 0..5 {
+        let toml = capsules_toml(&[(&format!("cap{k}"), "1.0.0")]);
+        let node = TestNode::start_with(&toml, nodes.last()).unwrap();
+        nodes.push(node);
+    }
+    let all = names(&["cap0", "cap1", "cap2", "cap3", "cap4"]);
+    for (k, node) in nodes.iter().enumerate() {
+        let others: BTreeSet<String> =
+            nodes.iter().filter(|n| n.peer_id() != node.peer_id()).map(|n| n.peer_id().to_owned()).collect();
+        wait_for(CONVERGE, &format!("node {k} to connect to the other four"), || {
+            let connected: BTreeSet<String> = node.connected_peers().into_iter().collect();
+            others.is_subset(&connected).then_some(())
+        })
+        .unwrap();
+        wait_for(CONVERGE, &format!("node {k} to list every capsule"), || has_all(node, &all).then_some(()))
+            .unwrap();
+    }
+    // The same through the CLI a user would run.
+    let peers = mur_json(&["peers", "--node", &nodes[4].api, "--json"]);
+    let connected = peers["peers"].as_array().unwrap().iter().filter(|p| p["connected"] == true).count();
+    assert_eq!(connected, 4);
+    let capsules = mur_json(&["capsules", "--node", &nodes[0].api, "--json"]);
+    let cap4 = capsules["capsules"].as_array().unwrap().iter().find(|c| c["name"] == "cap4").unwrap();
+    assert_eq!(cap4["providers"][0]["peer_id"], nodes[4].peer_id());
+    assert_eq!(cap4["providers"][0]["version"], "1.0.0");
+}
+
+#[test]
+fn a_killed_node_disappears_after_the_ttl() {
+    let fast = |cap: &str| {
+        format!("[adverts]\nrefresh_secs = 1\nttl_secs = 3\n{}", capsules_toml(&[(cap, "1.0.0")]))
+    };
+    let a = TestNode::start_with(&fast("alpha"), None).unwrap();
+    let b = TestNode::start_with(&fast("beta"), Some(&a)).unwrap();
+    let mut c = TestNode::start_with(&fast("gamma"), Some(&b)).unwrap();
+    let all = names(&["alpha", "beta", "gamma"]);
+    for node in [&a, &b] {
+        wait_for(CONVERGE, "three capsules", || has_all(node, &all).then_some(())).unwrap();
+    }
+    c.kill();
+    // Its last advert is valid for at least two more seconds: still listed right now.
+    assert!(a.capsule_names().contains(&"gamma".to_owned()), "dropped before its advert expired");
+    for node in [&a, &b] {
+        wait_for(Duration::from_secs(15), "gamma to expire", || {
+            (!node.capsule_names().contains(&"gamma".to_owned())).then_some(())
+        })
+        .unwrap();
+    }
+    assert!(a.capsule_names().contains(&"beta".to_owned()), "live nodes stay listed (refreshed)");
+    assert!(a.metric("murmur_adverts_expired_total") >= 1);
+}
+
+#[test]
+fn a_late_joiner_learns_the_directory_long_before_a_refresh() {
+    // Default refresh (30 s): anything the late node learns within the bound below came
+    // from anti-entropy on connect, not from a periodic republish.
+    let a = TestNode::start_with(&capsules_toml(&[("alpha", "1.0.0")]), None).unwrap();
+    let b = TestNode::start_with(&capsules_toml(&[("beta", "1.0.0")]), Some(&a)).unwrap();
+    let c = TestNode::start_with(&capsules_toml(&[("gamma", "1.0.0")]), Some(&b)).unwrap();
+    let all = names(&["alpha", "beta", "gamma"]);
+    wait_for(CONVERGE, "three nodes to converge", || has_all(&c, &all).then_some(())).unwrap();
+
+    let late = TestNode::start_with(&capsules_toml(&[("delta", "1.0.0")]), Some(&c)).unwrap();
+    let joined = Instant::now();
+    wait_for(Duration::from_secs(10), "the late node to learn every capsule", || {
+        has_all(&late, &all).then_some(())
+    })
+    .unwrap();
+    let took = joined.elapsed();
+    eprintln!("late joiner learned the directory in {took:?} (refresh interval 30 s)");
+    assert!(late.metric("murmur_sync_total{direction=\"sent\"}") >= 1);
+    wait_for(CONVERGE, "delta to reach the first node", || {
+        a.capsule_names().contains(&"delta".to_owned()).then_some(())
+    })
+    .unwrap();
+}
+
+/// Signs an advert for `key` with the given sequence number and issue time.
+fn advert_envelope(key: &SecretKey, seq: u64, issued_at: Millis, capsule: &str) -> Vec<u8> {
+    let mut advert = Advert::new(seq, issued_at, 90_000);
+    advert.capsules.push(HostedCapsule { name: capsule.into(), digest: None, version: "6.6.6".into() });
+    Signed::sign(advert, key).unwrap().envelope().encode()
+}
+
+/// An advert that claims `victim`'s key but is signed by another key.
+fn forged_envelope(victim: &SecretKey, now: Millis) -> Vec<u8> {
+    let forger = SecretKey::from_seed([0x66; 32]);
+    let genuine = advert_envelope(victim, now.0 + 1_000_000, now, "forged");
+    let forged = advert_envelope(&forger, now.0 + 1_000_000, now, "forged");
+    // Splice the forger's signature into the victim's envelope.
+    let mut value: ciborium::Value = ciborium::de::from_reader(genuine.as_slice()).unwrap();
+    let forged_value: ciborium::Value = ciborium::de::from_reader(forged.as_slice()).unwrap();
+    let forged_sig =
+        forged_value.as_map().unwrap().iter().find(|(k, _)| k.as_text() == Some("sig")).unwrap().1.clone();
+    for (k, v) in value.as_map_mut().unwrap() {
+        if k.as_text() == Some("sig") {
+            *v = forged_sig.clone();
+        }
+    }
+    murmur_protocol::codec::encode(&value)
+}
+
+fn now() -> Millis {
+    Millis(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64)
+}
+
+#[test]
+fn forged_and_replayed_adverts_are_refused_counted_and_never_relayed() {
+    let a = TestNode::start_with(&capsules_toml(&[("alpha", "1.0.0")]), None).unwrap();
+    let b = TestNode::start_with(&capsules_toml(&[("beta", "1.0.0")]), Some(&a)).unwrap();
+    wait_for(CONVERGE, "a and b to converge", || has_all(&a, &names(&["alpha", "beta"])).then_some(()))
+        .unwrap();
+
+    let b_key = SecretKey::from_slice(&std::fs::read(b.data_dir.join("node.key")).unwrap()).unwrap();
+    let now = now();
+    let envelopes = [
+        forged_envelope(&b_key, now),
+        // b's real key, an old sequence number: a replay of an advert b once sent.
+        advert_envelope(&b_key, 1, now, "replayed"),
+        // b's real key, a new sequence number, but issued two hours ago: a stale copy.
+        advert_envelope(&b_key, now.0 * 2, now.minus(2 * 3_600_000), "expired"),
+    ];
+    let file = tempfile::NamedTempFile::new().unwrap();
+    for envelope in &envelopes {
+        writeln!(file.as_file(), "{}", hex::encode(envelope)).unwrap();
+    }
+    let mut peer = Command::new(bin("murmur-testpeer"))
+        .args(["--dial", &a.dial_addrs()[0], "--publish", file.path().to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let refused = |node: &TestNode, reason: &str| {
+        node.metric(&format!("murmur_adverts_refused_total{{reason=\"{reason}\"}}"))
+    };
+    let outcome = wait_for(CONVERGE, "a to refuse all three", || {
+        (refused(&a, "bad_signature") >= 1 && refused(&a, "stale") >= 1 && refused(&a, "expired") >= 1)
+            .then_some(())
+    });
+    let _ = peer.kill();
+    let _ = peer.wait();
+    outcome.unwrap();
+    assert!(a.metric("murmur_gossip_verdicts_total{verdict=\"reject\"}") >= 1, "the forgery is a rejection");
+    // Give any relay a chance to happen, then check nothing reached the third party.
+    std::thread::sleep(Duration::from_millis(1500));
+    for node in [&a, &b] {
+        let listed = node.capsule_names();
+        for bad in ["forged", "replayed", "expired"] {
+            assert!(!listed.contains(&bad.to_owned()), "{bad} listed by {}", node.peer_id());
+        }
+    }
+    assert_eq!(refused(&b, "bad_signature"), 0, "the forgery never reached b");
+    assert_eq!(b.metric("murmur_gossip_messages_total{direction=\"in\"}"), 0, "a relayed nothing it refused");
+}
+
+#[test]
+fn a_closed_mesh_admits_only_certified_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let authority_key = dir.path().join("authority.key");
+    let authority = mur_json(&["key", "gen", "--out", authority_key.to_str().unwrap(), "--json"]);
+    let authority = authority["public_key"].as_str().unwrap().to_owned();
+    let closed = |cap: &str| {
+        format!(
+            "[trust]\nclosed = true\nauthorities = [\"{authority}\"]\n{}",
+            capsules_toml(&[(cap, "1.0.0")])
+        )
+    };
+    let certified = |cap: &str, bootstrap: Option<&TestNode>| {
+        let data = murmur_tests::init_data_dir_with(&closed(cap));
+        let peer_id = murmur_tests::murnode(&["init", "--data-dir", data.path().to_str().unwrap(), "--json"]);
+        let peer_id: serde_json::Value = serde_json::from_slice(&peer_id.stdout).unwrap();
+        let cert = data.path().join("node.cert");
+        mur_json(&[
+            "cert",
+            "sign",
+            "--key",
+            authority_key.to_str().unwrap(),
+            "--node",
+            peer_id["peer_id"].as_str().unwrap(),
+            "--out",
+            cert.to_str().unwrap(),
+            "--json",
+        ]);
+        let mut args: Vec<String> = murmur_tests::LOOPBACK.iter().map(|s| (*s).to_owned()).collect();
+        if let Some(peer) = bootstrap {
+            args.extend(["--bootstrap".to_owned(), peer.dial_addrs()[0].clone()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        TestNode::start_owned(data, &args).unwrap()
+    };
+    let a = certified("alpha", None);
+    let b = certified("beta", Some(&a));
+    wait_for(CONVERGE, "certified nodes to exchange adverts", || {
+        has_all(&a, &names(&["alpha", "beta"])).then_some(())
+    })
+    .unwrap();
+
+    // An open-mesh node with no certificate dials into the closed mesh.
+    let intruder = TestNode::start_with(&capsules_toml(&[("intruder", "1.0.0")]), Some(&a)).unwrap();
+    wait_for(CONVERGE, "a to refuse the intruder", || {
+        (a.metric("murmur_peers_refused_total") >= 1).then_some(())
+    })
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!a.capsule_names().contains(&"intruder".to_owned()));
+    assert!(!b.capsule_names().contains(&"intruder".to_owned()));
+    assert!(!a.connected_peers().contains(&intruder.peer_id().to_owned()));
+
+    // A closed-mesh node without its certificate refuses to start, saying how to get one.
+    let data = murmur_tests::init_data_dir_with(&closed("x"));
+    let out = murmur_tests::murnode(&["run", "--data-dir", data.path().to_str().unwrap(), "--no-mdns"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("mur cert sign"));
+}
+
+#[test]
+fn sighup_republishes_changed_capsules() {
+    let a = TestNode::start_with(&capsules_toml(&[("alpha", "1.0.0")]), None).unwrap();
+    let b = TestNode::start_with("", Some(&a)).unwrap();
+    wait_for(CONVERGE, "alpha at b", || has_all(&b, &names(&["alpha"])).then_some(())).unwrap();
+    std::fs::write(a.data_dir.join("murnode.toml"), capsules_toml(&[("alpha", "1.0.0"), ("omega", "2.0.0")]))
+        .unwrap();
+    a.reload();
+    wait_for(CONVERGE, "omega at b after reload", || has_all(&b, &names(&["omega"])).then_some(())).unwrap();
+    // A broken config on reload is refused; the node keeps running as it was.
+    std::fs::write(a.data_dir.join("murnode.toml"), "[[capsules]]\nname = \"Bad Name\"\nversion = \"1\"\n")
+        .unwrap();
+    a.reload();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(has_all(&a, &names(&["alpha", "omega"])));
+    assert_eq!(a.get("/healthz").unwrap()["status"], "ok");
+}
+
+#[test]
+fn nodes_with_no_bootstrap_find_each_other_by_mdns() {
+    let lab = match murmur_tests::netns::Lab::new(3) {
+        Ok(lab) => lab,
+        Err(reason) => {
+            eprintln!("SKIPPED: network namespaces unavailable here ({reason})");
+            return;
+        }
+    };
+    let mut nodes = Vec::new();
+    let mut dirs = Vec::new();
+    for i in 0..3 {
+        let dir = murmur_tests::init_data_dir_with(&capsules_toml(&[(&format!("lan{i}"), "1.0.0")]));
+        let api = format!("{}:0", lab.ip(i));
+        let node = TestNode::launch(
+            &lab.launcher(i),
+            dir.path(),
+            &["--api", &api, "--listen", "/ip4/0.0.0.0/tcp/0"],
+        )
+        .unwrap();
+        nodes.push(node);
+        dirs.push(dir);
+    }
+    let all = names(&["lan0", "lan1", "lan2"]);
+    for node in &nodes {
+        wait_for(CONVERGE, "mDNS discovery and gossip", || has_all(node, &all).then_some(())).unwrap();
+        assert_eq!(node.connected_peers().len(), 2, "{}", node.stderr());
+    }
+    // What a node announces is its LAN address, never loopback.
+    let peers = nodes[0].get("/v1/peers").unwrap();
+    for peer in peers["peers"].as_array().unwrap() {
+        for addr in peer["addrs"].as_array().unwrap() {
+            assert!(!addr.as_str().unwrap().contains("/127.0.0.1/"), "{addr}");
+        }
+    }
+    drop(nodes);
+}
