@@ -119,3 +119,13 @@ fn digest_bytes_are_frozen() {
     check("directory_digest", &digest().encode());
     assert_eq!(DirectoryDigest::decode(&stored("directory_digest")).unwrap(), digest());
 }
+
+#[test]
+fn sync_bytes_are_frozen() {
+    let request = murmur_protocol::sync::SyncRequest::new(Some(cert()), digest());
+    check("sync_request", &request.encode());
+    assert_eq!(murmur_protocol::sync::SyncRequest::decode(&stored("sync_request")).unwrap(), request);
+    let response = murmur_protocol::sync::SyncResponse::new(vec![advert()], true);
+    check("sync_response", &response.encode());
+    assert_eq!(murmur_protocol::sync::SyncResponse::decode(&stored("sync_response")).unwrap(), response);
+}

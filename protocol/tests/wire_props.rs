@@ -2,6 +2,7 @@
 //! never accepted.
 
 use murmur_protocol::directory::{DigestEntry, DirectoryDigest};
+use murmur_protocol::sync;
 use murmur_protocol::*;
 use proptest::prelude::*;
 
@@ -193,6 +194,29 @@ proptest! {
     }
 
     #[test]
+    fn sync_messages_round_trip(keys in proptest::collection::vec((secret(), any::<u64>()), 0..10), cert in proptest::option::of(cert_envelope()), key in secret(), adverts in proptest::collection::vec(advert(), 0..4), more in any::<bool>()) {
+        let digest = DirectoryDigest::from_entries(keys.iter().map(|(k, s)| DigestEntry(k.node_id(), *s)).collect());
+        let request = sync::SyncRequest::new(cert, digest);
+        prop_assert_eq!(sync::SyncRequest::decode(&request.encode()).unwrap(), request);
+        let envelopes = adverts.into_iter().map(|a| Signed::sign(a, &key).unwrap().into_envelope()).collect();
+        let response = sync::SyncResponse::new(envelopes, more);
+        prop_assert_eq!(sync::SyncResponse::decode(&response.encode()).unwrap(), response);
+    }
+
+    #[test]
+    fn mutated_sync_messages_never_panic(key in secret(), advert in advert(), bit in any::<usize>(), cut in any::<usize>()) {
+        let envelope = Signed::sign(advert, &key).unwrap().into_envelope();
+        let response = sync::SyncResponse::new(vec![envelope], false).encode();
+        for mutated in mutations(&response, bit, cut) {
+            let _ = sync::SyncResponse::decode(&mutated);
+        }
+        let request = sync::SyncRequest::new(None, DirectoryDigest::from_entries(vec![DigestEntry(key.node_id(), 1)])).encode();
+        for mutated in mutations(&request, bit, cut) {
+            let _ = sync::SyncRequest::decode(&mutated);
+        }
+    }
+
+    #[test]
     fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
         if let Ok(env) = Envelope::decode(&bytes) {
             let _ = env.clone().open::<Advert>();
@@ -200,6 +224,8 @@ proptest! {
             let _ = env.open::<NodeCert>();
         }
         let _ = DirectoryDigest::decode(&bytes);
+        let _ = sync::SyncRequest::decode(&bytes);
+        let _ = sync::SyncResponse::decode(&bytes);
     }
 
     #[test]

@@ -24,15 +24,15 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Path of a workspace binary (`murnode`, `mur`).
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    // target/<profile>/deps/<test> → target/<profile>/<name>
-    let dir = exe.parent().and_then(Path::parent).expect("test executable lives in target/<profile>/deps");
-    let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} not built; run the tests with `cargo test --workspace` or nextest",
-        path.display()
-    );
-    path
+    // Tests run from target/<profile>/deps/, binaries (the bench) from target/<profile>/.
+    let here = exe.parent().expect("executable has a directory");
+    let candidates = [here.join(name), here.parent().map(|p| p.join(name)).unwrap_or_default()];
+    candidates.iter().find(|p| p.is_file()).cloned().unwrap_or_else(|| {
+        panic!(
+            "{name} is not built next to {}; build the workspace first (`cargo build --workspace`, with --release for benchmarks)",
+            exe.display()
+        )
+    })
 }
 
 /// Runs `mur` with `args` and returns its output.
