@@ -10,6 +10,11 @@ cd "$(dirname "$0")/.."
 
 say() { printf '\n== %s\n' "$*"; }
 
+# The end-to-end suites run the real binaries (murnode, mur, murmur-testpeer), which
+# `cargo test` does not build for another package's tests: build them first.
+say "build binaries"
+cargo build --workspace --bins
+
 if command -v cargo-nextest >/dev/null 2>&1; then
   say "build and test (cargo nextest)"
   cargo nextest run --workspace --no-fail-fast

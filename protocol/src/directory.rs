@@ -41,7 +41,7 @@ use crate::limits::{
     DIGEST_ENTRIES_MAX, DIRECTORY_NODES_MAX, DIRECTORY_OUTPUTS_MAX, ENVELOPE_OVERHEAD_MAX, SYNC_ADVERTS_MAX,
     SYNC_RESPONSE_BYTES_MAX,
 };
-use crate::signed::{Envelope, OpenError, Signed};
+use crate::signed::{Envelope, OpenError};
 use crate::time::Millis;
 use crate::verify::{Ed25519Verifier, Verifier};
 
@@ -184,7 +184,8 @@ impl Refusal {
 /// One held advert and what the directory knows about it.
 #[derive(Clone, Debug)]
 pub struct Record {
-    advert: Signed<Advert>,
+    envelope: Envelope,
+    advert: Arc<Advert>,
     received_at: Millis,
     expires_at: Millis,
 }
@@ -193,19 +194,19 @@ impl Record {
     /// The node that signed the advert.
     #[must_use]
     pub fn node(&self) -> NodeId {
-        NodeId::from_key(self.advert.signer())
+        NodeId::from_key(self.envelope.signer())
     }
 
     /// The verified advert.
     #[must_use]
-    pub const fn advert(&self) -> &Advert {
-        self.advert.doc()
+    pub fn advert(&self) -> &Advert {
+        &self.advert
     }
 
     /// The envelope, for relaying.
     #[must_use]
     pub const fn envelope(&self) -> &Envelope {
-        self.advert.envelope()
+        &self.envelope
     }
 
     /// When this directory accepted it.
@@ -383,7 +384,7 @@ impl Directory {
         match self.judge(now, &envelope) {
             Ok(advert) => {
                 let seq = advert.seq;
-                self.store(now, envelope.into_verified(advert));
+                self.store(now, envelope, advert);
                 self.stats.accepted += 1;
                 self.push(Output::Accepted { node: claimed, seq, source });
                 Ok(seq)
@@ -426,9 +427,10 @@ impl Directory {
         self.records.get(node)
     }
 
-    /// Every held record, ordered by node.
-    pub fn records(&self) -> impl Iterator<Item = &Record> {
-        self.records.values()
+    /// Every record still valid at `now`, ordered by node. (Records past their expiry are
+    /// dropped at the next `handle`; this never shows one in between.)
+    pub fn records(&self, now: Millis) -> impl Iterator<Item = &Record> {
+        self.records.values().filter(move |r| r.expires_at > now)
     }
 
     /// Nodes held.
@@ -443,10 +445,15 @@ impl Directory {
         self.records.is_empty()
     }
 
-    /// The nodes hosting capsule `name`, ordered by node, with the capsule's entry.
-    pub fn hosts<'a>(&'a self, name: &'a str) -> impl Iterator<Item = (&'a Record, &'a HostedCapsule)> + 'a {
+    /// The nodes hosting capsule `name` whose advert is still valid at `now`, ordered by
+    /// node, with the capsule's entry.
+    pub fn hosts<'a>(
+        &'a self,
+        now: Millis,
+        name: &'a str,
+    ) -> impl Iterator<Item = (&'a Record, &'a HostedCapsule)> + 'a {
         self.by_capsule.get(name).into_iter().flatten().filter_map(move |node| {
-            let record = self.records.get(node)?;
+            let record = self.records.get(node).filter(|r| r.expires_at > now)?;
             let capsule = record.advert().capsules.iter().find(|c| c.name == name)?;
             Some((record, capsule))
         })
@@ -511,11 +518,20 @@ impl Directory {
 
     /// Runs every check on an advert, cheapest first; the signature is checked only once
     /// nothing cheaper refused it.
-    fn judge(&self, now: Millis, envelope: &Envelope) -> Result<Advert, Refusal> {
-        let advert =
-            envelope.peek::<Advert>().map_err(|err: OpenError| Refusal::Malformed(err.to_string()))?;
+    fn judge(&self, now: Millis, envelope: &Envelope) -> Result<Arc<Advert>, Refusal> {
         let node = NodeId::from_key(envelope.signer());
-        if let Some(held) = self.records.get(&node).map(|r| r.advert().seq) {
+        let held = self.records.get(&node);
+        // The same bytes again (gossip and anti-entropy overlap): no need to decode.
+        if let Some(record) = held
+            && record.envelope == *envelope
+        {
+            return Err(Refusal::Duplicate { seq: record.advert.seq });
+        }
+        let advert = self
+            .verifier
+            .peek_advert(envelope)
+            .map_err(|err: OpenError| Refusal::Malformed(err.to_string()))?;
+        if let Some(held) = held.map(|r| r.advert.seq) {
             if advert.seq == held {
                 return Err(Refusal::Duplicate { seq: advert.seq });
             }
@@ -553,19 +569,19 @@ impl Directory {
         Ok(advert)
     }
 
-    fn store(&mut self, now: Millis, advert: Signed<Advert>) {
-        let node = NodeId::from_key(advert.signer());
-        let ttl = self.clamped_ttl(advert.doc());
-        let expires_at = now.plus(ttl).min(advert.doc().issued_at.plus(ttl + self.config.clock_skew_max_ms));
+    fn store(&mut self, now: Millis, envelope: Envelope, advert: Arc<Advert>) {
+        let node = NodeId::from_key(envelope.signer());
+        let ttl = self.clamped_ttl(&advert);
+        let expires_at = now.plus(ttl).min(advert.issued_at.plus(ttl + self.config.clock_skew_max_ms));
         self.remove(&node);
         if let Some(tombstone) = self.tombstones.remove(&node) {
             self.tombstone_expiries.remove(&(tombstone.until, node));
         }
-        for capsule in &advert.doc().capsules {
+        for capsule in &advert.capsules {
             self.by_capsule.entry(capsule.name.clone()).or_default().insert(node);
         }
         self.expiries.insert((expires_at, node));
-        self.records.insert(node, Record { advert, received_at: now, expires_at });
+        self.records.insert(node, Record { envelope, advert, received_at: now, expires_at });
     }
 
     fn remove(&mut self, node: &NodeId) -> Option<Record> {

@@ -93,6 +93,10 @@ pub enum Input {
     /// A gossip message on [`ADVERT_TOPIC`] arrived from `from`; the driver must later
     /// receive a [`Output::Report`] with the same `token`.
     GossipReceived { from: NodeId, token: u64, bytes: Vec<u8> },
+    /// As [`Input::GossipReceived`], for a driver that already decoded the envelope (the
+    /// simulator decodes each message once and delivers it to many nodes); `len` is the
+    /// message's size in bytes, for the counters.
+    GossipDecoded { from: NodeId, token: u64, envelope: Envelope, len: usize },
     /// `from` asked what we hold that it lacks; answer with the same `token`.
     SyncRequested { from: NodeId, token: u64, request: SyncRequest },
     /// `from` answered our sync request.
@@ -255,7 +259,13 @@ impl MeshNode {
             Input::PeerDisconnected { peer } => {
                 self.peers.remove(&peer);
             }
-            Input::GossipReceived { from, token, bytes } => self.on_gossip(now, from, token, &bytes),
+            Input::GossipReceived { from, token, bytes } => {
+                let envelope = Envelope::decode(&bytes).ok();
+                self.on_gossip(now, from, token, envelope, bytes.len());
+            }
+            Input::GossipDecoded { from, token, envelope, len } => {
+                self.on_gossip(now, from, token, Some(envelope), len)
+            }
             Input::SyncRequested { from, token, request } => self.on_sync_request(now, from, token, request),
             Input::SyncAnswered { from, response } => self.on_sync_response(now, from, response),
             Input::SyncFailed { peer } => {
@@ -352,15 +362,16 @@ impl MeshNode {
         self.push(Output::SendSyncRequest { peer, request });
     }
 
-    fn on_gossip(&mut self, now: Millis, from: NodeId, token: u64, bytes: &[u8]) {
+    /// `envelope` is `None` when the message did not decode.
+    fn on_gossip(&mut self, now: Millis, from: NodeId, token: u64, envelope: Option<Envelope>, len: usize) {
         self.stats.gossip_in_messages += 1;
-        self.stats.gossip_in_bytes += bytes.len() as u64;
+        self.stats.gossip_in_bytes += len as u64;
         let verdict = if !self.peers.get(&from).is_some_and(|p| p.admitted) && self.closed() {
             Verdict::Ignore
         } else {
-            match Envelope::decode(bytes) {
-                Err(_) => Verdict::Reject,
-                Ok(envelope) => self.judge_gossip(now, from, token, envelope),
+            match envelope {
+                None => Verdict::Reject,
+                Some(envelope) => self.judge_gossip(now, from, token, envelope),
             }
         };
         match verdict {
@@ -530,7 +541,7 @@ impl MeshNode {
         self.next_dial_check = now.plus(DIAL_CHECK_INTERVAL_MS);
         let backoff = self.config.dial_backoff_ms;
         let mut dials = Vec::new();
-        for record in self.directory.records() {
+        for record in self.directory.records(now) {
             if deficit == 0 {
                 break;
             }

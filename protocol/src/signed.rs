@@ -19,11 +19,12 @@
 //! ```
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{self, DecodeError, byte_vec};
+use crate::codec::{self, DecodeError, byte_arc};
 use crate::digest::Digest;
 use crate::identity::{PublicKey, SecretKey, Signature};
 use crate::limits::ENVELOPE_BYTES_MAX;
@@ -101,8 +102,8 @@ pub struct Envelope {
     // Fields are in canonical key order (see `codec`).
     v: u16,
     sig: Signature,
-    #[serde(with = "byte_vec")]
-    body: Vec<u8>,
+    #[serde(with = "byte_arc")]
+    body: Arc<[u8]>,
     kind: DocKind,
     signer: PublicKey,
 }
@@ -138,6 +139,12 @@ impl Envelope {
         &self.body
     }
 
+    /// The signature as carried.
+    #[must_use]
+    pub const fn signature(&self) -> &Signature {
+        &self.sig
+    }
+
     /// A content id for the whole envelope: the SHA-256 of its canonical bytes.
     #[must_use]
     pub fn digest(&self) -> Digest {
@@ -167,13 +174,6 @@ impl Envelope {
     #[must_use]
     pub fn verify_signature(&self) -> bool {
         self.signer.verify(&signed_message(self.kind, &self.body), &self.sig)
-    }
-
-    /// Pairs this envelope with the document [`Envelope::peek`] read from it, once the
-    /// caller has established that the signature verifies (itself, or through a cache of
-    /// verified envelope digests).
-    pub(crate) fn into_verified<T: Document>(self, doc: T) -> Signed<T> {
-        Signed { doc, envelope: self }
     }
 }
 
@@ -207,7 +207,8 @@ impl<T: Document> Signed<T> {
             });
         }
         let sig = key.sign(&signed_message(T::KIND, &body));
-        let envelope = Envelope { v: ENVELOPE_VERSION, sig, body, kind: T::KIND, signer: key.public() };
+        let envelope =
+            Envelope { v: ENVELOPE_VERSION, sig, body: body.into(), kind: T::KIND, signer: key.public() };
         Ok(Self { doc, envelope })
     }
 
@@ -298,7 +299,7 @@ mod tests {
         let relabelled = Envelope {
             v: ENVELOPE_VERSION,
             sig: key.sign(&signed_message(DocKind::NodeCert, &body)),
-            body,
+            body: body.into(),
             kind: DocKind::Grant,
             signer: key.public(),
         };
@@ -323,7 +324,7 @@ mod tests {
         let env = Envelope {
             v: ENVELOPE_VERSION,
             sig: key.sign(&signed_message(DocKind::Grant, &body)),
-            body,
+            body: body.into(),
             kind: DocKind::Grant,
             signer: key.public(),
         };

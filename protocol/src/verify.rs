@@ -1,21 +1,30 @@
-//! Pluggable signature checking, so a driver can share verified results across nodes.
+//! Pluggable signature checking and decoding, so a driver can share work across nodes.
 //!
-//! `murnode` checks each envelope once ([`Ed25519Verifier`]). The simulator runs thousands
-//! of directories that each receive the same envelopes; it plugs in a verifier that caches
-//! verified envelope digests, while adversarial scenarios still run real ed25519 on every
-//! envelope the cache has not seen.
+//! `murnode` checks and decodes each envelope once ([`Ed25519Verifier`]). The simulator
+//! runs thousands of directories that each receive the same envelopes; it plugs in a
+//! verifier that remembers results for envelopes it has seen (matching their exact bytes),
+//! while adversarial scenarios still run real ed25519 on every envelope it has not.
 
 use std::fmt;
+use std::sync::Arc;
 
-use crate::signed::Envelope;
+use crate::advert::Advert;
+use crate::signed::{Envelope, OpenError};
 
-/// Decides whether an envelope's signature verifies.
+/// Decides whether an envelope's signature verifies, and decodes advert bodies.
 pub trait Verifier: Send + Sync + fmt::Debug {
     /// True when the envelope's signature verifies for its claimed signer.
     fn verify(&self, envelope: &Envelope) -> bool;
+
+    /// Decodes and validates an advert body without checking the signature (see
+    /// [`Envelope::peek`]). The result is shared, so a cache can hand the same decoded
+    /// advert to every directory that receives the envelope.
+    fn peek_advert(&self, envelope: &Envelope) -> Result<Arc<Advert>, OpenError> {
+        envelope.peek::<Advert>().map(Arc::new)
+    }
 }
 
-/// Checks every signature with ed25519.
+/// Checks every signature with ed25519 and decodes every body.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Ed25519Verifier;
 

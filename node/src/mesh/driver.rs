@@ -388,7 +388,7 @@ impl Driver {
                 },
             );
         }
-        for record in self.mesh.directory().records() {
+        for record in self.mesh.directory().records(now) {
             let node = record.node();
             if node == local {
                 continue;
@@ -414,7 +414,7 @@ impl Driver {
             .map(|name| CapsuleView {
                 name: name.to_owned(),
                 providers: directory
-                    .hosts(name)
+                    .hosts(now, name)
                     .map(|(record, capsule)| ProviderView {
                         peer_id: record.node().to_string(),
                         local: record.node() == local,

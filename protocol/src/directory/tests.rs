@@ -2,6 +2,7 @@ use super::*;
 use crate::advert::HostedCapsule;
 use crate::cert::NodeCert;
 use crate::identity::SecretKey;
+use crate::signed::Signed;
 
 const T0: Millis = Millis(1_800_000_000_000);
 const TTL_MS: u64 = 90_000;
@@ -31,8 +32,9 @@ fn drain(dir: &mut Directory) -> Vec<Output> {
     std::iter::from_fn(|| dir.poll_output()).collect()
 }
 
+/// Hosts as of T0 (time filtering has its own test below).
 fn hosts(dir: &Directory, name: &str) -> Vec<NodeId> {
-    dir.hosts(name).map(|(r, _)| r.node()).collect()
+    dir.hosts(T0, name).map(|(r, _)| r.node()).collect()
 }
 
 #[test]
@@ -250,4 +252,23 @@ fn digests_must_be_sorted_and_unique() {
     let built =
         DirectoryDigest::from_entries(vec![DigestEntry(hi, 1), DigestEntry(lo, 1), DigestEntry(lo, 3)]);
     assert_eq!(built.entries(), &[DigestEntry(lo, 3), DigestEntry(hi, 1)]);
+}
+
+#[test]
+fn queries_never_show_an_expired_record_even_before_the_tick() {
+    let mut dir = Directory::new(DirectoryConfig::default());
+    dir.insert(T0, signed(&key(1), advert(1, T0, &["echo"])), Source::Local).unwrap();
+    let expiry = T0.plus(TTL_MS);
+    assert_eq!(dir.hosts(expiry.minus(1), "echo").count(), 1);
+    assert_eq!(dir.hosts(expiry, "echo").count(), 0, "no Tick yet, but already expired");
+    assert_eq!(dir.records(expiry).count(), 0);
+    assert_eq!(dir.len(), 1, "still stored until the driver ticks");
+}
+
+#[test]
+fn identical_bytes_are_a_duplicate_without_decoding() {
+    let mut dir = Directory::new(DirectoryConfig::default());
+    let env = signed(&key(1), advert(3, T0, &["echo"]));
+    dir.insert(T0, env.clone(), Source::Local).unwrap();
+    assert_eq!(dir.insert(T0, env, gossip(2)), Err(Refusal::Duplicate { seq: 3 }));
 }

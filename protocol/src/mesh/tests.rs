@@ -117,7 +117,7 @@ impl Net {
     }
 
     fn hosts(&self, i: usize, name: &str) -> usize {
-        self.nodes[i].directory().hosts(name).count()
+        self.nodes[i].directory().hosts(self.now, name).count()
     }
 }
 
