@@ -118,22 +118,20 @@ pub(crate) mod byte_array {
     }
 }
 
-/// serde helpers for shared variable-length byte strings (`Arc<[u8]>`) as CBOR byte
-/// strings. Shared, because an envelope's body is cloned into every directory and every
-/// sync response that carries it.
-pub(crate) mod byte_arc {
+/// serde helpers for variable-length byte strings (`Vec<u8>`) as CBOR byte strings.
+pub(crate) mod byte_vec {
     use std::fmt;
-    use std::sync::Arc;
 
     use serde::de::{self, Deserializer, Visitor};
     use serde::ser::Serializer;
 
-    pub fn serialize<S: Serializer>(bytes: &Arc<[u8]>, serializer: S) -> Result<S::Ok, S::Error> {
+    #[allow(clippy::ptr_arg)] // serde's `with` passes `&Vec<u8>`.
+    pub fn serialize<S: Serializer>(bytes: &Vec<u8>, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_bytes(bytes)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Arc<[u8]>, D::Error> {
-        deserializer.deserialize_byte_buf(VecVisitor).map(Arc::from)
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        deserializer.deserialize_byte_buf(VecVisitor)
     }
 
     struct VecVisitor;

@@ -243,7 +243,10 @@ pub struct Directory {
     config: DirectoryConfig,
     verifier: Arc<dyn Verifier>,
     records: BTreeMap<NodeId, Record>,
-    by_capsule: BTreeMap<String, BTreeSet<NodeId>>,
+    /// (hash of capsule name, node key bytes) for every capsule of every held advert: one
+    /// flat ordered set, so a capsule hosted by a few nodes costs a few entries rather than
+    /// a map node per name. Hash collisions are harmless: lookups confirm the name.
+    by_capsule: BTreeSet<(u64, [u8; 32])>,
     expiries: BTreeSet<(Millis, NodeId)>,
     tombstones: BTreeMap<NodeId, Tombstone>,
     tombstone_expiries: BTreeSet<(Millis, NodeId)>,
@@ -335,7 +338,7 @@ impl Directory {
             config,
             verifier,
             records: BTreeMap::new(),
-            by_capsule: BTreeMap::new(),
+            by_capsule: BTreeSet::new(),
             expiries: BTreeSet::new(),
             tombstones: BTreeMap::new(),
             tombstone_expiries: BTreeSet::new(),
@@ -452,16 +455,22 @@ impl Directory {
         now: Millis,
         name: &'a str,
     ) -> impl Iterator<Item = (&'a Record, &'a HostedCapsule)> + 'a {
-        self.by_capsule.get(name).into_iter().flatten().filter_map(move |node| {
-            let record = self.records.get(node).filter(|r| r.expires_at > now)?;
+        let key = name_key(name);
+        self.by_capsule.range((key, [0u8; 32])..=(key, [0xff; 32])).filter_map(move |(_, node)| {
+            let record = self.records.get(&NodeId::from_key(PublicKey::from_validated(*node)))?;
+            if record.expires_at <= now {
+                return None;
+            }
             let capsule = record.advert().capsules.iter().find(|c| c.name == name)?;
             Some((record, capsule))
         })
     }
 
-    /// Every capsule name in the directory, sorted.
+    /// Every capsule name in the directory, sorted (a scan: for views, not hot paths).
     pub fn capsule_names(&self) -> impl Iterator<Item = &str> {
-        self.by_capsule.keys().map(String::as_str)
+        let names: BTreeSet<&str> =
+            self.records.values().flat_map(|r| r.advert.capsules.iter().map(|c| c.name.as_str())).collect();
+        names.into_iter()
     }
 
     /// A summary of what is held, for anti-entropy.
@@ -578,7 +587,7 @@ impl Directory {
             self.tombstone_expiries.remove(&(tombstone.until, node));
         }
         for capsule in &advert.capsules {
-            self.by_capsule.entry(capsule.name.clone()).or_default().insert(node);
+            self.by_capsule.insert((name_key(&capsule.name), *node.key().as_bytes()));
         }
         self.expiries.insert((expires_at, node));
         self.records.insert(node, Record { envelope, advert, received_at: now, expires_at });
@@ -588,12 +597,7 @@ impl Directory {
         let record = self.records.remove(node)?;
         self.expiries.remove(&(record.expires_at, *node));
         for capsule in &record.advert().capsules {
-            if let Some(nodes) = self.by_capsule.get_mut(&capsule.name) {
-                nodes.remove(node);
-                if nodes.is_empty() {
-                    self.by_capsule.remove(&capsule.name);
-                }
-            }
+            self.by_capsule.remove(&(name_key(&capsule.name), *node.key().as_bytes()));
         }
         Some(record)
     }
@@ -620,6 +624,12 @@ impl Directory {
         }
         self.outputs.push_back(output);
     }
+}
+
+/// A stable 64-bit hash of a capsule name (FNV-1a), for the capsule index.
+fn name_key(name: &str) -> u64 {
+    name.bytes()
+        .fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
 }
 
 #[cfg(test)]

@@ -32,15 +32,36 @@ pub enum KeyError {
 }
 
 /// An ed25519 public key, validated as a point on the curve.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "KeyBytes", into = "KeyBytes")]
 pub struct PublicKey([u8; 32]);
+
+/// Keys order bytewise (as their encodings do). Directories keep thousands of keys in
+/// ordered maps, so the common case compares one machine word, not 32 bytes.
+impl Ord for PublicKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let head =
+            |k: &Self| u64::from_be_bytes([k.0[0], k.0[1], k.0[2], k.0[3], k.0[4], k.0[5], k.0[6], k.0[7]]);
+        head(self).cmp(&head(other)).then_with(|| self.0[8..].cmp(&other.0[8..]))
+    }
+}
+
+impl PartialOrd for PublicKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
 
 impl PublicKey {
     /// Reads a public key from its 32 raw bytes, refusing bytes that are not a curve point.
     pub fn from_bytes(bytes: [u8; 32]) -> Result<Self, KeyError> {
         VerifyingKey::from_bytes(&bytes).map_err(|_| KeyError::NotACurvePoint)?;
         Ok(Self(bytes))
+    }
+
+    /// Wraps bytes taken from a key that was validated before (no curve check).
+    pub(crate) const fn from_validated(bytes: [u8; 32]) -> Self {
+        Self(bytes)
     }
 
     /// The key's 32 raw bytes.
@@ -282,6 +303,15 @@ mod tests {
         assert!(signer.public().verify(b"hello", &sig));
         assert!(!signer.public().verify(b"hellp", &sig));
         assert!(!key(4).public().verify(b"hello", &sig));
+    }
+
+    #[test]
+    fn keys_order_bytewise() {
+        let mut keys: Vec<PublicKey> = (0..50u8).map(|n| key(n).public()).collect();
+        let mut bytes: Vec<[u8; 32]> = keys.iter().map(|k| *k.as_bytes()).collect();
+        keys.sort();
+        bytes.sort();
+        assert_eq!(keys.iter().map(|k| *k.as_bytes()).collect::<Vec<_>>(), bytes);
     }
 
     #[test]

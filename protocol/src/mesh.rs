@@ -43,6 +43,19 @@ use crate::verify::Verifier;
 /// The gossipsub topic adverts travel on.
 pub const ADVERT_TOPIC: &str = "murmur/adverts/1";
 
+/// After its first peer connects, a node republishes its advert this much later. An advert
+/// published with no peers reaches the mesh only through anti-entropy with direct peers,
+/// which do not re-gossip it; republishing once gossip can carry it tells every node within
+/// a second instead of at the next refresh. The delay lets gossipsub exchange subscriptions
+/// first (publishing before that fails with no subscribed peers). Found by the simulator.
+pub const ANNOUNCE_DELAY_MS: u64 = 1000;
+
+/// Anti-entropy requests in flight at once. A node that connects to many peers at once (a
+/// newcomer dialling its bootstrap list) would otherwise download the whole directory from
+/// each of them in parallel; with one at a time, the next request carries the digest the
+/// previous answer filled in, and its answer is nearly empty. Found by the simulator.
+pub const SYNCS_IN_FLIGHT_MAX: usize = 1;
+
 /// How often, at most, the mesh looks for nodes to dial while below its peer target: often
 /// enough to fill gaps within a second, rarely enough that scanning a large directory stays
 /// a negligible cost.
@@ -181,7 +194,10 @@ pub struct MeshStats {
 struct Peer {
     connected_at: Millis,
     admitted: bool,
+    /// Our sync request to this peer is in flight.
     syncing: bool,
+    /// A sync with this peer is due but waits for a free slot.
+    sync_wanted: bool,
 }
 
 /// What we advertise about ourselves.
@@ -258,6 +274,7 @@ impl MeshNode {
             Input::PeerConnected { peer } => self.on_connected(now, peer),
             Input::PeerDisconnected { peer } => {
                 self.peers.remove(&peer);
+                self.start_waiting_sync();
             }
             Input::GossipReceived { from, token, bytes } => {
                 let envelope = Envelope::decode(&bytes).ok();
@@ -272,6 +289,7 @@ impl MeshNode {
                 if let Some(state) = self.peers.get_mut(&peer) {
                     state.syncing = false;
                 }
+                self.start_waiting_sync();
             }
             Input::SetHosted { capsules } => self.update_local(now, |l| l.capsules = capsules),
             Input::SetAddrs { addrs } => self.update_local(now, |l| l.addrs = addrs),
@@ -347,15 +365,24 @@ impl MeshNode {
             return;
         }
         let admitted = !self.closed();
-        self.peers.insert(peer, Peer { connected_at: now, admitted, syncing: false });
+        if self.peers.is_empty() {
+            self.next_refresh = self.next_refresh.min(now.plus(ANNOUNCE_DELAY_MS));
+        }
+        self.peers.insert(peer, Peer { connected_at: now, admitted, syncing: false, sync_wanted: false });
         self.start_sync(peer);
     }
 
     fn start_sync(&mut self, peer: NodeId) {
+        let in_flight = self.peers.values().filter(|p| p.syncing).count();
         let Some(state) = self.peers.get_mut(&peer) else { return };
         if state.syncing {
             return;
         }
+        if in_flight >= SYNCS_IN_FLIGHT_MAX {
+            state.sync_wanted = true;
+            return;
+        }
+        state.sync_wanted = false;
         state.syncing = true;
         self.stats.syncs_sent += 1;
         let request = SyncRequest::new(self.local.cert.clone(), self.directory.digest());
@@ -430,12 +457,21 @@ impl MeshNode {
         if response.more {
             self.start_sync(from);
         }
+        self.start_waiting_sync();
+    }
+
+    /// Starts the first waiting sync (peers in order), if a slot is free.
+    fn start_waiting_sync(&mut self) {
+        if let Some(peer) = self.peers.iter().find(|(_, p)| p.sync_wanted).map(|(id, _)| *id) {
+            self.start_sync(peer);
+        }
     }
 
     fn refuse_peer(&mut self, peer: NodeId, reason: String) {
         self.stats.peers_refused += 1;
         self.peers.remove(&peer);
         self.push(Output::Disconnect { peer, reason: format!("not admitted to this closed mesh: {reason}") });
+        self.start_waiting_sync();
     }
 
     fn update_local(&mut self, now: Millis, change: impl FnOnce(&mut Local)) {
@@ -519,7 +555,7 @@ impl MeshNode {
 
     /// The connected, admitted peer after the cursor, wrapping around.
     fn next_sync_peer(&mut self) -> Option<NodeId> {
-        let admitted = |p: &&Peer| p.admitted && !p.syncing;
+        let admitted = |p: &&Peer| p.admitted && !p.syncing && !p.sync_wanted;
         let after = self.sync_cursor.and_then(|cursor| {
             self.peers
                 .range(cursor..)

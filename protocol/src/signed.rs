@@ -24,7 +24,7 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::codec::{self, DecodeError, byte_arc};
+use crate::codec::{self, DecodeError, byte_vec};
 use crate::digest::Digest;
 use crate::identity::{PublicKey, SecretKey, Signature};
 use crate::limits::ENVELOPE_BYTES_MAX;
@@ -96,23 +96,43 @@ pub enum OpenError {
 }
 
 /// The wire envelope around a signed document body.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Cheap to clone and compare: the fields live behind one shared pointer, so the copies a
+/// directory keeps, a sync response carries or the simulator hands to thousands of nodes
+/// are one allocation, and two copies of the same envelope compare by pointer first.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Envelope(Arc<Fields>);
+
+/// The envelope as it is encoded.
+#[derive(PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Envelope {
+struct Fields {
     // Fields are in canonical key order (see `codec`).
     v: u16,
     sig: Signature,
-    #[serde(with = "byte_arc")]
-    body: Arc<[u8]>,
+    #[serde(with = "byte_vec")]
+    body: Vec<u8>,
     kind: DocKind,
     signer: PublicKey,
+}
+
+impl Serialize for Envelope {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Envelope {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Fields::deserialize(deserializer).map(|fields| Self(Arc::new(fields)))
+    }
 }
 
 impl Envelope {
     /// Decodes an envelope from the wire. The signature is not checked here: see
     /// [`Envelope::open`].
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-        decode_versioned("envelope", bytes, ENVELOPE_BYTES_MAX, ENVELOPE_VERSION, |e: &Self| e.v)
+        decode_versioned("envelope", bytes, ENVELOPE_BYTES_MAX, ENVELOPE_VERSION, |e: &Self| e.0.v)
     }
 
     /// The canonical bytes of this envelope.
@@ -123,26 +143,26 @@ impl Envelope {
 
     /// The kind the envelope claims (unverified until opened).
     #[must_use]
-    pub const fn kind(&self) -> DocKind {
-        self.kind
+    pub fn kind(&self) -> DocKind {
+        self.0.kind
     }
 
     /// The key the envelope claims signed it (unverified until opened).
     #[must_use]
-    pub const fn signer(&self) -> PublicKey {
-        self.signer
+    pub fn signer(&self) -> PublicKey {
+        self.0.signer
     }
 
     /// The body bytes as carried.
     #[must_use]
     pub fn body(&self) -> &[u8] {
-        &self.body
+        &self.0.body
     }
 
     /// The signature as carried.
     #[must_use]
-    pub const fn signature(&self) -> &Signature {
-        &self.sig
+    pub fn signature(&self) -> &Signature {
+        &self.0.sig
     }
 
     /// A content id for the whole envelope: the SHA-256 of its canonical bytes.
@@ -155,7 +175,7 @@ impl Envelope {
     pub fn open<T: Document>(self) -> Result<Signed<T>, OpenError> {
         let doc = self.peek::<T>()?;
         if !self.verify_signature() {
-            return Err(OpenError::BadSignature { signer: self.signer });
+            return Err(OpenError::BadSignature { signer: self.0.signer });
         }
         Ok(Signed { doc, envelope: self })
     }
@@ -164,25 +184,25 @@ impl Envelope {
     /// the signature: what it returns is a claim, not a fact. For cheap refusals (a stale
     /// sequence number) before paying for a signature check; see [`Envelope::open`].
     pub fn peek<T: Document>(&self) -> Result<T, OpenError> {
-        if self.kind != T::KIND {
-            return Err(OpenError::WrongKind { expected: T::KIND, found: self.kind });
+        if self.0.kind != T::KIND {
+            return Err(OpenError::WrongKind { expected: T::KIND, found: self.0.kind });
         }
-        Ok(decode_document::<T>(&self.body)?)
+        Ok(decode_document::<T>(&self.0.body)?)
     }
 
     /// Whether the signature verifies for the claimed signer over this kind and body.
     #[must_use]
     pub fn verify_signature(&self) -> bool {
-        self.signer.verify(&signed_message(self.kind, &self.body), &self.sig)
+        self.0.signer.verify(&signed_message(self.0.kind, &self.0.body), &self.0.sig)
     }
 }
 
 impl fmt::Debug for Envelope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Envelope")
-            .field("kind", &self.kind)
-            .field("signer", &self.signer)
-            .field("body_len", &self.body.len())
+            .field("kind", &self.0.kind)
+            .field("signer", &self.0.signer)
+            .field("body_len", &self.0.body.len())
             .finish_non_exhaustive()
     }
 }
@@ -207,8 +227,13 @@ impl<T: Document> Signed<T> {
             });
         }
         let sig = key.sign(&signed_message(T::KIND, &body));
-        let envelope =
-            Envelope { v: ENVELOPE_VERSION, sig, body: body.into(), kind: T::KIND, signer: key.public() };
+        let envelope = Envelope(Arc::new(Fields {
+            v: ENVELOPE_VERSION,
+            sig,
+            body,
+            kind: T::KIND,
+            signer: key.public(),
+        }));
         Ok(Self { doc, envelope })
     }
 
@@ -220,8 +245,8 @@ impl<T: Document> Signed<T> {
 
     /// Who signed it.
     #[must_use]
-    pub const fn signer(&self) -> PublicKey {
-        self.envelope.signer
+    pub fn signer(&self) -> PublicKey {
+        self.envelope.0.signer
     }
 
     /// The envelope as it travels.
@@ -296,13 +321,13 @@ mod tests {
         let grant = Grant::new("echo", 1, Millis(0), Millis(1));
         let body = codec::encode(&grant);
         // The same body signed as a node certificate, then relabelled as a grant.
-        let relabelled = Envelope {
+        let relabelled = Envelope(Arc::new(Fields {
             v: ENVELOPE_VERSION,
             sig: key.sign(&signed_message(DocKind::NodeCert, &body)),
-            body: body.into(),
+            body,
             kind: DocKind::Grant,
             signer: key.public(),
-        };
+        }));
         assert!(!relabelled.verify_signature());
         assert!(matches!(relabelled.open::<Grant>(), Err(OpenError::BadSignature { .. })));
     }
@@ -321,13 +346,13 @@ mod tests {
         let mut grant = Grant::new("echo", 1, Millis(0), Millis(1));
         grant.v = 2;
         let body = codec::encode(&grant);
-        let env = Envelope {
+        let env = Envelope(Arc::new(Fields {
             v: ENVELOPE_VERSION,
             sig: key.sign(&signed_message(DocKind::Grant, &body)),
-            body: body.into(),
+            body,
             kind: DocKind::Grant,
             signer: key.public(),
-        };
+        }));
         let err = env.clone().open::<Grant>().unwrap_err();
         assert_eq!(err.to_string(), "grant version 2 is not supported (this build reads version 1)");
 

@@ -259,3 +259,35 @@ fn expired_nodes_leave_every_directory() {
     net.advance(1);
     assert_eq!(net.hosts(0, "echo"), 0);
 }
+
+#[test]
+fn a_node_republishes_shortly_after_its_first_peer_connects() {
+    let mut net = Net::new((1..=2).map(|n| (key(n), config())).collect());
+    net.handle(0, Input::SetHosted { capsules: vec![capsule("echo")] });
+    let before = net.published.iter().filter(|(i, _)| *i == 0).count();
+    net.connect(0, 1);
+    assert!(net.nodes[0].poll_timeout().unwrap() <= T0.plus(ANNOUNCE_DELAY_MS));
+    net.advance(ANNOUNCE_DELAY_MS);
+    let after = net.published.iter().filter(|(i, _)| *i == 0).count();
+    assert_eq!(after, before + 1, "republished once gossip can carry it");
+}
+
+#[test]
+fn a_newcomer_syncs_with_one_peer_at_a_time() {
+    let mut node = MeshNode::new(key(1), config(), T0);
+    for n in 2..=4 {
+        node.handle(T0, Input::PeerConnected { peer: key(n).node_id() });
+    }
+    let requests: Vec<NodeId> = std::iter::from_fn(|| node.poll_output())
+        .filter_map(|o| match o {
+            Output::SendSyncRequest { peer, .. } => Some(peer),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(requests.len(), 1, "one request in flight");
+    node.handle(T0, Input::SyncAnswered { from: requests[0], response: SyncResponse::new(vec![], false) });
+    let next = std::iter::from_fn(|| node.poll_output())
+        .filter(|o| matches!(o, Output::SendSyncRequest { .. }))
+        .count();
+    assert_eq!(next, 1, "the next waiting peer is synced when the first answers");
+}

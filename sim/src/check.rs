@@ -1,0 +1,178 @@
+//! The oracles: ground truth about what honest nodes published, and the checks that
+//! compare every node's state against it.
+//!
+//! Safety, checked as events happen: an advert a directory accepts must be one its node
+//! really published (byte for byte), fresh by the observer's clock, and newer than any
+//! advert of that node the observer accepted before; a "who hosts NAME" answer may only
+//! name nodes whose genuine, unexpired advert lists NAME; every bounded structure stays
+//! within its bound. Liveness, after faults stop: within the scenario's bound every live
+//! node holds an advert of every live node and of no node dead longer than an advert lives.
+
+use crate::fxhash::FxHashMap as HashMap;
+
+use murmur_protocol::{Envelope, Millis};
+
+/// What the oracle knows about one genuine advert.
+#[derive(Clone, Debug)]
+pub struct Genuine {
+    pub envelope: Envelope,
+    pub issued_at: Millis,
+    pub ttl_ms: u64,
+    pub published_at: u64,
+    pub accepted_by: u32,
+    pub converged_after_ms: Option<u64>,
+}
+
+/// Ground truth about every advert honest nodes published.
+#[derive(Debug, Default)]
+pub struct Oracle {
+    /// Longest TTL a directory honours.
+    ttl_max_ms: u64,
+    /// Clock skew a directory tolerates.
+    skew_ms: u64,
+    /// (node index, seq) → the advert.
+    genuine: HashMap<(u32, u64), Genuine>,
+    /// Publication order, for stable iteration.
+    order: Vec<(u32, u64)>,
+    /// Per observer: node → highest seq the observer ever accepted for that node.
+    highest: Vec<HashMap<u32, u64>>,
+}
+
+/// A broken safety property.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    pub at_ms: u64,
+    pub what: String,
+}
+
+impl Oracle {
+    /// An oracle judging freshness as directories configured with these bounds must.
+    #[must_use]
+    pub fn new(ttl_max_ms: u64, skew_ms: u64) -> Self {
+        Self { ttl_max_ms, skew_ms, ..Self::default() }
+    }
+
+    /// Records an advert an honest node published.
+    pub fn published(
+        &mut self,
+        node: u32,
+        seq: u64,
+        envelope: Envelope,
+        issued_at: Millis,
+        ttl_ms: u64,
+        at: u64,
+    ) {
+        if self
+            .genuine
+            .insert(
+                (node, seq),
+                Genuine {
+                    envelope,
+                    issued_at,
+                    ttl_ms,
+                    published_at: at,
+                    accepted_by: 1,
+                    converged_after_ms: None,
+                },
+            )
+            .is_none()
+        {
+            self.order.push((node, seq));
+        }
+    }
+
+    /// Checks an acceptance by `observer` of `node`'s advert `seq`, held as `envelope`.
+    /// `live` is the number of live honest nodes now (for convergence tracking).
+    pub fn accepted(
+        &mut self,
+        observer: u32,
+        (node, seq): (u32, u64),
+        envelope: &Envelope,
+        observer_now: Millis,
+        at: u64,
+        live: u32,
+    ) -> Result<(), String> {
+        let Some(genuine) = self.genuine.get_mut(&(node, seq)) else {
+            return Err(format!(
+                "node {observer} accepted an advert claiming node {node} seq {seq} that node {node} never published (forged)"
+            ));
+        };
+        if genuine.envelope != *envelope {
+            return Err(format!(
+                "node {observer} accepted node {node} seq {seq} with bytes node {node} never signed (forged)"
+            ));
+        }
+        let valid_until = genuine.issued_at.plus(genuine.ttl_ms.min(self.ttl_max_ms) + self.skew_ms);
+        if observer_now >= valid_until {
+            return Err(format!(
+                "node {observer} accepted node {node} seq {seq} after it expired (valid until {}, observer clock {})",
+                valid_until.0, observer_now.0
+            ));
+        }
+        let observer_index = observer as usize;
+        if self.highest.len() <= observer_index {
+            self.highest.resize_with(observer_index + 1, HashMap::default);
+        }
+        let highest = self.highest[observer_index].entry(node).or_insert(0);
+        if seq <= *highest {
+            return Err(format!(
+                "node {observer} accepted node {node} seq {seq} after already accepting seq {highest} (replay)"
+            ));
+        }
+        *highest = seq;
+        genuine.accepted_by += 1;
+        if genuine.converged_after_ms.is_none() && genuine.accepted_by >= live {
+            genuine.converged_after_ms = Some(at.saturating_sub(genuine.published_at));
+        }
+        Ok(())
+    }
+
+    /// Checks that `envelope`, which `observer` names as a provider at `observer_now`, is a
+    /// genuine advert of `node` that is still valid.
+    pub fn check_provider(
+        &self,
+        observer: u32,
+        (node, seq): (u32, u64),
+        envelope: &Envelope,
+        observer_now: Millis,
+    ) -> Result<(), String> {
+        let genuine = self.genuine.get(&(node, seq)).filter(|g| g.envelope == *envelope).ok_or_else(|| {
+            format!("node {observer} names node {node} (seq {seq}) as a provider from an advert node {node} never published")
+        })?;
+        let valid_until = genuine.issued_at.plus(genuine.ttl_ms.min(self.ttl_max_ms) + self.skew_ms);
+        if observer_now >= valid_until {
+            return Err(format!(
+                "node {observer} names node {node} as a provider from an advert expired at {}",
+                valid_until.0
+            ));
+        }
+        Ok(())
+    }
+
+    /// Forgets what `observer` accepted: its directory was lost (crash). A replay check
+    /// across a restart would wrongly call the fresh directory's first acceptance a replay.
+    pub fn forget_observer(&mut self, observer: u32) {
+        if let Some(map) = self.highest.get_mut(observer as usize) {
+            map.clear();
+        }
+    }
+
+    /// Convergence times (ms) of adverts that reached every live node, in publication order.
+    pub fn convergence_ms(&self) -> Vec<u64> {
+        self.order.iter().filter_map(|key| self.genuine.get(key)?.converged_after_ms).collect()
+    }
+
+    /// Per advert in publication order: (node, seq, published at ms, nodes that accepted it).
+    pub fn acceptance(&self) -> Vec<(u32, u64, u64, u32)> {
+        self.order
+            .iter()
+            .filter_map(|k| self.genuine.get(k).map(|g| (k.0, k.1, g.published_at, g.accepted_by)))
+            .collect()
+    }
+
+    /// Adverts published.
+    #[must_use]
+    pub fn published_count(&self) -> usize {
+        self.order.len()
+    }
+}

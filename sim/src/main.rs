@@ -1,0 +1,244 @@
+//! `murmur-sim`: run and sweep simulation scenarios.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use clap::{Args, Parser, Subcommand};
+use murmur_sim::report::exit;
+use murmur_sim::{Options, Outcome, Scenario, Sim, Verdict};
+
+/// Deterministic simulation of the Murmur mesh: the real protocol code, thousands of
+/// nodes, a modelled network with faults, reproducible from one seed.
+///
+/// Examples:
+///   murmur-sim run partition --seed 42
+///   murmur-sim sweep churn --seeds 1..50
+///   murmur-sim run steady --nodes 2000 --duration 120 --json
+///
+/// SCENARIO is a TOML file, or the name of one in sim/scenarios/.
+/// Exit codes: 0 pass, 2 usage, 3 crash, 4 safety violation, 5 liveness failure,
+/// 6 a configured fault never acted.
+#[derive(Debug, Parser)]
+#[command(name = "murmur-sim", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run one seed of a scenario.
+    Run {
+        #[command(flatten)]
+        common: Common,
+        /// The seed: every random draw of the run follows from it.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Run a range of seeds in parallel and summarize.
+    Sweep {
+        #[command(flatten)]
+        common: Common,
+        /// Seeds as A..B (B excluded) or A..=B.
+        #[arg(long, default_value = "1..9")]
+        seeds: String,
+        /// Parallel runs (default: the number of cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+    },
+}
+
+#[derive(Debug, Args)]
+struct Common {
+    /// Scenario file or name.
+    scenario: String,
+    /// Override the scenario's node count.
+    #[arg(long)]
+    nodes: Option<usize>,
+    /// Override the scenario's simulated duration in seconds.
+    #[arg(long)]
+    duration: Option<u64>,
+    /// Plant a known protocol bug (signature checks skipped) that the checkers must catch.
+    #[arg(long)]
+    canary: bool,
+    /// Print JSON lines instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Run { common, seed } => run(&common, seed),
+        Command::Sweep { common, seeds, jobs } => sweep(&common, &seeds, jobs),
+    };
+    ExitCode::from(code)
+}
+
+fn locate(name: &str) -> Option<PathBuf> {
+    let direct = PathBuf::from(name);
+    if direct.is_file() {
+        return Some(direct);
+    }
+    let file = if name.ends_with(".toml") { name.to_owned() } else { format!("{name}.toml") };
+    [
+        PathBuf::from("sim/scenarios").join(&file),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios").join(&file),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+}
+
+fn load(common: &Common) -> Result<(Scenario, PathBuf), String> {
+    let path =
+        locate(&common.scenario).ok_or_else(|| format!("no scenario file or name `{}`", common.scenario))?;
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut scenario = Scenario::parse(&text).map_err(|e| format!("{}: {e:#}", path.display()))?;
+    if let Some(nodes) = common.nodes {
+        scenario.nodes = nodes;
+    }
+    if let Some(duration) = common.duration {
+        scenario.duration_s = duration;
+    }
+    scenario.validate().map_err(|e| format!("{} with overrides: {e:#}", path.display()))?;
+    Ok((scenario, path))
+}
+
+fn repro(common: &Common, path: &Path, seed: u64) -> String {
+    let mut line = format!("cargo run --release -p murmur-sim -- run {} --seed {seed}", path.display());
+    if let Some(nodes) = common.nodes {
+        line.push_str(&format!(" --nodes {nodes}"));
+    }
+    if let Some(duration) = common.duration {
+        line.push_str(&format!(" --duration {duration}"));
+    }
+    if common.canary {
+        line.push_str(" --canary");
+    }
+    line
+}
+
+/// Runs one seed, turning a panic in the protocol code into a `Crash` verdict.
+fn run_one(scenario: &Scenario, seed: u64, canary: bool) -> Outcome {
+    let options = Options { seed, canary, uncached: false };
+    let result =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Sim::new(scenario.clone(), options).run()));
+    result.unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_else(|| "panic".into());
+        Outcome {
+            scenario: scenario.name.clone(),
+            seed,
+            canary,
+            nodes: scenario.nodes,
+            duration_s: scenario.duration_s,
+            verdict: Verdict::Crash,
+            exit_code: exit::CRASH,
+            trace_hash: "-".repeat(64),
+            findings: vec![format!("panic: {message}")],
+            faults: Vec::new(),
+            metrics: murmur_sim::report::Metrics::default(),
+        }
+    })
+}
+
+fn run(common: &Common, seed: u64) -> u8 {
+    let (scenario, path) = match load(common) {
+        Ok(loaded) => loaded,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return exit::USAGE;
+        }
+    };
+    let outcome = run_one(&scenario, seed, common.canary);
+    if common.json {
+        println!("{}", serde_json::to_string(&outcome).unwrap_or_default());
+        if outcome.verdict != Verdict::Pass {
+            eprint!("{}", outcome.describe(&scenario, &repro(common, &path, seed)));
+        }
+    } else {
+        print!("{}", outcome.describe(&scenario, &repro(common, &path, seed)));
+    }
+    outcome.exit_code
+}
+
+fn parse_seeds(text: &str) -> Option<Vec<u64>> {
+    if let Some((a, b)) = text.split_once("..=") {
+        return Some((a.parse().ok()?..=b.parse().ok()?).collect());
+    }
+    let (a, b) = text.split_once("..")?;
+    Some((a.parse().ok()?..b.parse().ok()?).collect())
+}
+
+fn sweep(common: &Common, seeds: &str, jobs: Option<usize>) -> u8 {
+    let (scenario, path) = match load(common) {
+        Ok(loaded) => loaded,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return exit::USAGE;
+        }
+    };
+    let Some(seeds) = parse_seeds(seeds).filter(|s| !s.is_empty()) else {
+        eprintln!("error: --seeds must be A..B or A..=B with A < B");
+        return exit::USAGE;
+    };
+    let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)).max(1);
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Outcome>>> = Mutex::new(vec![None; seeds.len()]);
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.min(seeds.len()) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&seed) = seeds.get(i) else { break };
+                    let outcome = run_one(&scenario, seed, common.canary);
+                    results.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[i] = Some(outcome);
+                }
+            });
+        }
+    });
+    let outcomes: Vec<Outcome> = results
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .into_iter()
+        .flatten()
+        .collect();
+    if common.json {
+        for outcome in &outcomes {
+            println!("{}", serde_json::to_string(outcome).unwrap_or_default());
+        }
+    } else {
+        println!(
+            "{:>6}  {:<9} {:>10} {:>12} {:>9} {:>9}  trace",
+            "seed", "verdict", "events", "events/s", "conv p50", "conv p99"
+        );
+        for o in &outcomes {
+            let m = &o.metrics;
+            println!(
+                "{:>6}  {:<9} {:>10} {:>12.0} {:>7}ms {:>7}ms  {}",
+                o.seed,
+                format!("{:?}", o.verdict).to_lowercase(),
+                m.events,
+                m.events_per_sec,
+                m.convergence.p50_ms,
+                m.convergence.p99_ms,
+                &o.trace_hash[..16]
+            );
+        }
+    }
+    let failed: Vec<&Outcome> = outcomes.iter().filter(|o| o.verdict != Verdict::Pass).collect();
+    for o in &failed {
+        eprint!("{}", o.describe(&scenario, &repro(common, &path, o.seed)));
+    }
+    eprintln!("{}: {} of {} seeds passed", scenario.name, outcomes.len() - failed.len(), outcomes.len());
+    // The most serious failure decides the exit code.
+    [Verdict::Crash, Verdict::Safety, Verdict::Liveness, Verdict::Vacuous]
+        .iter()
+        .find(|v| failed.iter().any(|o| o.verdict == **v))
+        .map_or(exit::PASS, |v| v.exit_code())
+}

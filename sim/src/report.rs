@@ -1,0 +1,219 @@
+//! How a run is judged and reported: verdict, exit code, metrics, reproduction line.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use crate::check::Violation;
+use crate::scenario::Scenario;
+use crate::world::Options;
+
+/// Exit codes of `murmur-sim`.
+pub mod exit {
+    /// Every check passed and every fault was exercised.
+    pub const PASS: u8 = 0;
+    /// Bad command line or scenario file.
+    pub const USAGE: u8 = 2;
+    /// The protocol code panicked.
+    pub const CRASH: u8 = 3;
+    /// A safety property broke.
+    pub const SAFETY: u8 = 4;
+    /// The mesh did not converge within the bound after faults stopped.
+    pub const LIVENESS: u8 = 5;
+    /// A configured fault had no effect, so the run proved less than it claims.
+    pub const VACUOUS: u8 = 6;
+}
+
+/// The verdict on a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Pass,
+    Crash,
+    Safety,
+    Liveness,
+    Vacuous,
+}
+
+impl Verdict {
+    /// The process exit code for this verdict.
+    #[must_use]
+    pub const fn exit_code(self) -> u8 {
+        match self {
+            Self::Pass => exit::PASS,
+            Self::Crash => exit::CRASH,
+            Self::Safety => exit::SAFETY,
+            Self::Liveness => exit::LIVENESS,
+            Self::Vacuous => exit::VACUOUS,
+        }
+    }
+}
+
+/// How often an injected fault acted (messages a partition dropped, nodes crashed, …).
+#[derive(Clone, Debug, Serialize)]
+pub struct FaultEffect {
+    pub fault: String,
+    pub effects: u64,
+}
+
+/// Convergence of individual adverts: time from publication until every live node held it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Convergence {
+    pub adverts: usize,
+    pub p50_ms: u64,
+    pub p99_ms: u64,
+    pub max_ms: u64,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Metrics {
+    pub events: u64,
+    /// Most events ever queued at once.
+    pub queue_max: u64,
+    pub wall_ms: f64,
+    pub events_per_sec: f64,
+    pub trace_records: u64,
+    pub nodes_total: u64,
+    pub messages_sent: u64,
+    pub bytes_sent: u64,
+    pub messages_per_node_per_sec: f64,
+    pub bytes_per_node_per_sec: f64,
+    pub lost: u64,
+    pub duplicated: u64,
+    pub gossip_duplicates: u64,
+    pub gossip_rejected: u64,
+    pub oversized_dropped: u64,
+    pub byzantine_messages: u64,
+    pub queries: u64,
+    pub refusals: BTreeMap<String, u64>,
+    pub adverts_published: u64,
+    pub convergence: Convergence,
+    pub liveness_after_faults_ms: Option<u64>,
+    pub ed25519_checks: u64,
+    pub verify_cache_hits: u64,
+}
+
+impl Metrics {
+    /// Fills the convergence summary from sorted per-advert times.
+    pub fn set_convergence(&mut self, sorted: &[u64]) {
+        let pick =
+            |p: f64| sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0);
+        self.convergence = Convergence {
+            adverts: sorted.len(),
+            p50_ms: pick(0.5),
+            p99_ms: pick(0.99),
+            max_ms: sorted.last().copied().unwrap_or(0),
+        };
+    }
+}
+
+/// A judged run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Outcome {
+    pub scenario: String,
+    pub seed: u64,
+    pub canary: bool,
+    pub nodes: usize,
+    pub duration_s: u64,
+    pub verdict: Verdict,
+    pub exit_code: u8,
+    pub trace_hash: String,
+    pub findings: Vec<String>,
+    pub faults: Vec<FaultEffect>,
+    pub metrics: Metrics,
+}
+
+impl Outcome {
+    /// Applies the checks' results: safety first, then liveness, then fault coverage.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn judge(
+        scenario: &Scenario,
+        options: Options,
+        trace_hash: String,
+        mut metrics: Metrics,
+        violations: Vec<Violation>,
+        faults: Vec<FaultEffect>,
+        converged_at: Option<u64>,
+        liveness_gap: String,
+    ) -> Self {
+        metrics.events_per_sec =
+            if metrics.wall_ms > 0.0 { metrics.events as f64 / (metrics.wall_ms / 1000.0) } else { 0.0 };
+        let faults_end_ms = scenario.faults_end_s().max(scenario.topology.join_spread_s) * 1000;
+        metrics.liveness_after_faults_ms = converged_at.map(|at| at.saturating_sub(faults_end_ms));
+        let (verdict, findings) = if !violations.is_empty() {
+            (Verdict::Safety, violations.iter().map(|v| format!("at {} ms: {}", v.at_ms, v.what)).collect())
+        } else if converged_at.is_none() {
+            (
+                Verdict::Liveness,
+                vec![format!(
+                    "no convergence within {} s after faults ended at {} s: {liveness_gap}",
+                    scenario.check.liveness_bound_s,
+                    scenario.faults_end_s()
+                )],
+            )
+        } else if let Some(idle) = faults.iter().find(|f| f.effects == 0) {
+            (Verdict::Vacuous, vec![format!("fault {} never acted: this run does not test it", idle.fault)])
+        } else {
+            (Verdict::Pass, Vec::new())
+        };
+        Self {
+            scenario: scenario.name.clone(),
+            seed: options.seed,
+            canary: options.canary,
+            nodes: scenario.nodes,
+            duration_s: scenario.duration_s,
+            verdict,
+            exit_code: verdict.exit_code(),
+            trace_hash,
+            findings,
+            faults,
+            metrics,
+        }
+    }
+
+    /// A human summary; on failure, everything needed to reproduce.
+    #[must_use]
+    pub fn describe(&self, resolved: &Scenario, repro: &str) -> String {
+        let m = &self.metrics;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{} seed {}: {:?} — {} nodes, {} s simulated in {:.0} ms ({:.0} events/s), trace {}",
+            self.scenario,
+            self.seed,
+            self.verdict,
+            m.nodes_total,
+            self.duration_s,
+            m.wall_ms,
+            m.events_per_sec,
+            &self.trace_hash[..16]
+        );
+        let _ = writeln!(
+            out,
+            "  adverts {} converged p50 {} ms p99 {} ms max {} ms; {:.1} msgs and {:.0} bytes per node per s",
+            m.convergence.adverts,
+            m.convergence.p50_ms,
+            m.convergence.p99_ms,
+            m.convergence.max_ms,
+            m.messages_per_node_per_sec,
+            m.bytes_per_node_per_sec
+        );
+        for fault in &self.faults {
+            let _ = writeln!(out, "  fault {}: acted {} times", fault.fault, fault.effects);
+        }
+        for finding in &self.findings {
+            let _ = writeln!(out, "  FINDING: {finding}");
+        }
+        if self.verdict != Verdict::Pass {
+            let _ = writeln!(out, "  reproduce: {repro}");
+            let _ = writeln!(out, "  resolved scenario:\n{}", indent(&resolved.to_toml()));
+        }
+        out
+    }
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("    {l}\n")).collect()
+}

@@ -1,0 +1,296 @@
+//! Scenarios: what to simulate, as TOML files in `sim/scenarios/`.
+//!
+//! A scenario names the mesh (nodes, regions, protocol timings), the network (latency per
+//! region pair, jitter, loss, duplication, bandwidth), the workload (capsule changes), the
+//! faults with their times, and the checks (when faults stop, how long the mesh then has
+//! to converge). Every field has a default; unknown keys are errors. The resolved scenario
+//! (defaults and command-line overrides applied) is printed with every failure, so a run
+//! can be reproduced from its seed and that text alone.
+
+use serde::{Deserialize, Serialize};
+
+/// A whole scenario.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Scenario {
+    pub name: String,
+    pub description: String,
+    /// Nodes at the start (churn adds and removes more).
+    pub nodes: usize,
+    /// Simulated seconds.
+    pub duration_s: u64,
+    pub protocol: ProtocolParams,
+    pub topology: Topology,
+    pub network: NetworkParams,
+    pub workload: Workload,
+    pub faults: Vec<Fault>,
+    pub check: CheckParams,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Self {
+            name: "unnamed".into(),
+            description: String::new(),
+            nodes: 50,
+            duration_s: 120,
+            protocol: ProtocolParams::default(),
+            topology: Topology::default(),
+            network: NetworkParams::default(),
+            workload: Workload::default(),
+            faults: Vec::new(),
+            check: CheckParams::default(),
+        }
+    }
+}
+
+/// Timings handed to every node's mesh state machine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProtocolParams {
+    pub refresh_s: u64,
+    pub ttl_s: u64,
+    pub sync_interval_s: u64,
+    pub peers_target: usize,
+    pub clock_skew_max_s: u64,
+}
+
+impl Default for ProtocolParams {
+    fn default() -> Self {
+        Self { refresh_s: 30, ttl_s: 90, sync_interval_s: 60, peers_target: 8, clock_skew_max_s: 30 }
+    }
+}
+
+/// How nodes first connect and how gossip spreads.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Topology {
+    /// Each joining node dials this many random live nodes (its "bootstrap peers").
+    pub bootstrap_peers: usize,
+    /// Initial nodes start at uniform random times within this many seconds.
+    pub join_spread_s: u64,
+    /// Gossipsub mesh degree D: each node forwards to at most this many peers.
+    pub gossip_degree: usize,
+    /// Connections a node accepts at most.
+    pub connections_max: usize,
+    /// A request-response exchange fails after this long without an answer.
+    pub request_timeout_ms: u64,
+}
+
+impl Default for Topology {
+    fn default() -> Self {
+        Self {
+            bootstrap_peers: 3,
+            join_spread_s: 5,
+            gossip_degree: 6,
+            connections_max: 64,
+            request_timeout_ms: 10_000,
+        }
+    }
+}
+
+/// One region: a share of the nodes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Region {
+    pub name: String,
+    /// Fraction of nodes placed here (shares are normalized).
+    pub share: f64,
+}
+
+/// The modelled network.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetworkParams {
+    pub regions: Vec<Region>,
+    /// One-way base latency in ms, `latency_ms[i][j]` from region i to region j.
+    pub latency_ms: Vec<Vec<u64>>,
+    /// Extra delay drawn uniformly from `0..=jitter_ms` per message (this also reorders).
+    pub jitter_ms: u64,
+    /// Probability that a message is lost.
+    pub loss: f64,
+    /// Probability that a message is delivered twice.
+    pub duplicate: f64,
+    /// Uplink bandwidth per node in kilobits per second; 0 means unlimited.
+    pub bandwidth_kbps: u64,
+}
+
+impl Default for NetworkParams {
+    fn default() -> Self {
+        Self {
+            regions: vec![Region { name: "lan".into(), share: 1.0 }],
+            latency_ms: vec![vec![1]],
+            jitter_ms: 1,
+            loss: 0.0,
+            duplicate: 0.0,
+            bandwidth_kbps: 0,
+        }
+    }
+}
+
+/// What nodes do besides existing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Workload {
+    /// Capsules each node hosts.
+    pub capsules_per_node: usize,
+    /// Every this many ms a random live node changes one of its capsules (0: never).
+    pub change_interval_ms: u64,
+    /// Every this many ms a random live node is asked "who hosts NAME" and its answer is
+    /// checked against the truth (0: never).
+    pub query_interval_ms: u64,
+}
+
+impl Default for Workload {
+    fn default() -> Self {
+        Self { capsules_per_node: 2, change_interval_ms: 2_000, query_interval_ms: 200 }
+    }
+}
+
+/// A fault, active from `at_s` (until `until_s` where that applies).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Fault {
+    /// Split the nodes in two groups that cannot reach each other (or, with `one_way`,
+    /// group A cannot reach group B while B still reaches A). `by_region` splits the
+    /// first region from the rest; otherwise `fraction` of the nodes, chosen at random.
+    Partition { at_s: u64, until_s: u64, fraction: f64, by_region: bool, one_way: bool },
+    /// Crash `count` random live nodes; with `restart_after_s`, restart each that much later
+    /// (its key survives; its directory, held in memory, does not).
+    Crash { at_s: u64, count: usize, restart_after_s: Option<u64> },
+    /// Crash `fraction` of live nodes at once and restart them all `down_s` later.
+    MassRestart { at_s: u64, fraction: f64, down_s: u64 },
+    /// From `at_s` to `until_s`, about `per_s` times a second a random node leaves (crashes
+    /// for good) and a new node joins.
+    Churn { at_s: u64, until_s: u64, per_s: f64 },
+    /// From `at_s` to `until_s`, `fraction` of nodes process every message `extra_ms` late.
+    Slow { at_s: u64, until_s: u64, fraction: f64, extra_ms: u64 },
+    /// Extra loss on every link from `at_s` to `until_s`.
+    Loss { at_s: u64, until_s: u64, loss: f64 },
+    /// `count` byzantine nodes join at `at_s` and misbehave every `interval_ms` until
+    /// `until_s`: `forger` gossips adverts claiming other nodes' identities; `replayer`
+    /// re-gossips old adverts it captured; `flooder` sends oversized and malformed messages.
+    Byzantine { at_s: u64, until_s: u64, role: ByzantineRole, count: usize, interval_ms: u64 },
+}
+
+/// What a byzantine node does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ByzantineRole {
+    Forger,
+    Replayer,
+    Flooder,
+}
+
+impl Fault {
+    /// When the fault stops acting (for checking that faults end before the liveness phase).
+    #[must_use]
+    pub fn ends_at_s(&self) -> u64 {
+        match self {
+            Self::Partition { until_s, .. }
+            | Self::Churn { until_s, .. }
+            | Self::Slow { until_s, .. }
+            | Self::Loss { until_s, .. }
+            | Self::Byzantine { until_s, .. } => *until_s,
+            Self::Crash { at_s, restart_after_s, .. } => at_s + restart_after_s.unwrap_or(0),
+            Self::MassRestart { at_s, down_s, .. } => at_s + down_s,
+        }
+    }
+
+    /// A short name for reports.
+    #[must_use]
+    pub fn label(&self) -> String {
+        match self {
+            Self::Partition { one_way: true, .. } => "partition(one-way)".into(),
+            Self::Partition { .. } => "partition".into(),
+            Self::Crash { .. } => "crash".into(),
+            Self::MassRestart { .. } => "mass_restart".into(),
+            Self::Churn { .. } => "churn".into(),
+            Self::Slow { .. } => "slow".into(),
+            Self::Loss { .. } => "loss".into(),
+            Self::Byzantine { role, .. } => {
+                format!("byzantine({})", serde_json::to_string(role).unwrap_or_default().trim_matches('"'))
+            }
+        }
+    }
+}
+
+/// When the checks switch from safety-only to liveness, and how long convergence may take.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckParams {
+    /// Faults must have ended by then; liveness is judged after it. Default: the latest
+    /// fault end (0 without faults).
+    pub faults_end_s: Option<u64>,
+    /// After faults end, within this many seconds every live node must hold every live
+    /// node's latest advert (see `propagation_grace_ms`) and no advert of a node dead for
+    /// longer than an advert lives.
+    pub liveness_bound_s: u64,
+    /// An advert published at least this long ago counts as "latest": it must be held
+    /// everywhere. Newer ones may still be on their way.
+    pub propagation_grace_ms: u64,
+}
+
+impl Default for CheckParams {
+    fn default() -> Self {
+        Self { faults_end_s: None, liveness_bound_s: 60, propagation_grace_ms: 5_000 }
+    }
+}
+
+impl Scenario {
+    /// Parses a scenario file.
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        let scenario: Self = toml::from_str(text)?;
+        scenario.validate()?;
+        Ok(scenario)
+    }
+
+    /// The resolved scenario as TOML.
+    #[must_use]
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_else(|err| format!("# cannot print scenario: {err}"))
+    }
+
+    /// When faults are over.
+    #[must_use]
+    pub fn faults_end_s(&self) -> u64 {
+        self.check.faults_end_s.unwrap_or_else(|| self.faults.iter().map(Fault::ends_at_s).max().unwrap_or(0))
+    }
+
+    /// Checks the rules a run depends on; each error names its field.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let regions = self.network.regions.len();
+        anyhow::ensure!(self.nodes >= 1, "nodes: at least 1");
+        anyhow::ensure!(regions >= 1, "network.regions: at least one region");
+        anyhow::ensure!(
+            self.network.latency_ms.len() == regions
+                && self.network.latency_ms.iter().all(|row| row.len() == regions),
+            "network.latency_ms: must be a {regions}x{regions} matrix (one row and column per region)"
+        );
+        anyhow::ensure!((0.0..1.0).contains(&self.network.loss), "network.loss: must be in [0, 1)");
+        anyhow::ensure!((0.0..1.0).contains(&self.network.duplicate), "network.duplicate: must be in [0, 1)");
+        anyhow::ensure!(
+            self.protocol.refresh_s >= 1 && self.protocol.refresh_s < self.protocol.ttl_s,
+            "protocol.refresh_s: must be at least 1 and below ttl_s"
+        );
+        anyhow::ensure!(self.topology.gossip_degree >= 1, "topology.gossip_degree: at least 1");
+        let end = self.faults_end_s();
+        anyhow::ensure!(
+            end + self.check.liveness_bound_s <= self.duration_s,
+            "check: faults end at {end} s and liveness needs {} s more, beyond duration_s = {}",
+            self.check.liveness_bound_s,
+            self.duration_s
+        );
+        for fault in &self.faults {
+            if let Fault::Partition { at_s, until_s, .. }
+            | Fault::Churn { at_s, until_s, .. }
+            | Fault::Slow { at_s, until_s, .. }
+            | Fault::Loss { at_s, until_s, .. }
+            | Fault::Byzantine { at_s, until_s, .. } = fault
+            {
+                anyhow::ensure!(at_s < until_s, "faults: {} must end after it starts", fault.label());
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,915 @@
+//! The simulated world: nodes running the real [`MeshNode`], a modelled network between
+//! them, faults, a workload, and the checkers watching it all.
+//!
+//! One event queue ordered by (time, insertion order) drives everything; time jumps to the
+//! next event. Each node sees the virtual clock plus its own fixed offset (clock skew).
+//! Nodes are numbered in creation order; every collection iterated while producing events
+//! is ordered (vectors, `BTreeSet`), and hash maps are used for lookups only, so nothing
+//! about a run depends on hash seeds, wall time or threads.
+
+mod byzantine;
+mod faults;
+mod net;
+
+use std::collections::{BTreeSet, VecDeque};
+
+use crate::fxhash::FxHashMap as HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use murmur_protocol::advert::HostedCapsule;
+use murmur_protocol::directory::{Admission, DirectoryConfig, Refusal, Source};
+use murmur_protocol::limits::{DIRECTORY_NODES_MAX, ENVELOPE_OVERHEAD_MAX};
+use murmur_protocol::mesh::{Event as MeshEvent, Input, MeshConfig, MeshNode, Output, Verdict};
+use murmur_protocol::sync::{SyncRequest, SyncResponse};
+use murmur_protocol::verify::Verifier;
+use murmur_protocol::{Envelope, Millis, NodeId, SecretKey};
+
+use crate::check::{Oracle, Violation};
+use crate::engine::EventQueue;
+use crate::report::{FaultEffect, Metrics, Outcome};
+use crate::rng::SimRng;
+use crate::scenario::{ByzantineRole, Fault, Scenario};
+use crate::trace::TraceHash;
+use crate::verifier::{AcceptAll, SharedVerifier};
+
+/// Virtual time zero, as the nodes' clocks read it (a date in 2027, so grant-like windows
+/// look realistic).
+pub const EPOCH: Millis = Millis(1_800_000_000_000);
+
+/// Events in flight at most. A run that needs more is a bug in the model or the protocol
+/// (a message storm), reported as a bound violation.
+pub const QUEUE_MAX: usize = 50_000_000;
+
+/// gossipsub's transmit limit: bigger messages are dropped before the application sees them.
+pub const GOSSIP_BYTES_MAX: usize = 64 * 1024;
+
+/// gossipsub's duplicate cache; a replayed message arriving later is new to the gossip layer.
+pub const GOSSIP_DUPLICATE_CACHE_MS: u64 = 60_000;
+
+/// Recent adverts remembered per node for the liveness check.
+const PUBLISHED_HISTORY_MAX: usize = 16;
+
+/// How a run is set up besides its scenario.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    pub seed: u64,
+    /// Plant the known bug (signature checks skipped) and a forger to exploit it.
+    pub canary: bool,
+    /// Verify every signature in every node, without the shared cache (the naive baseline
+    /// the benchmark compares against).
+    pub uncached: bool,
+}
+
+type Ix = u32;
+
+/// A gossip message: decoded once, delivered to many.
+#[derive(Debug)]
+struct Message {
+    /// None for malformed bytes.
+    envelope: Option<Envelope>,
+    raw: Option<Arc<[u8]>>,
+    len: usize,
+    /// Nodes whose gossip layer has seen this message.
+    seen: Vec<u64>,
+}
+
+impl Message {
+    fn mark_seen(&mut self, node: Ix) -> bool {
+        let (word, bit) = (node as usize / 64, node % 64);
+        if self.seen.len() <= word {
+            self.seen.resize(word + 1, 0);
+        }
+        let fresh = self.seen[word] & (1 << bit) == 0;
+        self.seen[word] |= 1 << bit;
+        fresh
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Honest,
+    Byzantine { role: ByzantineRole, fault: usize },
+}
+
+#[derive(Debug)]
+struct Node {
+    key: SecretKey,
+    id: NodeId,
+    region: usize,
+    clock_offset_ms: i64,
+    role: Role,
+    mesh: Option<MeshNode>,
+    /// Bumped on every crash; events addressed to an older epoch are dropped.
+    epoch: u32,
+    /// Left for good (churn, byzantine retirement).
+    gone: bool,
+    down_since: Option<u64>,
+    timer_at: Option<u64>,
+    peers: BTreeSet<Ix>,
+    gossip_mesh: Vec<Ix>,
+    uplink_free_at: u64,
+    slow_extra_ms: u64,
+    capsules: Vec<HostedCapsule>,
+    rng: SimRng,
+    /// Outbound sync requests: request id → peer.
+    syncing: HashMap<u64, Ix>,
+    /// Inbound sync requests awaiting our answer: token → (requester, request id).
+    answering: HashMap<u64, (Ix, u64)>,
+    /// Replayer: genuine envelopes captured from gossip.
+    captured: VecDeque<Envelope>,
+    /// Our recent adverts: (published at, seq), oldest first, a few at most.
+    published: VecDeque<(u64, u64)>,
+}
+
+impl Node {
+    fn alive(&self) -> bool {
+        self.mesh.is_some()
+    }
+}
+
+#[derive(Debug)]
+enum Event {
+    Start { node: Ix },
+    Timer { node: Ix, epoch: u32 },
+    Gossip { to: Ix, from: Ix, msg: u32, epoch: u32 },
+    SyncRequest { to: Ix, from: Ix, req: u64, request: Arc<SyncRequest>, epoch: u32 },
+    SyncResponse { to: Ix, from: Ix, req: u64, response: Arc<SyncResponse>, epoch: u32 },
+    SyncTimeout { node: Ix, req: u64, epoch: u32 },
+    Connected { a: Ix, b: Ix, epoch_a: u32, epoch_b: u32 },
+    FaultStart { fault: usize },
+    FaultEnd { fault: usize },
+    Restart { node: Ix },
+    ChurnStep { fault: usize },
+    Misbehave { node: Ix },
+    WorkloadChange,
+    WorkloadQuery,
+    LivenessCheck,
+}
+
+impl Event {
+    /// Tag and numbers for the trace hash.
+    fn trace(&self) -> (u8, u64, u64) {
+        match self {
+            Self::Start { node } => (1, u64::from(*node), 0),
+            Self::Timer { node, .. } => (2, u64::from(*node), 0),
+            Self::Gossip { to, msg, .. } => (3, u64::from(*to), u64::from(*msg)),
+            Self::SyncRequest { to, req, .. } => (4, u64::from(*to), *req),
+            Self::SyncResponse { to, req, .. } => (5, u64::from(*to), *req),
+            Self::SyncTimeout { node, req, .. } => (6, u64::from(*node), *req),
+            Self::Connected { a, b, .. } => (7, u64::from(*a), u64::from(*b)),
+            Self::FaultStart { fault } => (8, *fault as u64, 0),
+            Self::FaultEnd { fault } => (9, *fault as u64, 0),
+            Self::Restart { node } => (10, u64::from(*node), 0),
+            Self::ChurnStep { fault } => (11, *fault as u64, 0),
+            Self::Misbehave { node } => (12, u64::from(*node), 0),
+            Self::WorkloadChange => (13, 0, 0),
+            Self::WorkloadQuery => (14, 0, 0),
+            Self::LivenessCheck => (15, 0, 0),
+        }
+    }
+}
+
+/// What a delivery was, so the node's verdict can be acted on (gossip forwarding).
+#[derive(Clone, Copy, Debug)]
+struct Delivery {
+    msg: u32,
+    from: Ix,
+}
+
+/// A running simulation.
+pub struct Sim {
+    scenario: Scenario,
+    options: Options,
+    now: u64,
+    queue: EventQueue<Event>,
+    nodes: Vec<Node>,
+    index: HashMap<NodeId, Ix>,
+    messages: Vec<Message>,
+    links: HashMap<(Ix, Ix), SimRng>,
+    faults_rng: SimRng,
+    workload_rng: SimRng,
+    partitions: Vec<net::Partition>,
+    extra_loss: (f64, Option<usize>),
+    slowed: Vec<(usize, Ix)>,
+    mesh_config: MeshConfig,
+    verifier: Arc<dyn Verifier>,
+    shared: Option<Arc<SharedVerifier>>,
+    oracle: Oracle,
+    trace: TraceHash,
+    metrics: Metrics,
+    effects: Vec<FaultEffect>,
+    violations: Vec<Violation>,
+    capsule_names: Vec<String>,
+    next_req: u64,
+    converged_at: Option<u64>,
+    last_liveness_gap: String,
+}
+
+impl std::fmt::Debug for Sim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sim")
+            .field("scenario", &self.scenario.name)
+            .field("now", &self.now)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sim {
+    /// Sets up a run: nodes, their start times, faults and workload.
+    #[must_use]
+    pub fn new(mut scenario: Scenario, options: Options) -> Self {
+        if options.canary
+            && !scenario
+                .faults
+                .iter()
+                .any(|f| matches!(f, Fault::Byzantine { role: ByzantineRole::Forger, .. }))
+        {
+            let until_s = scenario.faults_end_s().max(10);
+            scenario.faults.push(Fault::Byzantine {
+                at_s: 1,
+                until_s,
+                role: ByzantineRole::Forger,
+                count: 1,
+                interval_ms: 500,
+            });
+        }
+        let (verifier, shared): (Arc<dyn Verifier>, Option<Arc<SharedVerifier>>) = if options.canary {
+            (Arc::new(AcceptAll), None)
+        } else if options.uncached {
+            (Arc::new(murmur_protocol::verify::Ed25519Verifier), None)
+        } else {
+            let shared = Arc::new(SharedVerifier::default());
+            (shared.clone(), Some(shared))
+        };
+        let p = &scenario.protocol;
+        let mesh_config = MeshConfig {
+            refresh_ms: p.refresh_s * 1000,
+            ttl_ms: p.ttl_s * 1000,
+            sync_interval_ms: p.sync_interval_s * 1000,
+            peers_target: p.peers_target,
+            directory: DirectoryConfig {
+                clock_skew_max_ms: p.clock_skew_max_s * 1000,
+                nodes_max: DIRECTORY_NODES_MAX,
+                admission: Admission::Open,
+                ..DirectoryConfig::default()
+            },
+            ..MeshConfig::default()
+        };
+        let seed = options.seed;
+        let oracle = Oracle::new(mesh_config.directory.ttl_max_ms, mesh_config.directory.clock_skew_max_ms);
+        let mut sim = Self {
+            options,
+            now: 0,
+            queue: EventQueue::default(),
+            nodes: Vec::new(),
+            index: HashMap::default(),
+            messages: Vec::new(),
+            links: HashMap::default(),
+            faults_rng: SimRng::stream(seed, "faults"),
+            workload_rng: SimRng::stream(seed, "workload"),
+            partitions: Vec::new(),
+            extra_loss: (0.0, None),
+            slowed: Vec::new(),
+            mesh_config,
+            verifier,
+            shared,
+            oracle,
+            trace: TraceHash::default(),
+            metrics: Metrics::default(),
+            effects: scenario.faults.iter().map(|f| FaultEffect { fault: f.label(), effects: 0 }).collect(),
+            violations: Vec::new(),
+            capsule_names: Vec::new(),
+            next_req: 0,
+            converged_at: None,
+            last_liveness_gap: String::new(),
+            scenario,
+        };
+        sim.populate();
+        sim
+    }
+
+    fn populate(&mut self) {
+        let n = self.scenario.nodes;
+        let per = self.scenario.workload.capsules_per_node;
+        let pool = (n * per / 3).max(1);
+        self.capsule_names = (0..pool).map(|i| format!("svc-{i}")).collect();
+        let spread_ms = self.scenario.topology.join_spread_s * 1000;
+        let mut start_rng = SimRng::stream(self.options.seed, "starts");
+        for _ in 0..n {
+            let node = self.add_node(Role::Honest);
+            let at = start_rng.between(0, spread_ms);
+            self.schedule(at, Event::Start { node });
+        }
+        for (i, fault) in self.scenario.faults.clone().iter().enumerate() {
+            let (at_s, ends) = match fault {
+                Fault::Crash { at_s, .. } | Fault::MassRestart { at_s, .. } => (*at_s, None),
+                Fault::Partition { at_s, until_s, .. }
+                | Fault::Churn { at_s, until_s, .. }
+                | Fault::Slow { at_s, until_s, .. }
+                | Fault::Loss { at_s, until_s, .. }
+                | Fault::Byzantine { at_s, until_s, .. } => (*at_s, Some(*until_s)),
+            };
+            self.schedule(at_s * 1000, Event::FaultStart { fault: i });
+            if let Some(until_s) = ends {
+                self.schedule(until_s * 1000, Event::FaultEnd { fault: i });
+            }
+        }
+        let (change_ms, query_ms) =
+            (self.scenario.workload.change_interval_ms, self.scenario.workload.query_interval_ms);
+        if change_ms > 0 {
+            self.schedule(change_ms, Event::WorkloadChange);
+        }
+        if query_ms > 0 {
+            self.schedule(query_ms, Event::WorkloadQuery);
+        }
+        self.schedule(self.liveness_from_ms(), Event::LivenessCheck);
+    }
+
+    /// Liveness is judged from when faults have ended and every initial node has started.
+    pub(crate) fn liveness_from_ms(&self) -> u64 {
+        self.scenario.faults_end_s().max(self.scenario.topology.join_spread_s) * 1000
+    }
+
+    fn add_node(&mut self, role: Role) -> Ix {
+        let ix = self.nodes.len() as Ix;
+        let mut rng = SimRng::stream(self.options.seed, &format!("node/{ix}"));
+        let key = SecretKey::from_seed(rng.bytes32());
+        let region = self.pick_region(&mut rng);
+        let skew_ms = (self.scenario.protocol.clock_skew_max_s * 1000 / 4) as i64;
+        let clock_offset_ms =
+            if skew_ms > 0 { rng.between(0, 2 * skew_ms as u64) as i64 - skew_ms } else { 0 };
+        let per = self.scenario.workload.capsules_per_node;
+        let pool = self.capsule_names.len().max(1);
+        let capsules = (0..per)
+            .map(|k| HostedCapsule {
+                name: self
+                    .capsule_names
+                    .get((ix as usize * per + k * 7) % pool)
+                    .cloned()
+                    .unwrap_or_else(|| format!("svc-{ix}")),
+                digest: None,
+                version: "1.0.0".into(),
+            })
+            .collect::<Vec<_>>();
+        let mut capsules = capsules;
+        capsules.sort();
+        capsules.dedup_by(|a, b| a.name == b.name);
+        let id = key.node_id();
+        self.index.insert(id, ix);
+        self.nodes.push(Node {
+            key,
+            id,
+            region,
+            clock_offset_ms,
+            role,
+            mesh: None,
+            epoch: 0,
+            gone: false,
+            down_since: Some(0),
+            timer_at: None,
+            peers: BTreeSet::new(),
+            gossip_mesh: Vec::new(),
+            uplink_free_at: 0,
+            slow_extra_ms: 0,
+            capsules,
+            rng,
+            syncing: HashMap::default(),
+            answering: HashMap::default(),
+            captured: VecDeque::new(),
+            published: VecDeque::new(),
+        });
+        ix
+    }
+
+    fn pick_region(&self, rng: &mut SimRng) -> usize {
+        let regions = &self.scenario.network.regions;
+        let total: f64 = regions.iter().map(|r| r.share.max(0.0)).sum();
+        let mut x = rng.unit() * total;
+        for (i, region) in regions.iter().enumerate() {
+            x -= region.share.max(0.0);
+            if x < 0.0 {
+                return i;
+            }
+        }
+        regions.len() - 1
+    }
+
+    fn schedule(&mut self, at: u64, event: Event) {
+        self.queue.push(at, event);
+    }
+
+    /// The clock node `ix` reads now.
+    fn clock(&self, ix: Ix) -> Millis {
+        let offset = self.nodes[ix as usize].clock_offset_ms;
+        Millis((EPOCH.0 + self.now).saturating_add_signed(offset))
+    }
+
+    /// Runs to the end of the scenario and judges it.
+    pub fn run(mut self) -> Outcome {
+        let started = Instant::now();
+        let end = self.scenario.duration_s * 1000;
+        while let Some((at, event)) = self.queue.pop() {
+            if at > end {
+                break;
+            }
+            self.now = at;
+            let (tag, a, b) = event.trace();
+            self.trace.record(tag, self.now, a, b);
+            self.metrics.events += 1;
+            self.dispatch(event);
+            self.metrics.queue_max = self.metrics.queue_max.max(self.queue.len() as u64);
+            if self.queue.len() > QUEUE_MAX {
+                self.violation(format!("event queue exceeded its bound of {QUEUE_MAX}"));
+                break;
+            }
+            if self.violations.len() >= 10 {
+                break;
+            }
+        }
+        self.finish(started.elapsed())
+    }
+
+    fn dispatch(&mut self, event: Event) {
+        match event {
+            Event::Start { node } => self.start_node(node),
+            Event::Restart { node } => {
+                if !self.nodes[node as usize].gone {
+                    self.start_node(node);
+                }
+            }
+            Event::Timer { node, epoch } => {
+                let n = &mut self.nodes[node as usize];
+                if n.epoch == epoch && n.alive() && n.timer_at == Some(self.now) {
+                    n.timer_at = None;
+                    self.handle(node, Input::Tick, None);
+                }
+            }
+            Event::Gossip { to, from, msg, epoch } => self.deliver_gossip(to, from, msg, epoch),
+            Event::SyncRequest { to, from, req, request, epoch } => {
+                if self.is_current(to, epoch) {
+                    let token = self.next_token();
+                    self.nodes[to as usize].answering.insert(token, (from, req));
+                    let from_id = self.nodes[from as usize].id;
+                    self.handle(
+                        to,
+                        Input::SyncRequested { from: from_id, token, request: (*request).clone() },
+                        None,
+                    );
+                }
+            }
+            Event::SyncResponse { to, from, req, response, epoch } => {
+                if self.is_current(to, epoch) && self.nodes[to as usize].syncing.remove(&req).is_some() {
+                    let from_id = self.nodes[from as usize].id;
+                    self.handle(
+                        to,
+                        Input::SyncAnswered { from: from_id, response: (*response).clone() },
+                        None,
+                    );
+                }
+            }
+            Event::SyncTimeout { node, req, epoch } => {
+                if self.is_current(node, epoch)
+                    && let Some(peer) = self.nodes[node as usize].syncing.remove(&req)
+                {
+                    let peer_id = self.nodes[peer as usize].id;
+                    self.handle(node, Input::SyncFailed { peer: peer_id }, None);
+                }
+            }
+            Event::Connected { a, b, epoch_a, epoch_b } => {
+                if self.is_current(a, epoch_a) && self.is_current(b, epoch_b) {
+                    self.connect(a, b);
+                }
+            }
+            Event::FaultStart { fault } => self.fault_start(fault),
+            Event::FaultEnd { fault } => self.fault_end(fault),
+            Event::ChurnStep { fault } => self.churn_step(fault),
+            Event::Misbehave { node } => self.misbehave(node),
+            Event::WorkloadChange => self.workload_change(),
+            Event::WorkloadQuery => self.workload_query(),
+            Event::LivenessCheck => self.liveness_check(),
+        }
+    }
+
+    fn is_current(&self, node: Ix, epoch: u32) -> bool {
+        let n = &self.nodes[node as usize];
+        n.epoch == epoch && n.alive()
+    }
+
+    fn next_token(&mut self) -> u64 {
+        self.next_req += 1;
+        self.next_req
+    }
+
+    fn start_node(&mut self, ix: Ix) {
+        let i = ix as usize;
+        if self.nodes[i].alive() {
+            return;
+        }
+        let now = self.clock(ix);
+        let node = &mut self.nodes[i];
+        node.mesh = Some(MeshNode::with_verifier(
+            node.key.clone(),
+            self.mesh_config.clone(),
+            self.verifier.clone(),
+            now,
+        ));
+        node.down_since = None;
+        node.uplink_free_at = self.now;
+        let capsules = node.capsules.clone();
+        let addrs = vec![format!("/ip4/10.{}.{}.{}/tcp/7421", node.region, ix / 250, ix % 250)];
+        self.handle(ix, Input::SetAddrs { addrs }, None);
+        self.handle(ix, Input::SetHosted { capsules }, None);
+        // Bootstrap: dial a few random live nodes, as configured bootstrap peers would.
+        let live: Vec<Ix> =
+            (0..self.nodes.len() as Ix).filter(|&j| j != ix && self.nodes[j as usize].alive()).collect();
+        let want = self.scenario.topology.bootstrap_peers.min(live.len());
+        let mut chosen = live;
+        self.nodes[i].rng.shuffle(&mut chosen);
+        for peer in chosen.into_iter().take(want) {
+            self.dial(ix, peer);
+        }
+    }
+
+    /// Crashes a node: its in-memory state is lost, its connections close at once.
+    fn crash(&mut self, ix: Ix, for_good: bool) {
+        let i = ix as usize;
+        if !self.nodes[i].alive() {
+            if for_good {
+                self.nodes[i].gone = true;
+            }
+            return;
+        }
+        let peers: Vec<Ix> = self.nodes[i].peers.iter().copied().collect();
+        for peer in peers {
+            self.disconnect(ix, peer);
+        }
+        let node = &mut self.nodes[i];
+        node.mesh = None;
+        node.epoch += 1;
+        node.gone |= for_good;
+        node.down_since = Some(self.now);
+        node.timer_at = None;
+        node.syncing.clear();
+        node.answering.clear();
+        self.oracle.forget_observer(ix);
+    }
+
+    /// Feeds one input to node `ix` and carries out its outputs.
+    fn handle(&mut self, ix: Ix, input: Input, delivery: Option<Delivery>) {
+        let now = self.clock(ix);
+        let Some(mesh) = self.nodes[ix as usize].mesh.as_mut() else { return };
+        mesh.handle(now, input);
+        let mut outputs = Vec::new();
+        while let Some(output) = mesh.poll_output() {
+            outputs.push(output);
+        }
+        let timeout = mesh.poll_timeout();
+        let (dir_len, outputs_dropped) =
+            (mesh.directory().len(), mesh.stats().outputs_dropped + mesh.directory().stats().outputs_dropped);
+        for output in outputs {
+            self.carry_out(ix, output, delivery);
+        }
+        if dir_len > DIRECTORY_NODES_MAX {
+            self.violation(format!(
+                "node {ix} holds {dir_len} adverts, above its bound {DIRECTORY_NODES_MAX}"
+            ));
+        }
+        if outputs_dropped > 0 {
+            self.violation(format!(
+                "node {ix} dropped {outputs_dropped} outputs: its output queue bound was hit"
+            ));
+        }
+        if let Some(at) = timeout {
+            let at = at.0.saturating_sub(now.0) + self.now;
+            let node = &mut self.nodes[ix as usize];
+            if node.timer_at.is_none_or(|t| at < t) {
+                node.timer_at = Some(at);
+                let epoch = node.epoch;
+                self.schedule(at, Event::Timer { node: ix, epoch });
+            }
+        }
+    }
+
+    fn carry_out(&mut self, ix: Ix, output: Output, delivery: Option<Delivery>) {
+        match output {
+            Output::Publish { bytes } => self.publish(ix, &bytes),
+            Output::Report { verdict, .. } => {
+                self.trace.record(20, u64::from(ix), verdict as u64, 0);
+                if let (Verdict::Accept, Some(d)) = (verdict, delivery) {
+                    self.forward(ix, d);
+                }
+                if verdict == Verdict::Reject {
+                    self.metrics.gossip_rejected += 1;
+                }
+            }
+            Output::SendSyncRequest { peer, request } => self.send_sync_request(ix, peer, request),
+            Output::SendSyncResponse { token, response } => {
+                if let Some((to, req)) = self.nodes[ix as usize].answering.remove(&token) {
+                    let size = response
+                        .adverts
+                        .iter()
+                        .map(|e| e.body().len() + ENVELOPE_OVERHEAD_MAX)
+                        .sum::<usize>()
+                        + 16;
+                    let epoch = self.nodes[to as usize].epoch;
+                    self.send(
+                        ix,
+                        to,
+                        size,
+                        Event::SyncResponse { to, from: ix, req, response: Arc::new(response), epoch },
+                    );
+                }
+            }
+            Output::Dial { peer, .. } => {
+                if let Some(&peer) = self.index.get(&peer) {
+                    self.dial(ix, peer);
+                }
+            }
+            Output::Disconnect { peer, .. } => {
+                if let Some(&peer) = self.index.get(&peer) {
+                    self.disconnect(ix, peer);
+                }
+            }
+            Output::Event(event) => self.observe(ix, event),
+        }
+    }
+
+    fn observe(&mut self, ix: Ix, event: MeshEvent) {
+        match event {
+            MeshEvent::AdvertAccepted { node, seq, source } => {
+                let Some(&subject) = self.index.get(&node) else {
+                    self.violation(format!(
+                        "node {ix} accepted an advert from {node}, a node that does not exist (forged)"
+                    ));
+                    return;
+                };
+                self.trace.record(21, u64::from(ix), u64::from(subject), seq);
+                if matches!(source, Source::Local) {
+                    return;
+                }
+                let Some(envelope) = self.nodes[ix as usize]
+                    .mesh
+                    .as_ref()
+                    .and_then(|m| m.directory().get(&node))
+                    .map(|r| r.envelope().clone())
+                else {
+                    return;
+                };
+                let observer_now = self.clock(ix);
+                let live = self.live_honest_count();
+                if let Err(what) =
+                    self.oracle.accepted(ix, (subject, seq), &envelope, observer_now, self.now, live)
+                {
+                    self.violation(what);
+                }
+            }
+            MeshEvent::AdvertRefused { reason, .. } => {
+                self.trace.record(22, u64::from(ix), refusal_tag(&reason), 0);
+                *self.metrics.refusals.entry(reason.reason().to_owned()).or_default() += 1;
+            }
+            MeshEvent::AdvertExpired { node } => {
+                let subject = self.index.get(&node).copied().unwrap_or(Ix::MAX);
+                self.trace.record(23, u64::from(ix), u64::from(subject), 0);
+            }
+            MeshEvent::Published { .. } => {}
+        }
+    }
+
+    fn publish(&mut self, ix: Ix, bytes: &[u8]) {
+        let Ok(envelope) = Envelope::decode(bytes) else {
+            self.violation(format!("node {ix} published bytes that do not decode as an envelope"));
+            return;
+        };
+        // Every node's own advert is genuine: byzantine nodes sign their own honestly too.
+        if let Ok(advert) = envelope.peek::<murmur_protocol::Advert>() {
+            self.oracle.published(
+                ix,
+                advert.seq,
+                envelope.clone(),
+                advert.issued_at,
+                advert.ttl_ms,
+                self.now,
+            );
+            let history = &mut self.nodes[ix as usize].published;
+            if history.len() >= PUBLISHED_HISTORY_MAX {
+                history.pop_front();
+            }
+            history.push_back((self.now, advert.seq));
+        }
+        let msg = self.new_message(Some(envelope), None, bytes.len(), ix);
+        self.flood(ix, msg);
+    }
+
+    fn new_message(
+        &mut self,
+        envelope: Option<Envelope>,
+        raw: Option<Arc<[u8]>>,
+        len: usize,
+        origin: Ix,
+    ) -> u32 {
+        let mut message = Message { envelope, raw, len, seen: Vec::new() };
+        message.mark_seen(origin);
+        self.messages.push(message);
+        (self.messages.len() - 1) as u32
+    }
+
+    /// gossipsub publishes to every connected subscriber (flood publish).
+    fn flood(&mut self, ix: Ix, msg: u32) {
+        let peers: Vec<Ix> = self.nodes[ix as usize].peers.iter().copied().collect();
+        let len = self.messages[msg as usize].len;
+        for peer in peers {
+            let epoch = self.nodes[peer as usize].epoch;
+            self.send(ix, peer, len, Event::Gossip { to: peer, from: ix, msg, epoch });
+        }
+    }
+
+    /// After an `Accept`, relay to the gossip mesh (not back to where it came from).
+    fn forward(&mut self, ix: Ix, delivery: Delivery) {
+        let mesh_peers = self.nodes[ix as usize].gossip_mesh.clone();
+        let len = self.messages[delivery.msg as usize].len;
+        for peer in mesh_peers {
+            if peer != delivery.from {
+                let epoch = self.nodes[peer as usize].epoch;
+                self.send(ix, peer, len, Event::Gossip { to: peer, from: ix, msg: delivery.msg, epoch });
+            }
+        }
+    }
+
+    fn deliver_gossip(&mut self, to: Ix, from: Ix, msg: u32, epoch: u32) {
+        if !self.is_current(to, epoch) {
+            return;
+        }
+        let message = &mut self.messages[msg as usize];
+        if message.len > GOSSIP_BYTES_MAX {
+            self.metrics.oversized_dropped += 1;
+            return;
+        }
+        if !message.mark_seen(to) {
+            self.metrics.gossip_duplicates += 1;
+            return;
+        }
+        let from_id = self.nodes[from as usize].id;
+        let input = match (&message.envelope, &message.raw) {
+            (Some(envelope), _) => Input::GossipDecoded {
+                from: from_id,
+                token: u64::from(msg),
+                envelope: envelope.clone(),
+                len: message.len,
+            },
+            (None, Some(raw)) => {
+                Input::GossipReceived { from: from_id, token: u64::from(msg), bytes: raw.to_vec() }
+            }
+            (None, None) => return,
+        };
+        if let Role::Byzantine { role: ByzantineRole::Replayer, .. } = self.nodes[to as usize].role
+            && let Some(envelope) = &self.messages[msg as usize].envelope
+        {
+            let captured = &mut self.nodes[to as usize].captured;
+            if captured.len() >= 256 {
+                captured.pop_front();
+            }
+            captured.push_back(envelope.clone());
+        }
+        self.handle(to, input, Some(Delivery { msg, from }));
+    }
+
+    fn send_sync_request(&mut self, ix: Ix, peer: NodeId, request: SyncRequest) {
+        let req = self.next_token();
+        let Some(&to) = self.index.get(&peer) else { return };
+        if !self.nodes[ix as usize].peers.contains(&to) {
+            // Not connected: libp2p fails the request at once.
+            let epoch = self.nodes[ix as usize].epoch;
+            self.nodes[ix as usize].syncing.insert(req, to);
+            self.schedule(self.now, Event::SyncTimeout { node: ix, req, epoch });
+            return;
+        }
+        let size = request.digest.entries().len() * 45 + 64;
+        self.nodes[ix as usize].syncing.insert(req, to);
+        let (epoch_to, epoch_me) = (self.nodes[to as usize].epoch, self.nodes[ix as usize].epoch);
+        self.send(
+            ix,
+            to,
+            size,
+            Event::SyncRequest { to, from: ix, req, request: Arc::new(request), epoch: epoch_to },
+        );
+        let timeout = self.scenario.topology.request_timeout_ms;
+        self.schedule(self.now + timeout, Event::SyncTimeout { node: ix, req, epoch: epoch_me });
+    }
+
+    /// Opens a connection after a round trip, if the target is reachable and has room.
+    fn dial(&mut self, a: Ix, b: Ix) {
+        if a == b || self.nodes[a as usize].peers.contains(&b) || !self.nodes[b as usize].alive() {
+            return;
+        }
+        if self.partitioned(a, b) || self.partitioned(b, a) {
+            return;
+        }
+        let rtt = 2 * self.base_latency(a, b);
+        let (epoch_a, epoch_b) = (self.nodes[a as usize].epoch, self.nodes[b as usize].epoch);
+        self.schedule(self.now + rtt, Event::Connected { a, b, epoch_a, epoch_b });
+    }
+
+    fn connect(&mut self, a: Ix, b: Ix) {
+        let max = self.scenario.topology.connections_max;
+        if self.nodes[a as usize].peers.contains(&b)
+            || self.nodes[a as usize].peers.len() >= max
+            || self.nodes[b as usize].peers.len() >= max
+        {
+            return;
+        }
+        self.nodes[a as usize].peers.insert(b);
+        self.nodes[b as usize].peers.insert(a);
+        // GRAFT: a side below the mesh degree takes the new peer in, if the peer has room.
+        let degree = self.scenario.topology.gossip_degree;
+        if self.nodes[a as usize].gossip_mesh.len() < degree
+            || self.nodes[b as usize].gossip_mesh.len() < degree
+        {
+            self.graft(a, b);
+        }
+        for (x, y) in [(a, b), (b, a)] {
+            let peer = self.nodes[y as usize].id;
+            self.handle(x, Input::PeerConnected { peer }, None);
+        }
+    }
+
+    /// Adds a symmetric gossip mesh link unless either side is at its upper bound (D_hi),
+    /// as gossipsub's GRAFT/PRUNE keeps every mesh between D_lo and D_hi.
+    fn graft(&mut self, a: Ix, b: Ix) {
+        let high = 2 * self.scenario.topology.gossip_degree;
+        let (ma, mb) = (&self.nodes[a as usize].gossip_mesh, &self.nodes[b as usize].gossip_mesh);
+        if ma.contains(&b) || ma.len() >= high || mb.len() >= high {
+            return;
+        }
+        self.nodes[a as usize].gossip_mesh.push(b);
+        self.nodes[b as usize].gossip_mesh.push(a);
+    }
+
+    fn disconnect(&mut self, a: Ix, b: Ix) {
+        if !self.nodes[a as usize].peers.remove(&b) {
+            return;
+        }
+        self.nodes[b as usize].peers.remove(&a);
+        let low = self.scenario.topology.gossip_degree.saturating_sub(1).max(1);
+        for (x, y) in [(a, b), (b, a)] {
+            self.nodes[x as usize].gossip_mesh.retain(|p| *p != y);
+            // Below D_lo: GRAFT a random connected peer not yet in the mesh.
+            if self.nodes[x as usize].gossip_mesh.len() < low {
+                let node = &mut self.nodes[x as usize];
+                let candidates: Vec<Ix> =
+                    node.peers.iter().copied().filter(|p| !node.gossip_mesh.contains(p)).collect();
+                if !candidates.is_empty() {
+                    let pick = candidates[node.rng.below(candidates.len() as u64) as usize];
+                    self.graft(x, pick);
+                }
+            }
+            let peer = self.nodes[y as usize].id;
+            self.handle(x, Input::PeerDisconnected { peer }, None);
+        }
+    }
+
+    fn live_honest_count(&self) -> u32 {
+        self.nodes.iter().filter(|n| n.alive()).count() as u32
+    }
+
+    fn violation(&mut self, what: String) {
+        self.violations.push(Violation { at_ms: self.now, what });
+    }
+
+    fn finish(mut self, wall: std::time::Duration) -> Outcome {
+        self.metrics.wall_ms = wall.as_secs_f64() * 1000.0;
+        self.metrics.trace_records = self.trace.records();
+        self.metrics.adverts_published = self.oracle.published_count() as u64;
+        if std::env::var_os("MURMUR_SIM_DEBUG").is_some() {
+            for (node, seq, at, by) in self.oracle.acceptance() {
+                eprintln!("advert node {node} seq {seq} at {at} accepted by {by}");
+            }
+        }
+        let mut convergence = self.oracle.convergence_ms();
+        convergence.sort_unstable();
+        self.metrics.set_convergence(&convergence);
+        if let Some(shared) = &self.shared {
+            let stats = shared.stats();
+            self.metrics.ed25519_checks = stats.ed25519_checks;
+            self.metrics.verify_cache_hits = stats.cache_hits;
+        }
+        let node_seconds = (self.nodes.len().max(1) as f64) * (self.scenario.duration_s.max(1) as f64);
+        self.metrics.messages_per_node_per_sec = self.metrics.messages_sent as f64 / node_seconds;
+        self.metrics.bytes_per_node_per_sec = self.metrics.bytes_sent as f64 / node_seconds;
+        self.metrics.nodes_total = self.nodes.len() as u64;
+        Outcome::judge(
+            &self.scenario,
+            self.options,
+            self.trace.hex(),
+            self.metrics,
+            self.violations,
+            self.effects,
+            self.converged_at,
+            self.last_liveness_gap,
+        )
+    }
+}
+
+fn refusal_tag(reason: &Refusal) -> u64 {
+    Refusal::REASONS.iter().position(|r| *r == reason.reason()).unwrap_or(99) as u64
+}

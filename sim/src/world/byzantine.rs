@@ -1,0 +1,96 @@
+//! Byzantine nodes: each runs an honest mesh node for its own identity (so it is connected
+//! and trusted as a relay) and, every interval, misbehaves as its role says.
+
+use std::sync::Arc;
+
+use murmur_protocol::advert::HostedCapsule;
+use murmur_protocol::{Advert, Envelope, Signed};
+
+use super::{Event, GOSSIP_BYTES_MAX, Ix, Role, Sim};
+use crate::scenario::{ByzantineRole, Fault};
+
+impl Sim {
+    pub(super) fn misbehave(&mut self, ix: Ix) {
+        let Role::Byzantine { role, fault } = self.nodes[ix as usize].role else { return };
+        let Fault::Byzantine { until_s, interval_ms, .. } = self.scenario.faults[fault] else { return };
+        if !self.nodes[ix as usize].alive() || self.now >= until_s * 1000 {
+            return;
+        }
+        let sent = match role {
+            ByzantineRole::Forger => self.forge(ix),
+            ByzantineRole::Replayer => self.replay(ix),
+            ByzantineRole::Flooder => self.flood_junk(ix),
+        };
+        if sent {
+            self.effects[fault].effects += 1;
+            self.metrics.byzantine_messages += 1;
+        }
+        self.schedule(self.now + interval_ms, Event::Misbehave { node: ix });
+    }
+
+    /// Gossips an advert that claims a random honest node's identity, with a signature made
+    /// by the forger's own key.
+    fn forge(&mut self, ix: Ix) -> bool {
+        let victims: Vec<Ix> = (0..self.nodes.len() as Ix)
+            .filter(|&v| {
+                v != ix && self.nodes[v as usize].alive() && self.nodes[v as usize].role == Role::Honest
+            })
+            .collect();
+        if victims.is_empty() {
+            return false;
+        }
+        let victim = victims[self.nodes[ix as usize].rng.below(victims.len() as u64) as usize];
+        let now = self.clock(ix);
+        let mut advert = Advert::new(now.0.saturating_add(1_000_000_000), now, self.mesh_config.ttl_ms);
+        advert.capsules =
+            vec![HostedCapsule { name: format!("forged-{ix}"), digest: None, version: "6.6.6".into() }];
+        let Ok(signed) = Signed::sign(advert, &self.nodes[ix as usize].key) else { return false };
+        let Some(forged) =
+            with_signer(signed.envelope(), self.nodes[victim as usize].key.public().as_bytes())
+        else {
+            return false;
+        };
+        let len = forged.encode().len();
+        let msg = self.new_message(Some(forged), None, len, ix);
+        self.flood(ix, msg);
+        true
+    }
+
+    /// Gossips an advert captured earlier (as a new message: the duplicate cache has
+    /// forgotten it, or the replayer re-wrapped it).
+    fn replay(&mut self, ix: Ix) -> bool {
+        let node = &mut self.nodes[ix as usize];
+        if node.captured.is_empty() {
+            return false;
+        }
+        // The oldest half: the ones most likely superseded or expired.
+        let pick = node.rng.below(node.captured.len().div_ceil(2) as u64) as usize;
+        let envelope = node.captured[pick].clone();
+        let len = envelope.encode().len();
+        let msg = self.new_message(Some(envelope), None, len, ix);
+        self.flood(ix, msg);
+        true
+    }
+
+    /// Gossips an oversized message and a malformed one.
+    fn flood_junk(&mut self, ix: Ix) -> bool {
+        let oversized = self.new_message(None, Some(Arc::from(vec![0u8; 16])), GOSSIP_BYTES_MAX + 1024, ix);
+        self.flood(ix, oversized);
+        let junk: Vec<u8> = (0..200).map(|_| self.nodes[ix as usize].rng.below(256) as u8).collect();
+        let malformed = self.new_message(None, Some(Arc::from(junk)), 200, ix);
+        self.flood(ix, malformed);
+        true
+    }
+}
+
+/// The same envelope with its `signer` field replaced: a forgery whose signature cannot
+/// verify for the claimed signer.
+fn with_signer(envelope: &Envelope, signer: &[u8; 32]) -> Option<Envelope> {
+    let mut value: ciborium::Value = ciborium::de::from_reader(envelope.encode().as_slice()).ok()?;
+    for (key, field) in value.as_map_mut()? {
+        if key.as_text() == Some("signer") {
+            *field = ciborium::Value::Bytes(signer.to_vec());
+        }
+    }
+    Envelope::decode(&murmur_protocol::codec::encode(&value)).ok()
+}

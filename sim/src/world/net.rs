@@ -1,0 +1,114 @@
+//! The network model: latency per region pair with jitter, loss, duplication, uplink
+//! bandwidth, partitions (symmetric or one-way) and slow nodes.
+//!
+//! Each directed link draws from its own random stream, so traffic on one link never
+//! shifts the draws of another.
+
+use super::{Event, Ix, Sim};
+use crate::rng::SimRng;
+
+/// An active partition: messages from a node in `side_a` to one outside it (and, unless
+/// one-way, back) are dropped.
+#[derive(Debug)]
+pub(super) struct Partition {
+    pub fault: usize,
+    pub side_a: Vec<bool>,
+    pub one_way: bool,
+}
+
+impl Sim {
+    /// Whether a message from `a` to `b` is blocked by a partition now.
+    pub(super) fn partitioned(&self, a: Ix, b: Ix) -> bool {
+        self.partition_blocking(a, b).is_some()
+    }
+
+    fn partition_blocking(&self, a: Ix, b: Ix) -> Option<usize> {
+        self.partitions.iter().position(|p| {
+            let in_a = |x: Ix| p.side_a.get(x as usize).copied().unwrap_or(false);
+            let (a_side, b_side) = (in_a(a), in_a(b));
+            if a_side == b_side {
+                return false;
+            }
+            // One-way: side A cannot reach the rest, while the rest still reaches A.
+            !p.one_way || a_side
+        })
+    }
+
+    /// One-way base latency between two nodes' regions.
+    pub(super) fn base_latency(&self, a: Ix, b: Ix) -> u64 {
+        let (ra, rb) = (self.nodes[a as usize].region, self.nodes[b as usize].region);
+        self.scenario.network.latency_ms[ra][rb]
+    }
+
+    /// Sends `size` bytes from `a` to `b`; `event` is what arrives. Applies partitions,
+    /// loss, uplink bandwidth, latency, jitter, slowness and duplication.
+    pub(super) fn send(&mut self, a: Ix, b: Ix, size: usize, event: Event) {
+        self.metrics.messages_sent += 1;
+        self.metrics.bytes_sent += size as u64;
+        if let Some(p) = self.partition_blocking(a, b) {
+            let fault = self.partitions[p].fault;
+            self.effects[fault].effects += 1;
+            return;
+        }
+        let net = &self.scenario.network;
+        let (loss, dup, jitter) = (net.loss, net.duplicate, net.jitter_ms);
+        let bandwidth_kbps = net.bandwidth_kbps;
+        let (extra_loss, extra_fault) = self.extra_loss;
+        let base = self.base_latency(a, b);
+        let seed = self.options.seed;
+        let link = self.links.entry((a, b)).or_insert_with(|| SimRng::stream(seed, &format!("link/{a}/{b}")));
+        if link.chance(loss) {
+            self.metrics.lost += 1;
+            return;
+        }
+        if extra_loss > 0.0 && link.chance(extra_loss) {
+            self.metrics.lost += 1;
+            if let Some(fault) = extra_fault {
+                self.effects[fault].effects += 1;
+            }
+            return;
+        }
+        let first_jitter = link.between(0, jitter);
+        let duplicate = link.chance(dup).then(|| link.between(0, jitter));
+        let sender = &mut self.nodes[a as usize];
+        let mut depart = self.now + sender.slow_extra_ms;
+        if bandwidth_kbps > 0 {
+            // Bytes leave one after another on the sender's uplink.
+            let tx_ms = (size as u64 * 8).div_ceil(bandwidth_kbps);
+            depart = depart.max(sender.uplink_free_at) + tx_ms;
+            sender.uplink_free_at = depart;
+        }
+        let receiver_extra = self.nodes[b as usize].slow_extra_ms;
+        let arrive = depart + base + receiver_extra;
+        if let Some(extra) = duplicate
+            && let Some(copy) = event.duplicate()
+        {
+            self.metrics.duplicated += 1;
+            self.schedule(arrive + extra, copy);
+        }
+        self.schedule(arrive + first_jitter, event);
+    }
+}
+
+impl Event {
+    /// A second copy of a message in flight (network duplication); `None` for events that
+    /// are not messages.
+    pub(super) fn duplicate(&self) -> Option<Self> {
+        Some(match self {
+            Self::Gossip { to, from, msg, epoch } => {
+                Self::Gossip { to: *to, from: *from, msg: *msg, epoch: *epoch }
+            }
+            Self::SyncRequest { to, from, req, request, epoch } => {
+                Self::SyncRequest { to: *to, from: *from, req: *req, request: request.clone(), epoch: *epoch }
+            }
+            Self::SyncResponse { to, from, req, response, epoch } => Self::SyncResponse {
+                to: *to,
+                from: *from,
+                req: *req,
+                response: response.clone(),
+                epoch: *epoch,
+            },
+            _ => return None,
+        })
+    }
+}

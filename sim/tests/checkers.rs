@@ -1,0 +1,75 @@
+//! The checkers must be able to fail: a planted bug, a bound too tight to meet, and a
+//! fault that cannot act are each caught with their own verdict.
+
+use murmur_sim::report::exit;
+use murmur_sim::scenario::{Fault, Scenario};
+use murmur_sim::{Options, Sim, Verdict};
+
+fn small() -> Scenario {
+    Scenario { nodes: 20, duration_s: 70, ..Scenario::default() }
+}
+
+#[test]
+fn a_healthy_small_mesh_passes() {
+    let outcome = Sim::new(small(), Options { seed: 1, canary: false, uncached: false }).run();
+    assert_eq!(outcome.verdict, Verdict::Pass, "{:?}", outcome.findings);
+    assert!(outcome.metrics.convergence.adverts > 0);
+    assert!(outcome.metrics.queries > 0, "the query checker ran");
+}
+
+#[test]
+fn the_canary_is_caught_as_a_safety_violation() {
+    let outcome = Sim::new(small(), Options { seed: 1, canary: true, uncached: false }).run();
+    assert_eq!(outcome.verdict, Verdict::Safety);
+    assert_eq!(outcome.exit_code, exit::SAFETY);
+    assert!(outcome.findings.iter().any(|f| f.contains("forged")), "{:?}", outcome.findings);
+}
+
+#[test]
+fn an_unmeetable_liveness_bound_is_a_liveness_failure() {
+    let mut scenario = small();
+    // Half the mesh is cut off while everyone refreshes (at about 30 s); one second after
+    // the heal, nothing has carried the new adverts across yet (the next refresh and the
+    // next anti-entropy round are tens of seconds away).
+    scenario.faults.push(Fault::Partition {
+        at_s: 10,
+        until_s: 40,
+        fraction: 0.5,
+        by_region: false,
+        one_way: false,
+    });
+    scenario.check.liveness_bound_s = 1;
+    let outcome = Sim::new(scenario, Options { seed: 1, canary: false, uncached: false }).run();
+    assert_eq!(outcome.verdict, Verdict::Liveness, "{:?}", outcome.findings);
+    assert_eq!(outcome.exit_code, exit::LIVENESS);
+}
+
+#[test]
+fn a_fault_that_never_acts_makes_the_run_vacuous() {
+    let mut scenario = small();
+    scenario.faults.push(Fault::Partition {
+        at_s: 5,
+        until_s: 6,
+        fraction: 0.0,
+        by_region: false,
+        one_way: false,
+    });
+    let outcome = Sim::new(scenario, Options { seed: 1, canary: false, uncached: false }).run();
+    assert_eq!(outcome.verdict, Verdict::Vacuous, "{:?}", outcome.findings);
+    assert_eq!(outcome.exit_code, exit::VACUOUS);
+}
+
+#[test]
+fn byzantine_actors_are_refused_and_counted() {
+    let mut scenario = small();
+    scenario.duration_s = 200;
+    scenario.check.liveness_bound_s = 130;
+    for role in [murmur_sim::scenario::ByzantineRole::Forger, murmur_sim::scenario::ByzantineRole::Flooder] {
+        scenario.faults.push(Fault::Byzantine { at_s: 2, until_s: 60, role, count: 1, interval_ms: 500 });
+    }
+    let outcome = Sim::new(scenario, Options { seed: 3, canary: false, uncached: false }).run();
+    assert_eq!(outcome.verdict, Verdict::Pass, "{:?}", outcome.findings);
+    let m = &outcome.metrics;
+    assert!(m.refusals.get("bad_signature").copied().unwrap_or(0) > 0, "forgeries reached and were refused");
+    assert!(m.gossip_rejected > 0 && m.oversized_dropped > 0, "junk was rejected and oversized dropped");
+}
