@@ -10,6 +10,7 @@ pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod data_dir;
+pub mod demo;
 pub mod exit;
 pub mod keyfile;
 pub mod mesh;

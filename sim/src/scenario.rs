@@ -155,9 +155,19 @@ pub enum Fault {
     /// group A cannot reach group B while B still reaches A). `by_region` splits the
     /// first region from the rest; otherwise `fraction` of the nodes, chosen at random.
     Partition { at_s: u64, until_s: u64, fraction: f64, by_region: bool, one_way: bool },
-    /// Crash `count` random live nodes; with `restart_after_s`, restart each that much later
-    /// (its key survives; its directory, held in memory, does not).
-    Crash { at_s: u64, count: usize, restart_after_s: Option<u64> },
+    /// Crash `count` random live nodes, or exactly the nodes listed in `nodes` (indices in
+    /// creation order); with `restart_after_s`, restart each that much later (its key
+    /// survives; its directory, held in memory, does not).
+    Crash {
+        at_s: u64,
+        #[serde(default)]
+        count: usize,
+        #[serde(default)]
+        nodes: Vec<usize>,
+        restart_after_s: Option<u64>,
+    },
+    /// `count` new nodes join at `at_s`, each dialling `topology.bootstrap_peers` live nodes.
+    Join { at_s: u64, count: usize },
     /// Crash `fraction` of live nodes at once and restart them all `down_s` later.
     MassRestart { at_s: u64, fraction: f64, down_s: u64 },
     /// From `at_s` to `until_s`, about `per_s` times a second a random node leaves (crashes
@@ -193,6 +203,7 @@ impl Fault {
             | Self::Loss { until_s, .. }
             | Self::Byzantine { until_s, .. } => *until_s,
             Self::Crash { at_s, restart_after_s, .. } => at_s + restart_after_s.unwrap_or(0),
+            Self::Join { at_s, .. } => *at_s,
             Self::MassRestart { at_s, down_s, .. } => at_s + down_s,
         }
     }
@@ -204,6 +215,7 @@ impl Fault {
             Self::Partition { one_way: true, .. } => "partition(one-way)".into(),
             Self::Partition { .. } => "partition".into(),
             Self::Crash { .. } => "crash".into(),
+            Self::Join { .. } => "join".into(),
             Self::MassRestart { .. } => "mass_restart".into(),
             Self::Churn { .. } => "churn".into(),
             Self::Slow { .. } => "slow".into(),

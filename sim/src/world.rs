@@ -47,6 +47,14 @@ pub const GOSSIP_BYTES_MAX: usize = 64 * 1024;
 /// gossipsub's duplicate cache; a replayed message arriving later is new to the gossip layer.
 pub const GOSSIP_DUPLICATE_CACHE_MS: u64 = 60_000;
 
+/// gossipsub's heartbeat interval.
+const HEARTBEAT_MS: u64 = 1000;
+
+/// gossipsub's D_lo for a mesh degree D (5 for the default D = 6).
+fn mesh_low(degree: usize) -> usize {
+    (degree * 5 / 6).max(1)
+}
+
 /// Recent adverts remembered per node for the liveness check.
 const PUBLISHED_HISTORY_MAX: usize = 16;
 
@@ -132,6 +140,7 @@ impl Node {
 enum Event {
     Start { node: Ix },
     Timer { node: Ix, epoch: u32 },
+    Heartbeat { node: Ix, epoch: u32 },
     Gossip { to: Ix, from: Ix, msg: u32, epoch: u32 },
     SyncRequest { to: Ix, from: Ix, req: u64, request: Arc<SyncRequest>, epoch: u32 },
     SyncResponse { to: Ix, from: Ix, req: u64, response: Arc<SyncResponse>, epoch: u32 },
@@ -166,6 +175,7 @@ impl Event {
             Self::WorkloadChange => (13, 0, 0),
             Self::WorkloadQuery => (14, 0, 0),
             Self::LivenessCheck => (15, 0, 0),
+            Self::Heartbeat { node, .. } => (16, u64::from(*node), 0),
         }
     }
 }
@@ -201,6 +211,7 @@ pub struct Sim {
     effects: Vec<FaultEffect>,
     violations: Vec<Violation>,
     capsule_names: Vec<String>,
+    capsule_overrides: HashMap<usize, Vec<HostedCapsule>>,
     next_req: u64,
     converged_at: Option<u64>,
     last_liveness_gap: String,
@@ -280,6 +291,7 @@ impl Sim {
             effects: scenario.faults.iter().map(|f| FaultEffect { fault: f.label(), effects: 0 }).collect(),
             violations: Vec::new(),
             capsule_names: Vec::new(),
+            capsule_overrides: HashMap::default(),
             next_req: 0,
             converged_at: None,
             last_liveness_gap: String::new(),
@@ -303,7 +315,9 @@ impl Sim {
         }
         for (i, fault) in self.scenario.faults.clone().iter().enumerate() {
             let (at_s, ends) = match fault {
-                Fault::Crash { at_s, .. } | Fault::MassRestart { at_s, .. } => (*at_s, None),
+                Fault::Crash { at_s, .. } | Fault::MassRestart { at_s, .. } | Fault::Join { at_s, .. } => {
+                    (*at_s, None)
+                }
                 Fault::Partition { at_s, until_s, .. }
                 | Fault::Churn { at_s, until_s, .. }
                 | Fault::Slow { at_s, until_s, .. }
@@ -352,7 +366,7 @@ impl Sim {
                 version: "1.0.0".into(),
             })
             .collect::<Vec<_>>();
-        let mut capsules = capsules;
+        let mut capsules = self.capsule_overrides.get(&(ix as usize)).cloned().unwrap_or(capsules);
         capsules.sort();
         capsules.dedup_by(|a, b| a.name == b.name);
         let id = key.node_id();
@@ -405,9 +419,51 @@ impl Sim {
         Millis((EPOCH.0 + self.now).saturating_add_signed(offset))
     }
 
+    /// Sets the capsules node `ix` hosts (in creation order, including nodes that join
+    /// later), instead of the workload's generated ones. For scenarios mirrored by real
+    /// processes.
+    pub fn set_capsules(&mut self, ix: usize, capsules: Vec<HostedCapsule>) {
+        if let Some(node) = self.nodes.get_mut(ix) {
+            node.capsules.clone_from(&capsules);
+        }
+        self.capsule_overrides.insert(ix, capsules);
+    }
+
+    /// Runs to the end and also returns, for every node alive at the end, what its
+    /// directory says: capsule name → indices of the nodes hosting it.
+    pub fn run_with_views(mut self) -> (Outcome, Vec<Option<std::collections::BTreeMap<String, Vec<u32>>>>) {
+        let started = Instant::now();
+        self.step_to_end();
+        let views = (0..self.nodes.len() as Ix).map(|ix| self.directory_view(ix)).collect();
+        (self.finish(started.elapsed()), views)
+    }
+
+    fn directory_view(&self, ix: Ix) -> Option<std::collections::BTreeMap<String, Vec<u32>>> {
+        let mesh = self.nodes[ix as usize].mesh.as_ref()?;
+        let now = self.clock(ix);
+        let mut view: std::collections::BTreeMap<String, Vec<u32>> = std::collections::BTreeMap::new();
+        for name in mesh.directory().capsule_names() {
+            let mut hosts: Vec<u32> = mesh
+                .directory()
+                .hosts(now, name)
+                .filter_map(|(r, _)| self.index.get(&r.node()).copied())
+                .collect();
+            hosts.sort_unstable();
+            if !hosts.is_empty() {
+                view.insert(name.to_owned(), hosts);
+            }
+        }
+        Some(view)
+    }
+
     /// Runs to the end of the scenario and judges it.
     pub fn run(mut self) -> Outcome {
         let started = Instant::now();
+        self.step_to_end();
+        self.finish(started.elapsed())
+    }
+
+    fn step_to_end(&mut self) {
         let end = self.scenario.duration_s * 1000;
         while let Some((at, event)) = self.queue.pop() {
             if at > end {
@@ -427,7 +483,6 @@ impl Sim {
                 break;
             }
         }
-        self.finish(started.elapsed())
     }
 
     fn dispatch(&mut self, event: Event) {
@@ -443,6 +498,12 @@ impl Sim {
                 if n.epoch == epoch && n.alive() && n.timer_at == Some(self.now) {
                     n.timer_at = None;
                     self.handle(node, Input::Tick, None);
+                }
+            }
+            Event::Heartbeat { node, epoch } => {
+                if self.is_current(node, epoch) {
+                    self.heartbeat(node);
+                    self.schedule(self.now + HEARTBEAT_MS, Event::Heartbeat { node, epoch });
                 }
             }
             Event::Gossip { to, from, msg, epoch } => self.deliver_gossip(to, from, msg, epoch),
@@ -528,6 +589,41 @@ impl Sim {
         self.nodes[i].rng.shuffle(&mut chosen);
         for peer in chosen.into_iter().take(want) {
             self.dial(ix, peer);
+        }
+        let epoch = self.nodes[i].epoch;
+        let first_beat = self.now + self.nodes[i].rng.between(1, HEARTBEAT_MS);
+        self.schedule(first_beat, Event::Heartbeat { node: ix, epoch });
+    }
+
+    /// gossipsub's heartbeat, for the mesh only: below D_lo, GRAFT random connected peers up
+    /// to D (the peer accepts); above D_hi, PRUNE random mesh peers down to D.
+    fn heartbeat(&mut self, ix: Ix) {
+        let degree = self.scenario.topology.gossip_degree;
+        let (low, high) = (mesh_low(degree), 2 * degree);
+        let node = &mut self.nodes[ix as usize];
+        let len = node.gossip_mesh.len();
+        if len < low {
+            let mut candidates: Vec<Ix> =
+                node.peers.iter().copied().filter(|p| !node.gossip_mesh.contains(p)).collect();
+            node.rng.shuffle(&mut candidates);
+            for peer in candidates.into_iter().take(degree - len) {
+                self.link_mesh(ix, peer);
+            }
+        } else if len > high {
+            let mut mesh = node.gossip_mesh.clone();
+            node.rng.shuffle(&mut mesh);
+            for peer in mesh.into_iter().skip(degree) {
+                self.nodes[ix as usize].gossip_mesh.retain(|p| *p != peer);
+                self.nodes[peer as usize].gossip_mesh.retain(|p| *p != ix);
+            }
+        }
+    }
+
+    /// A symmetric mesh link (GRAFT accepted by the peer).
+    fn link_mesh(&mut self, a: Ix, b: Ix) {
+        if !self.nodes[a as usize].gossip_mesh.contains(&b) {
+            self.nodes[a as usize].gossip_mesh.push(b);
+            self.nodes[b as usize].gossip_mesh.push(a);
         }
     }
 
@@ -850,7 +946,7 @@ impl Sim {
             return;
         }
         self.nodes[b as usize].peers.remove(&a);
-        let low = self.scenario.topology.gossip_degree.saturating_sub(1).max(1);
+        let low = mesh_low(self.scenario.topology.gossip_degree);
         for (x, y) in [(a, b), (b, a)] {
             self.nodes[x as usize].gossip_mesh.retain(|p| *p != y);
             // Below D_lo: GRAFT a random connected peer not yet in the mesh.

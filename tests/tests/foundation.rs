@@ -176,3 +176,13 @@ fn bad_inputs_to_grant_sign_are_usage_errors() {
         mur(&["grant", "sign", "--key", &auth.key, "--capsule", "x", "--valid-for", "5y", "--out", out_s]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn the_demo_walkthrough_succeeds_and_exits_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = murnode(&["demo", "--once", "--dir", dir.path().to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("Every step behaved as expected."), "{text}");
+    assert!(text.contains("lists all 4 capsules") && text.contains("lists `translate`"), "{text}");
+}

@@ -42,8 +42,13 @@ impl Sim {
                         .collect();
                 self.partitions.push(Partition { fault: i, side_a, one_way });
             }
-            Fault::Crash { count, restart_after_s, .. } => {
-                for node in self.pick_live(count) {
+            Fault::Crash { count, nodes, restart_after_s, .. } => {
+                let chosen: Vec<Ix> = if nodes.is_empty() {
+                    self.pick_live(count)
+                } else {
+                    nodes.iter().filter(|&&n| n < self.nodes.len()).map(|&n| n as Ix).collect()
+                };
+                for node in chosen {
                     self.crash(node, false);
                     self.effects[i].effects += 1;
                     if let Some(after) = restart_after_s {
@@ -72,6 +77,13 @@ impl Sim {
                 }
             }
             Fault::Loss { loss, .. } => self.extra_loss = (loss, Some(i)),
+            Fault::Join { count, .. } => {
+                for _ in 0..count {
+                    let node = self.add_node(Role::Honest);
+                    self.start_node(node);
+                    self.effects[i].effects += 1;
+                }
+            }
             Fault::Byzantine { role, count, interval_ms, .. } => {
                 for _ in 0..count {
                     let node = self.add_node(Role::Byzantine { role, fault: i });
@@ -102,7 +114,7 @@ impl Sim {
                     self.crash(node, true);
                 }
             }
-            Fault::Crash { .. } | Fault::MassRestart { .. } | Fault::Churn { .. } => {}
+            Fault::Crash { .. } | Fault::MassRestart { .. } | Fault::Churn { .. } | Fault::Join { .. } => {}
         }
     }
 
