@@ -47,6 +47,9 @@ pub const GOSSIP_BYTES_MAX: usize = 64 * 1024;
 /// gossipsub's duplicate cache; a replayed message arriving later is new to the gossip layer.
 pub const GOSSIP_DUPLICATE_CACHE_MS: u64 = 60_000;
 
+/// What one node's directory says: capsule name → indices of the nodes hosting it.
+pub type DirectoryView = std::collections::BTreeMap<String, Vec<u32>>;
+
 /// gossipsub's heartbeat interval.
 const HEARTBEAT_MS: u64 = 1000;
 
@@ -431,17 +434,17 @@ impl Sim {
 
     /// Runs to the end and also returns, for every node alive at the end, what its
     /// directory says: capsule name → indices of the nodes hosting it.
-    pub fn run_with_views(mut self) -> (Outcome, Vec<Option<std::collections::BTreeMap<String, Vec<u32>>>>) {
+    pub fn run_with_views(mut self) -> (Outcome, Vec<Option<DirectoryView>>) {
         let started = Instant::now();
         self.step_to_end();
         let views = (0..self.nodes.len() as Ix).map(|ix| self.directory_view(ix)).collect();
         (self.finish(started.elapsed()), views)
     }
 
-    fn directory_view(&self, ix: Ix) -> Option<std::collections::BTreeMap<String, Vec<u32>>> {
+    fn directory_view(&self, ix: Ix) -> Option<DirectoryView> {
         let mesh = self.nodes[ix as usize].mesh.as_ref()?;
         let now = self.clock(ix);
-        let mut view: std::collections::BTreeMap<String, Vec<u32>> = std::collections::BTreeMap::new();
+        let mut view = DirectoryView::new();
         for name in mesh.directory().capsule_names() {
             let mut hosts: Vec<u32> = mesh
                 .directory()
