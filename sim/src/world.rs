@@ -19,7 +19,9 @@ use std::time::Instant;
 
 use murmur_protocol::advert::HostedCapsule;
 use murmur_protocol::directory::{Admission, DirectoryConfig, Refusal, Source};
-use murmur_protocol::limits::{DIRECTORY_NODES_MAX, ENVELOPE_OVERHEAD_MAX};
+use murmur_protocol::limits::{
+    DIRECTORY_NODES_MAX, ENVELOPE_OVERHEAD_MAX, SYNC_REQUEST_BYTES_MAX, SYNC_RESPONSE_BYTES_MAX,
+};
 use murmur_protocol::mesh::{Event as MeshEvent, Input, MeshConfig, MeshNode, Output, Verdict};
 use murmur_protocol::sync::{SyncRequest, SyncResponse};
 use murmur_protocol::verify::Verifier;
@@ -709,8 +711,12 @@ impl Sim {
                         .adverts
                         .iter()
                         .map(|e| e.body().len() + ENVELOPE_OVERHEAD_MAX)
-                        .sum::<usize>()
-                        + 16;
+                        .sum::<usize>();
+                    if size > SYNC_RESPONSE_BYTES_MAX {
+                        // Dropped by the requester's size limit; it times out.
+                        self.violation(format!("node {ix} built a sync response of {size} bytes, above the {SYNC_RESPONSE_BYTES_MAX}-byte limit"));
+                        return;
+                    }
                     let epoch = self.nodes[to as usize].epoch;
                     self.send(
                         ix,
@@ -883,8 +889,17 @@ impl Sim {
             self.schedule(self.now, Event::SyncTimeout { node: ix, req, epoch });
             return;
         }
+        // Estimated encoded size (≈45 bytes per digest entry): encoding a large digest for
+        // every request would dominate big runs.
         let size = request.digest.entries().len() * 45 + 64;
         self.nodes[ix as usize].syncing.insert(req, to);
+        if size > SYNC_REQUEST_BYTES_MAX {
+            // request-response refuses an oversized request: the exchange fails.
+            self.metrics.oversized_dropped += 1;
+            let epoch = self.nodes[ix as usize].epoch;
+            self.schedule(self.now, Event::SyncTimeout { node: ix, req, epoch });
+            return;
+        }
         let (epoch_to, epoch_me) = (self.nodes[to as usize].epoch, self.nodes[ix as usize].epoch);
         self.send(
             ix,

@@ -292,3 +292,18 @@ fn nodes_with_no_bootstrap_find_each_other_by_mdns() {
     }
     drop(nodes);
 }
+
+#[test]
+fn nodes_connect_over_quic_alone() {
+    let quic = ["--listen", "/ip4/127.0.0.1/udp/0/quic-v1", "--no-mdns"];
+    let a_dir = murmur_tests::init_data_dir_with(&capsules_toml(&[("over-quic", "1.0.0")]));
+    let a = TestNode::start_owned(a_dir, &quic).unwrap();
+    assert!(a.dial_addrs()[0].contains("/quic-v1/"), "{:?}", a.dial_addrs());
+    let b_dir = murmur_tests::init_data_dir_with("");
+    let bootstrap = a.dial_addrs()[0].clone();
+    let mut args = quic.to_vec();
+    args.extend(["--bootstrap", &bootstrap]);
+    let b = TestNode::start_owned(b_dir, &args).unwrap();
+    wait_for(CONVERGE, "the advert over QUIC", || has_all(&b, &names(&["over-quic"])).then_some(())).unwrap();
+    assert_eq!(b.connected_peers(), vec![a.peer_id().to_owned()]);
+}
