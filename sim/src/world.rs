@@ -9,7 +9,12 @@
 
 mod byzantine;
 mod faults;
+mod gossip;
 mod net;
+mod topology;
+
+use gossip::Message;
+use topology::HEARTBEAT_MS;
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -52,14 +57,6 @@ pub const GOSSIP_DUPLICATE_CACHE_MS: u64 = 60_000;
 /// What one node's directory says: capsule name → indices of the nodes hosting it.
 pub type DirectoryView = std::collections::BTreeMap<String, Vec<u32>>;
 
-/// gossipsub's heartbeat interval.
-const HEARTBEAT_MS: u64 = 1000;
-
-/// gossipsub's D_lo for a mesh degree D (5 for the default D = 6).
-fn mesh_low(degree: usize) -> usize {
-    (degree * 5 / 6).max(1)
-}
-
 /// Recent adverts remembered per node for the liveness check.
 const PUBLISHED_HISTORY_MAX: usize = 16;
 
@@ -75,29 +72,6 @@ pub struct Options {
 }
 
 type Ix = u32;
-
-/// A gossip message: decoded once, delivered to many.
-#[derive(Debug)]
-struct Message {
-    /// None for malformed bytes.
-    envelope: Option<Envelope>,
-    raw: Option<Arc<[u8]>>,
-    len: usize,
-    /// Nodes whose gossip layer has seen this message.
-    seen: Vec<u64>,
-}
-
-impl Message {
-    fn mark_seen(&mut self, node: Ix) -> bool {
-        let (word, bit) = (node as usize / 64, node % 64);
-        if self.seen.len() <= word {
-            self.seen.resize(word + 1, 0);
-        }
-        let fresh = self.seen[word] & (1 << bit) == 0;
-        self.seen[word] |= 1 << bit;
-        fresh
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
@@ -567,95 +541,6 @@ impl Sim {
         self.next_req
     }
 
-    fn start_node(&mut self, ix: Ix) {
-        let i = ix as usize;
-        if self.nodes[i].alive() {
-            return;
-        }
-        let now = self.clock(ix);
-        let node = &mut self.nodes[i];
-        node.mesh = Some(MeshNode::with_verifier(
-            node.key.clone(),
-            self.mesh_config.clone(),
-            self.verifier.clone(),
-            now,
-        ));
-        node.down_since = None;
-        node.uplink_free_at = self.now;
-        let capsules = node.capsules.clone();
-        let addrs = vec![format!("/ip4/10.{}.{}.{}/tcp/7421", node.region, ix / 250, ix % 250)];
-        self.handle(ix, Input::SetAddrs { addrs }, None);
-        self.handle(ix, Input::SetHosted { capsules }, None);
-        // Bootstrap: dial a few random live nodes, as configured bootstrap peers would.
-        let live: Vec<Ix> =
-            (0..self.nodes.len() as Ix).filter(|&j| j != ix && self.nodes[j as usize].alive()).collect();
-        let want = self.scenario.topology.bootstrap_peers.min(live.len());
-        let mut chosen = live;
-        self.nodes[i].rng.shuffle(&mut chosen);
-        for peer in chosen.into_iter().take(want) {
-            self.dial(ix, peer);
-        }
-        let epoch = self.nodes[i].epoch;
-        let first_beat = self.now + self.nodes[i].rng.between(1, HEARTBEAT_MS);
-        self.schedule(first_beat, Event::Heartbeat { node: ix, epoch });
-    }
-
-    /// gossipsub's heartbeat, for the mesh only: below D_lo, GRAFT random connected peers up
-    /// to D (the peer accepts); above D_hi, PRUNE random mesh peers down to D.
-    fn heartbeat(&mut self, ix: Ix) {
-        let degree = self.scenario.topology.gossip_degree;
-        let (low, high) = (mesh_low(degree), 2 * degree);
-        let node = &mut self.nodes[ix as usize];
-        let len = node.gossip_mesh.len();
-        if len < low {
-            let mut candidates: Vec<Ix> =
-                node.peers.iter().copied().filter(|p| !node.gossip_mesh.contains(p)).collect();
-            node.rng.shuffle(&mut candidates);
-            for peer in candidates.into_iter().take(degree - len) {
-                self.link_mesh(ix, peer);
-            }
-        } else if len > high {
-            let mut mesh = node.gossip_mesh.clone();
-            node.rng.shuffle(&mut mesh);
-            for peer in mesh.into_iter().skip(degree) {
-                self.nodes[ix as usize].gossip_mesh.retain(|p| *p != peer);
-                self.nodes[peer as usize].gossip_mesh.retain(|p| *p != ix);
-            }
-        }
-    }
-
-    /// A symmetric mesh link (GRAFT accepted by the peer).
-    fn link_mesh(&mut self, a: Ix, b: Ix) {
-        if !self.nodes[a as usize].gossip_mesh.contains(&b) {
-            self.nodes[a as usize].gossip_mesh.push(b);
-            self.nodes[b as usize].gossip_mesh.push(a);
-        }
-    }
-
-    /// Crashes a node: its in-memory state is lost, its connections close at once.
-    fn crash(&mut self, ix: Ix, for_good: bool) {
-        let i = ix as usize;
-        if !self.nodes[i].alive() {
-            if for_good {
-                self.nodes[i].gone = true;
-            }
-            return;
-        }
-        let peers: Vec<Ix> = self.nodes[i].peers.iter().copied().collect();
-        for peer in peers {
-            self.disconnect(ix, peer);
-        }
-        let node = &mut self.nodes[i];
-        node.mesh = None;
-        node.epoch += 1;
-        node.gone |= for_good;
-        node.down_since = Some(self.now);
-        node.timer_at = None;
-        node.syncing.clear();
-        node.answering.clear();
-        self.oracle.forget_observer(ix);
-    }
-
     /// Feeds one input to node `ix` and carries out its outputs.
     fn handle(&mut self, ix: Ix, input: Input, delivery: Option<Delivery>) {
         let now = self.clock(ix);
@@ -781,104 +666,6 @@ impl Sim {
         }
     }
 
-    fn publish(&mut self, ix: Ix, bytes: &[u8]) {
-        let Ok(envelope) = Envelope::decode(bytes) else {
-            self.violation(format!("node {ix} published bytes that do not decode as an envelope"));
-            return;
-        };
-        // Every node's own advert is genuine: byzantine nodes sign their own honestly too.
-        if let Ok(advert) = envelope.peek::<murmur_protocol::Advert>() {
-            self.oracle.published(
-                ix,
-                advert.seq,
-                envelope.clone(),
-                advert.issued_at,
-                advert.ttl_ms,
-                self.now,
-            );
-            let history = &mut self.nodes[ix as usize].published;
-            if history.len() >= PUBLISHED_HISTORY_MAX {
-                history.pop_front();
-            }
-            history.push_back((self.now, advert.seq));
-        }
-        let msg = self.new_message(Some(envelope), None, bytes.len(), ix);
-        self.flood(ix, msg);
-    }
-
-    fn new_message(
-        &mut self,
-        envelope: Option<Envelope>,
-        raw: Option<Arc<[u8]>>,
-        len: usize,
-        origin: Ix,
-    ) -> u32 {
-        let mut message = Message { envelope, raw, len, seen: Vec::new() };
-        message.mark_seen(origin);
-        self.messages.push(message);
-        (self.messages.len() - 1) as u32
-    }
-
-    /// gossipsub publishes to every connected subscriber (flood publish).
-    fn flood(&mut self, ix: Ix, msg: u32) {
-        let peers: Vec<Ix> = self.nodes[ix as usize].peers.iter().copied().collect();
-        let len = self.messages[msg as usize].len;
-        for peer in peers {
-            let epoch = self.nodes[peer as usize].epoch;
-            self.send(ix, peer, len, Event::Gossip { to: peer, from: ix, msg, epoch });
-        }
-    }
-
-    /// After an `Accept`, relay to the gossip mesh (not back to where it came from).
-    fn forward(&mut self, ix: Ix, delivery: Delivery) {
-        let mesh_peers = self.nodes[ix as usize].gossip_mesh.clone();
-        let len = self.messages[delivery.msg as usize].len;
-        for peer in mesh_peers {
-            if peer != delivery.from {
-                let epoch = self.nodes[peer as usize].epoch;
-                self.send(ix, peer, len, Event::Gossip { to: peer, from: ix, msg: delivery.msg, epoch });
-            }
-        }
-    }
-
-    fn deliver_gossip(&mut self, to: Ix, from: Ix, msg: u32, epoch: u32) {
-        if !self.is_current(to, epoch) {
-            return;
-        }
-        let message = &mut self.messages[msg as usize];
-        if message.len > GOSSIP_BYTES_MAX {
-            self.metrics.oversized_dropped += 1;
-            return;
-        }
-        if !message.mark_seen(to) {
-            self.metrics.gossip_duplicates += 1;
-            return;
-        }
-        let from_id = self.nodes[from as usize].id;
-        let input = match (&message.envelope, &message.raw) {
-            (Some(envelope), _) => Input::GossipDecoded {
-                from: from_id,
-                token: u64::from(msg),
-                envelope: envelope.clone(),
-                len: message.len,
-            },
-            (None, Some(raw)) => {
-                Input::GossipReceived { from: from_id, token: u64::from(msg), bytes: raw.to_vec() }
-            }
-            (None, None) => return,
-        };
-        if let Role::Byzantine { role: ByzantineRole::Replayer, .. } = self.nodes[to as usize].role
-            && let Some(envelope) = &self.messages[msg as usize].envelope
-        {
-            let captured = &mut self.nodes[to as usize].captured;
-            if captured.len() >= 256 {
-                captured.pop_front();
-            }
-            captured.push_back(envelope.clone());
-        }
-        self.handle(to, input, Some(Delivery { msg, from }));
-    }
-
     fn send_sync_request(&mut self, ix: Ix, peer: NodeId, request: SyncRequest) {
         let req = self.next_token();
         let Some(&to) = self.index.get(&peer) else { return };
@@ -909,77 +696,6 @@ impl Sim {
         );
         let timeout = self.scenario.topology.request_timeout_ms;
         self.schedule(self.now + timeout, Event::SyncTimeout { node: ix, req, epoch: epoch_me });
-    }
-
-    /// Opens a connection after a round trip, if the target is reachable and has room.
-    fn dial(&mut self, a: Ix, b: Ix) {
-        if a == b || self.nodes[a as usize].peers.contains(&b) || !self.nodes[b as usize].alive() {
-            return;
-        }
-        if self.partitioned(a, b) || self.partitioned(b, a) {
-            return;
-        }
-        let rtt = 2 * self.base_latency(a, b);
-        let (epoch_a, epoch_b) = (self.nodes[a as usize].epoch, self.nodes[b as usize].epoch);
-        self.schedule(self.now + rtt, Event::Connected { a, b, epoch_a, epoch_b });
-    }
-
-    fn connect(&mut self, a: Ix, b: Ix) {
-        let max = self.scenario.topology.connections_max;
-        if self.nodes[a as usize].peers.contains(&b)
-            || self.nodes[a as usize].peers.len() >= max
-            || self.nodes[b as usize].peers.len() >= max
-        {
-            return;
-        }
-        self.nodes[a as usize].peers.insert(b);
-        self.nodes[b as usize].peers.insert(a);
-        // GRAFT: a side below the mesh degree takes the new peer in, if the peer has room.
-        let degree = self.scenario.topology.gossip_degree;
-        if self.nodes[a as usize].gossip_mesh.len() < degree
-            || self.nodes[b as usize].gossip_mesh.len() < degree
-        {
-            self.graft(a, b);
-        }
-        for (x, y) in [(a, b), (b, a)] {
-            let peer = self.nodes[y as usize].id;
-            self.handle(x, Input::PeerConnected { peer }, None);
-        }
-    }
-
-    /// Adds a symmetric gossip mesh link unless either side is at its upper bound (D_hi),
-    /// as gossipsub's GRAFT/PRUNE keeps every mesh between D_lo and D_hi.
-    fn graft(&mut self, a: Ix, b: Ix) {
-        let high = 2 * self.scenario.topology.gossip_degree;
-        let (ma, mb) = (&self.nodes[a as usize].gossip_mesh, &self.nodes[b as usize].gossip_mesh);
-        if ma.contains(&b) || ma.len() >= high || mb.len() >= high {
-            return;
-        }
-        self.nodes[a as usize].gossip_mesh.push(b);
-        self.nodes[b as usize].gossip_mesh.push(a);
-    }
-
-    fn disconnect(&mut self, a: Ix, b: Ix) {
-        if !self.nodes[a as usize].peers.remove(&b) {
-            return;
-        }
-        self.nodes[b as usize].peers.remove(&a);
-        let low = mesh_low(self.scenario.topology.gossip_degree);
-        for (x, y) in [(a, b), (b, a)] {
-            self.nodes[x as usize].gossip_mesh.retain(|p| *p != y);
-            // Below D_lo: GRAFT a random connected peer not yet in the mesh.
-            if self.nodes[x as usize].gossip_mesh.len() < low {
-                let node = &mut self.nodes[x as usize];
-                let candidates: Vec<Ix> =
-                    node.peers.iter().copied().filter(|p| !node.gossip_mesh.contains(p)).collect();
-                if !candidates.is_empty() {
-                    let pick = candidates[node.rng.below(candidates.len() as u64) as usize];
-                    self.graft(x, pick);
-                }
-            }
-            let peer = self.nodes[y as usize].id;
-            self.handle(x, Input::PeerDisconnected { peer }, None);
-        }
     }
 
     fn live_honest_count(&self) -> u32 {
