@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Builds every guest component for wasm32-wasip2. Output:
+#   capsules/target/wasm32-wasip2/release/<crate>.wasm   (crate names with `_` for `-`)
+set -euo pipefail
+cd "$(dirname "$0")"
+if command -v rustup >/dev/null 2>&1; then
+  rustup target add wasm32-wasip2 >/dev/null
+fi
+cargo build --release --target wasm32-wasip2
+ls -1 target/wasm32-wasip2/release/*.wasm

@@ -1,0 +1,3 @@
+//! The capsule runtime.
+
+pub mod bindings;

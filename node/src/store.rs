@@ -1,0 +1,434 @@
+//! The node's artifact store: an OCI image layout under the data directory.
+//!
+//! ```text
+//! DIR/store/oci-layout                  {"imageLayoutVersion":"1.0.0"}
+//! DIR/store/index.json                  an OCI image index: one manifest per name@version
+//! DIR/store/blobs/sha256/<64 hex>       manifests, configs and content, by SHA-256
+//! ```
+//!
+//! An artifact is an OCI image manifest whose config blob holds Murmur's metadata (name,
+//! version, kind, runtime, description, tags, schemas) and whose one layer is the content
+//! (a WebAssembly component, `application/wasm`). Standard OCI tools (oras, skopeo) can read
+//! the layout. Every write goes to a temporary file, is fsynced and renamed (see
+//! `fsutil`), blobs before the index that names them, so a crash leaves either the old
+//! store or the new one. Blobs are verified against their digest whenever they are read.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use anyhow::{Context, bail};
+use murmur_protocol::Digest;
+use murmur_protocol::names::{check_capsule_name, check_version};
+use serde::{Deserialize, Serialize};
+
+use crate::fsutil::write_atomic;
+
+/// Media type of a Murmur artifact's manifest config.
+pub const CONFIG_MEDIA_TYPE: &str = "application/vnd.murmur.artifact.config.v1+json";
+/// `artifactType` of Murmur artifacts.
+pub const ARTIFACT_TYPE: &str = "application/vnd.murmur.artifact.v1";
+/// Media type of WebAssembly component content.
+pub const WASM_MEDIA_TYPE: &str = "application/wasm";
+const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+const INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
+const REF_NAME: &str = "org.opencontainers.image.ref.name";
+
+/// Largest content blob accepted (a component is typically tens to hundreds of KiB).
+pub const CONTENT_BYTES_MAX: u64 = 256 * 1024 * 1024;
+/// Largest manifest or config blob.
+pub const METADATA_BYTES_MAX: u64 = 64 * 1024;
+/// Artifacts (name@version) one store indexes.
+pub const ARTIFACTS_MAX: usize = 10_000;
+/// Tags per artifact, and bytes per description or schema.
+pub const TAGS_MAX: usize = 32;
+pub const TEXT_BYTES_MAX: usize = 16 * 1024;
+
+/// What an artifact is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Tool,
+    Capsule,
+    Driver,
+    Hook,
+    Agent,
+}
+
+/// How an artifact runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    Wasm,
+    Native,
+}
+
+/// An artifact's metadata, stored as its manifest's config blob.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArtifactMeta {
+    pub name: String,
+    pub version: String,
+    pub kind: Kind,
+    pub runtime: Runtime,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub input_schema: Option<String>,
+    #[serde(default)]
+    pub output_schema: Option<String>,
+}
+
+impl ArtifactMeta {
+    /// Checks every field's grammar and bound.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        check_capsule_name(&self.name).map_err(|e| anyhow::anyhow!("name: {e}"))?;
+        check_version(&self.version).map_err(|e| anyhow::anyhow!("version: {e}"))?;
+        if self.tags.len() > TAGS_MAX {
+            bail!("tags: at most {TAGS_MAX}");
+        }
+        for text in [Some(&self.description), self.input_schema.as_ref(), self.output_schema.as_ref()]
+            .into_iter()
+            .flatten()
+        {
+            if text.len() > TEXT_BYTES_MAX {
+                bail!("description and schemas: at most {TEXT_BYTES_MAX} bytes each");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An artifact as the store holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    pub meta: ArtifactMeta,
+    /// Digest of the OCI manifest (the artifact's identity in the store).
+    pub manifest: Digest,
+    /// Digest and size of the content (the component).
+    pub content: Digest,
+    pub size: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Descriptor {
+    media_type: String,
+    digest: String,
+    size: u64,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    annotations: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Manifest {
+    schema_version: u32,
+    media_type: String,
+    artifact_type: String,
+    config: Descriptor,
+    layers: Vec<Descriptor>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Index {
+    schema_version: u32,
+    media_type: String,
+    manifests: Vec<Descriptor>,
+}
+
+/// The store. Writers are serialized; readers see a consistent index.
+#[derive(Debug)]
+pub struct ArtifactStore {
+    root: PathBuf,
+    write: Mutex<()>,
+}
+
+impl ArtifactStore {
+    /// Opens (creating if needed) the store at `root`.
+    pub fn open(root: &Path) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(root.join("blobs/sha256"))
+            .with_context(|| format!("cannot create {}", root.display()))?;
+        let layout = root.join("oci-layout");
+        if !layout.exists() {
+            write_atomic(&layout, br#"{"imageLayoutVersion":"1.0.0"}"#)?;
+        }
+        let store = Self { root: root.to_path_buf(), write: Mutex::new(()) };
+        if !store.index_path().exists() {
+            store.write_index(&Index::default())?;
+        }
+        Ok(store)
+    }
+
+    /// Where the layout lives.
+    #[must_use]
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Adds `content` as artifact `meta`, replacing an existing name@version. Returns it.
+    pub fn add(&self, meta: &ArtifactMeta, content: &[u8]) -> anyhow::Result<Stored> {
+        meta.validate()?;
+        if content.len() as u64 > CONTENT_BYTES_MAX {
+            bail!("content is {} bytes, more than the {CONTENT_BYTES_MAX} a store accepts", content.len());
+        }
+        let _guard = self.write.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let content_digest = self.put_blob(content)?;
+        let config = serde_json::to_vec(meta)?;
+        let config_digest = self.put_blob(&config)?;
+        let manifest = Manifest {
+            schema_version: 2,
+            media_type: MANIFEST_MEDIA_TYPE.into(),
+            artifact_type: ARTIFACT_TYPE.into(),
+            config: descriptor(CONFIG_MEDIA_TYPE, config_digest, config.len() as u64),
+            layers: vec![descriptor(WASM_MEDIA_TYPE, content_digest, content.len() as u64)],
+        };
+        let manifest_bytes = serde_json::to_vec(&manifest)?;
+        let manifest_digest = self.put_blob(&manifest_bytes)?;
+        let mut index = self.read_index()?;
+        index.manifests.retain(|d| d.annotations.get(REF_NAME) != Some(&reference(meta)));
+        if index.manifests.len() >= ARTIFACTS_MAX {
+            bail!("the store holds {ARTIFACTS_MAX} artifacts, its limit");
+        }
+        let mut entry = descriptor(MANIFEST_MEDIA_TYPE, manifest_digest, manifest_bytes.len() as u64);
+        entry.annotations.insert(REF_NAME.into(), reference(meta));
+        index.manifests.push(entry);
+        index.manifests.sort_by(|a, b| a.annotations.get(REF_NAME).cmp(&b.annotations.get(REF_NAME)));
+        self.write_index(&index)?;
+        Ok(Stored {
+            meta: meta.clone(),
+            manifest: manifest_digest,
+            content: content_digest,
+            size: content.len() as u64,
+        })
+    }
+
+    /// Every artifact, sorted by name then version.
+    pub fn list(&self) -> anyhow::Result<Vec<Stored>> {
+        self.read_index()?.manifests.iter().map(|d| self.load(d)).collect()
+    }
+
+    /// The artifact `name` at `version`, or the highest version when `version` is `None`
+    /// (compared as dotted numbers where possible).
+    pub fn find(&self, name: &str, version: Option<&str>) -> anyhow::Result<Option<Stored>> {
+        let mut matching: Vec<Stored> = self.list()?.into_iter().filter(|s| s.meta.name == name).collect();
+        if let Some(version) = version {
+            return Ok(matching.into_iter().find(|s| s.meta.version == version));
+        }
+        matching.sort_by(|a, b| version_key(&a.meta.version).cmp(&version_key(&b.meta.version)));
+        Ok(matching.pop())
+    }
+
+    /// The artifact whose content or manifest has `digest`.
+    pub fn by_digest(&self, digest: &Digest) -> anyhow::Result<Option<Stored>> {
+        Ok(self.list()?.into_iter().find(|s| s.content == *digest || s.manifest == *digest))
+    }
+
+    /// Artifacts whose name, tags or description contain `query` (case-insensitive).
+    pub fn search(&self, query: &str) -> anyhow::Result<Vec<Stored>> {
+        let needle = query.trim().to_lowercase();
+        if needle.is_empty() {
+            bail!("search needs a non-empty query");
+        }
+        Ok(self
+            .list()?
+            .into_iter()
+            .filter(|s| {
+                s.meta.name.contains(&needle)
+                    || s.meta.tags.iter().any(|t| t.to_lowercase().contains(&needle))
+                    || s.meta.description.to_lowercase().contains(&needle)
+            })
+            .collect())
+    }
+
+    /// Removes every version of `name` from the index; unreferenced blobs are deleted.
+    /// Returns whether anything was removed.
+    pub fn remove(&self, name: &str) -> anyhow::Result<bool> {
+        let _guard = self.write.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut index = self.read_index()?;
+        let before = index.manifests.len();
+        let prefix = format!("{name}:");
+        index.manifests.retain(|d| !d.annotations.get(REF_NAME).is_some_and(|r| r.starts_with(&prefix)));
+        if index.manifests.len() == before {
+            return Ok(false);
+        }
+        self.write_index(&index)?;
+        self.collect_garbage(&index)?;
+        Ok(true)
+    }
+
+    /// Reads a blob, verifying it against its digest.
+    pub fn read_blob(&self, digest: &Digest, len_max: u64) -> anyhow::Result<Vec<u8>> {
+        let path = self.blob_path(digest);
+        let len = std::fs::metadata(&path)
+            .with_context(|| format!("blob {digest} is missing from the store"))?
+            .len();
+        if len > len_max {
+            bail!("blob {digest} is {len} bytes, more than {len_max}");
+        }
+        let bytes = std::fs::read(&path)?;
+        if Digest::of(&bytes) != *digest {
+            bail!("blob {digest} is corrupt: its bytes hash to {}", Digest::of(&bytes));
+        }
+        Ok(bytes)
+    }
+
+    /// The content of an artifact, verified.
+    pub fn content(&self, stored: &Stored) -> anyhow::Result<Vec<u8>> {
+        self.read_blob(&stored.content, CONTENT_BYTES_MAX)
+    }
+
+    fn load(&self, entry: &Descriptor) -> anyhow::Result<Stored> {
+        let manifest_digest: Digest = entry.digest.parse()?;
+        let manifest: Manifest =
+            serde_json::from_slice(&self.read_blob(&manifest_digest, METADATA_BYTES_MAX)?)
+                .with_context(|| format!("manifest {manifest_digest} is not an artifact manifest"))?;
+        let config_digest: Digest = manifest.config.digest.parse()?;
+        let meta: ArtifactMeta = serde_json::from_slice(&self.read_blob(&config_digest, METADATA_BYTES_MAX)?)
+            .with_context(|| format!("config {config_digest} is not artifact metadata"))?;
+        let layer = manifest.layers.first().context("manifest has no content layer")?;
+        Ok(Stored { meta, manifest: manifest_digest, content: layer.digest.parse()?, size: layer.size })
+    }
+
+    fn put_blob(&self, bytes: &[u8]) -> anyhow::Result<Digest> {
+        let digest = Digest::of(bytes);
+        let path = self.blob_path(&digest);
+        if !path.exists() {
+            write_atomic(&path, bytes)?;
+        }
+        Ok(digest)
+    }
+
+    fn blob_path(&self, digest: &Digest) -> PathBuf {
+        self.root.join("blobs/sha256").join(digest.hex())
+    }
+
+    fn index_path(&self) -> PathBuf {
+        self.root.join("index.json")
+    }
+
+    fn read_index(&self) -> anyhow::Result<Index> {
+        let bytes = std::fs::read(self.index_path()).context("cannot read the store index")?;
+        serde_json::from_slice(&bytes).context("the store index is not valid JSON")
+    }
+
+    fn write_index(&self, index: &Index) -> anyhow::Result<()> {
+        let index = Index {
+            schema_version: 2,
+            media_type: INDEX_MEDIA_TYPE.into(),
+            manifests: index.manifests.iter().map(clone_descriptor).collect(),
+        };
+        write_atomic(&self.index_path(), &serde_json::to_vec_pretty(&index)?)
+    }
+
+    /// Deletes blobs no indexed manifest references (after the index no longer names them).
+    fn collect_garbage(&self, index: &Index) -> anyhow::Result<()> {
+        let mut live = BTreeSet::new();
+        for entry in &index.manifests {
+            let digest: Digest = entry.digest.parse()?;
+            live.insert(digest.hex());
+            let manifest: Manifest = serde_json::from_slice(&self.read_blob(&digest, METADATA_BYTES_MAX)?)?;
+            live.insert(manifest.config.digest.trim_start_matches("sha256:").to_owned());
+            for layer in &manifest.layers {
+                live.insert(layer.digest.trim_start_matches("sha256:").to_owned());
+            }
+        }
+        for entry in std::fs::read_dir(self.root.join("blobs/sha256"))? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.len() == 64 && !live.contains(&name) {
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn descriptor(media_type: &str, digest: Digest, size: u64) -> Descriptor {
+    Descriptor {
+        media_type: media_type.into(),
+        digest: digest.to_string(),
+        size,
+        annotations: Default::default(),
+    }
+}
+
+fn clone_descriptor(d: &Descriptor) -> Descriptor {
+    Descriptor {
+        media_type: d.media_type.clone(),
+        digest: d.digest.clone(),
+        size: d.size,
+        annotations: d.annotations.clone(),
+    }
+}
+
+fn reference(meta: &ArtifactMeta) -> String {
+    format!("{}:{}", meta.name, meta.version)
+}
+
+/// Orders versions by their numeric dotted parts, then as text.
+fn version_key(version: &str) -> (Vec<u64>, String) {
+    let numbers = version.split(['.', '-', '+']).map_while(|p| p.parse().ok()).collect();
+    (numbers, version.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(name: &str, version: &str) -> ArtifactMeta {
+        ArtifactMeta {
+            name: name.into(),
+            version: version.into(),
+            kind: Kind::Tool,
+            runtime: Runtime::Wasm,
+            description: if name == "wordcount" { "counts words".into() } else { "echoes input".into() },
+            tags: vec!["text".into()],
+            input_schema: None,
+            output_schema: None,
+        }
+    }
+
+    #[test]
+    fn add_list_find_search_remove() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::open(dir.path()).unwrap();
+        let a = store.add(&meta("wordcount", "1.0.0"), b"wasm-1").unwrap();
+        store.add(&meta("wordcount", "1.10.0"), b"wasm-2").unwrap();
+        store.add(&meta("echo", "0.1.0"), b"wasm-3").unwrap();
+        assert_eq!(store.list().unwrap().len(), 3);
+        assert_eq!(store.find("wordcount", None).unwrap().unwrap().meta.version, "1.10.0");
+        assert_eq!(store.find("wordcount", Some("1.0.0")).unwrap().unwrap(), a);
+        assert_eq!(store.content(&a).unwrap(), b"wasm-1");
+        assert_eq!(store.search("WORDS").unwrap().len(), 2);
+        assert!(store.search(" ").is_err());
+        assert!(store.remove("wordcount").unwrap());
+        assert!(!store.remove("wordcount").unwrap());
+        assert_eq!(store.list().unwrap().len(), 1);
+        assert!(store.read_blob(&a.content, 100).is_err(), "unreferenced blobs are collected");
+        assert!(dir.path().join("oci-layout").exists());
+        let index: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("index.json")).unwrap()).unwrap();
+        assert_eq!(index["manifests"][0]["annotations"][REF_NAME], "echo:0.1.0");
+    }
+
+    #[test]
+    fn corrupt_blobs_are_refused_on_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::open(dir.path()).unwrap();
+        let a = store.add(&meta("echo", "0.1.0"), b"wasm").unwrap();
+        std::fs::write(dir.path().join("blobs/sha256").join(a.content.hex()), b"evil").unwrap();
+        assert!(store.content(&a).unwrap_err().to_string().contains("corrupt"));
+    }
+
+    #[test]
+    fn invalid_metadata_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ArtifactStore::open(dir.path()).unwrap();
+        assert!(store.add(&meta("Bad Name", "1"), b"x").is_err());
+        assert!(store.list().unwrap().is_empty());
+    }
+}
