@@ -218,7 +218,7 @@ impl ArtifactStore {
         if let Some(version) = version {
             return Ok(matching.into_iter().find(|s| s.meta.version == version));
         }
-        matching.sort_by(|a, b| version_key(&a.meta.version).cmp(&version_key(&b.meta.version)));
+        matching.sort_by_key(|s| version_key(&s.meta.version));
         Ok(matching.pop())
     }
 
