@@ -10,6 +10,10 @@ cd "$(dirname "$0")/.."
 
 say() { printf '\n== %s\n' "$*"; }
 
+# Guest components (wasm32-wasip2) that the runtime tests load: built from capsules/.
+say "guest components (wasm32-wasip2)"
+bash capsules/build.sh
+
 # The end-to-end suites run the real binaries (murnode, mur, murmur-testpeer), which
 # `cargo test` does not build for another package's tests: build them first.
 say "build binaries"

@@ -4,6 +4,7 @@
 //! [`app`] and test it in process with `tower::ServiceExt::oneshot`.
 
 mod metrics;
+pub mod runtime;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,11 +12,12 @@ use std::time::Instant;
 use axum::extract::State;
 use axum::http::{Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
 use crate::mesh::MeshHandle;
+use crate::runtime::Runtime;
 
 /// What the HTTP handlers read.
 #[derive(Debug)]
@@ -23,6 +25,7 @@ pub struct ApiState {
     pub peer_id: String,
     pub started: Instant,
     pub mesh: MeshHandle,
+    pub runtime: Runtime,
 }
 
 /// The router, with every route the node serves.
@@ -32,6 +35,9 @@ pub fn app(state: Arc<ApiState>) -> Router {
         .route("/v1/peers", get(peers))
         .route("/v1/capsules", get(capsules))
         .route("/metrics", get(prometheus))
+        .route("/v1/runtime/capsules", get(runtime::installed))
+        .route("/v1/tools/{name}/run", post(runtime::run_tool))
+        .route("/v1/capsules/{name}/run", post(runtime::run_capsule))
         .fallback(not_found)
         .with_state(state)
 }
@@ -111,10 +117,20 @@ mod tests {
                 }
             }
         });
+        // The directory lives for the rest of the test process (a few KiB in /tmp).
+        let dir = tempfile::tempdir().unwrap().keep();
+        let store = Arc::new(crate::store::ArtifactStore::open(&dir.join("store")).unwrap());
+        let runtime = Runtime::new(
+            crate::runtime::RuntimeOptions { data_dir: dir, pooling: false },
+            store,
+            Arc::new(crate::runtime::DirectHttp::new().unwrap()),
+        )
+        .unwrap();
         Arc::new(ApiState {
             peer_id: "12D3KooWtest".into(),
             started: Instant::now(),
             mesh: MeshHandle::for_tests(tx),
+            runtime,
         })
     }
 
@@ -149,6 +165,25 @@ mod tests {
         assert_eq!(status, StatusCode::OK);
         assert!(body.contains("# TYPE murmur_peers_connected gauge"), "{body}");
         assert!(body.contains("murmur_adverts_refused_total{reason=\"bad_signature\"} 0"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn running_an_unknown_tool_is_a_404_in_the_error_shape() {
+        let response = app(state())
+            .oneshot(
+                Request::post("/v1/tools/nope/run")
+                    .header("content-type", "application/json")
+                    .body(Body::from(r#"{"data":"x"}"#))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(body["error"]["message"], "no capsule or tool named `nope` runs on this node");
+        let (status, body) = get("/v1/runtime/capsules").await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "[]"));
     }
 
     #[tokio::test]

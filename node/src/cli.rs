@@ -1,8 +1,10 @@
 //! The `mur` client's commands. Each module owns one noun (`mur key …`, `mur grant …`).
 
+pub mod capsule;
 pub mod capsules;
 pub mod cert;
 pub mod client;
 pub mod grant;
 pub mod key;
 pub mod peers;
+pub mod tool;

@@ -44,6 +44,7 @@ pub struct RawConfig {
     pub network: RawNetwork,
     pub adverts: RawAdverts,
     pub trust: RawTrust,
+    pub runtime: RawRuntime,
     pub capsules: Vec<RawCapsule>,
 }
 
@@ -114,6 +115,19 @@ impl Default for RawTrust {
 }
 
 #[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawRuntime {
+    pub capsules_dir: String,
+    pub pooling: bool,
+}
+
+impl Default for RawRuntime {
+    fn default() -> Self {
+        Self { capsules_dir: "capsules".into(), pooling: true }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawCapsule {
     pub name: String,
@@ -128,8 +142,16 @@ pub struct Config {
     pub network: NetworkConfig,
     pub adverts: AdvertConfig,
     pub trust: TrustConfig,
-    /// Capsules declared in the file, advertised as hosted.
+    pub runtime: RuntimeConfig,
+    /// Capsules declared in the file, advertised as hosted (not run by this node).
     pub capsules: Vec<HostedCapsule>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeConfig {
+    /// Absolute directory of capsule manifests this node runs.
+    pub capsules_dir: PathBuf,
+    pub pooling: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -296,6 +318,10 @@ impl Config {
                 authorities,
                 closed: raw.trust.closed,
                 cert: data_dir.join(&raw.trust.cert),
+            },
+            runtime: RuntimeConfig {
+                capsules_dir: data_dir.join(&raw.runtime.capsules_dir),
+                pooling: raw.runtime.pooling,
             },
             capsules,
         })

@@ -23,6 +23,9 @@ use crate::data_dir;
 use crate::exit::{CliError, CliResult, UsageContext};
 use crate::mesh;
 use crate::output::print_json;
+use crate::runtime::{DirectHttp, Runtime, RuntimeOptions};
+use crate::store::ArtifactStore;
+use murmur_protocol::HostedCapsule;
 
 /// `murnode run`'s inputs after flag and environment parsing.
 #[derive(Debug, Clone)]
@@ -84,10 +87,16 @@ pub async fn run(options: RunOptions) -> CliResult {
         .with_context(|| format!("cannot listen for the API on {}", config.api_listen))?;
     let api_addr = listener.local_addr().context("cannot read the API address")?;
 
+    let runtime = start_runtime(&options, &config)?;
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mesh = mesh::start(&key, &config, cert, stop_rx).await.context("cannot start networking")?;
-    let state =
-        Arc::new(ApiState { peer_id: peer_id.clone(), started: Instant::now(), mesh: mesh.handle.clone() });
+    let hosted = hosted_capsules(&config, &runtime);
+    let mesh = mesh::start(&key, &config, hosted, cert, stop_rx).await.context("cannot start networking")?;
+    let state = Arc::new(ApiState {
+        peer_id: peer_id.clone(),
+        started: Instant::now(),
+        mesh: mesh.handle.clone(),
+        runtime: runtime.clone(),
+    });
 
     let ready = Ready {
         event: "ready",
@@ -106,7 +115,7 @@ pub async fn run(options: RunOptions) -> CliResult {
     }
     info!(peer = %ready.peer_id, api = %api_addr, "node started");
 
-    tokio::spawn(reload_on_sighup(options.clone(), config, mesh.handle.clone()));
+    tokio::spawn(reload_on_sighup(options.clone(), config, runtime, mesh.handle.clone()));
 
     axum::serve(listener, api::app(state))
         .with_graceful_shutdown(shutdown_signal())
@@ -116,6 +125,39 @@ pub async fn run(options: RunOptions) -> CliResult {
     let _ = mesh.task.await;
     info!("node stopped");
     Ok(())
+}
+
+/// Opens the artifact store and starts the capsule runtime with every manifest in the
+/// capsules directory. A manifest that does not load stops the start, naming its file.
+fn start_runtime(options: &RunOptions, config: &Config) -> CliResult<Runtime> {
+    let store = ArtifactStore::open(&options.data_dir.join("store")).map_err(CliError::failed)?;
+    let router = Arc::new(DirectHttp::new().map_err(CliError::failed)?);
+    let runtime = Runtime::new(
+        RuntimeOptions { data_dir: options.data_dir.clone(), pooling: config.runtime.pooling },
+        Arc::new(store),
+        router,
+    )
+    .map_err(CliError::failed)?;
+    let problems = runtime.install_dir(&config.runtime.capsules_dir);
+    if !problems.is_empty() {
+        return Err(CliError::usage(anyhow::anyhow!(
+            "capsules that cannot run:\n  - {}",
+            problems.join("\n  - ")
+        )));
+    }
+    Ok(runtime)
+}
+
+/// What the node advertises: the capsules it runs, then those its config only declares.
+fn hosted_capsules(config: &Config, runtime: &Runtime) -> Vec<HostedCapsule> {
+    let mut hosted = runtime.hosted();
+    for declared in &config.capsules {
+        if !hosted.iter().any(|h| h.name == declared.name) {
+            hosted.push(declared.clone());
+        }
+    }
+    hosted.truncate(murmur_protocol::limits::ADVERT_CAPSULES_MAX);
+    hosted
 }
 
 /// This node's closed-mesh certificate, checked before use so a node never starts with a
@@ -142,7 +184,12 @@ fn own_certificate(key: &SecretKey, config: &Config) -> anyhow::Result<Option<En
 /// Re-reads the config file on SIGHUP and applies what can change while running: the
 /// declared capsules. Other changed keys are reported as needing a restart. A config that
 /// no longer validates is reported and ignored; the node keeps running as it was.
-async fn reload_on_sighup(options: RunOptions, mut current: Config, mesh: mesh::MeshHandle) {
+async fn reload_on_sighup(
+    options: RunOptions,
+    mut current: Config,
+    runtime: Runtime,
+    mesh: mesh::MeshHandle,
+) {
     let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
     while hup.recv().await.is_some() {
         let next = match load_config(&options) {
@@ -152,15 +199,21 @@ async fn reload_on_sighup(options: RunOptions, mut current: Config, mesh: mesh::
                 continue;
             }
         };
-        if next.capsules != current.capsules {
-            match mesh.set_hosted(next.capsules.clone()).await {
-                Ok(()) => info!(capsules = next.capsules.len(), "config reloaded: declared capsules updated"),
-                Err(err) => warn!(error = %err, "config reload: cannot update capsules"),
-            }
+        for problem in runtime.install_dir(&next.runtime.capsules_dir) {
+            warn!(problem = %problem, "capsule not (re)installed");
         }
-        let restart_needed = Config { capsules: current.capsules.clone(), ..next.clone() } != current;
+        let hosted = hosted_capsules(&next, &runtime);
+        match mesh.set_hosted(hosted.clone()).await {
+            Ok(()) => info!(capsules = hosted.len(), "config reloaded: hosted capsules updated"),
+            Err(err) => warn!(error = %err, "config reload: cannot update capsules"),
+        }
+        let restart_needed =
+            Config { capsules: current.capsules.clone(), runtime: current.runtime.clone(), ..next.clone() }
+                != current;
         if restart_needed {
-            warn!("config reload: keys other than [[capsules]] changed; they take effect after a restart");
+            warn!(
+                "config reload: keys other than [[capsules]] and [runtime] changed; they take effect after a restart"
+            );
         }
         current = Config { capsules: next.capsules, ..current };
     }

@@ -113,6 +113,7 @@ pub struct Started {
 pub async fn start(
     key: &SecretKey,
     config: &Config,
+    hosted: Vec<murmur_protocol::HostedCapsule>,
     cert: Option<murmur_protocol::Envelope>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<Started> {
@@ -139,7 +140,7 @@ pub async fn start(
     let (queries_tx, queries_rx) = mpsc::channel(QUERY_QUEUE_MAX);
     let mut driver = Driver::new(swarm, mesh, queries_rx, shutdown);
     let listen_addrs = driver.wait_for_listeners(listeners, LISTEN_TIMEOUT).await?;
-    driver.start(config, cert);
+    driver.start(config, hosted, cert);
     let task = tokio::spawn(driver.run());
     Ok(Started { handle: MeshHandle { queries: queries_tx }, listen_addrs, task })
 }

@@ -84,7 +84,7 @@ pub struct Installed {
 }
 
 /// What a tool run produced, with what the host recorded about it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct ToolRun {
     pub result: ToolResultJson,
     /// The tool calls of this run: the call itself first, then any nested invocations.
@@ -93,7 +93,7 @@ pub struct ToolRun {
 }
 
 /// What a capsule run printed.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct CapsuleRun {
     pub stdout: String,
     pub stderr: String,

@@ -35,6 +35,19 @@ pub fn bin(name: &str) -> PathBuf {
     })
 }
 
+/// Path of a guest component built by `capsules/build.sh`.
+pub fn guest(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../capsules/target/wasm32-wasip2/release")
+        .join(format!("{name}.wasm"));
+    assert!(
+        path.is_file(),
+        "{} is missing: run `bash capsules/build.sh` (tests/run.sh does)",
+        path.display()
+    );
+    path
+}
+
 /// Runs `mur` with `args` and returns its output.
 pub fn mur(args: &[&str]) -> Output {
     Command::new(bin("mur")).args(args).output().expect("mur runs")

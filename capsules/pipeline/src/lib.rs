@@ -32,7 +32,8 @@ impl Guest for Pipeline {
             let (name, version) = spec.split_once('@').expect("PIPELINE_PULL is name@version");
             let pulled = manage::pull(name, version).unwrap_or_else(|err| panic!("{err}"));
             let info = manage::describe(name).unwrap_or_else(|err| panic!("describe: {err}"));
-            let listed: Vec<String> = manage::list().iter().map(|a| format!("{}@{}", a.name, a.version)).collect();
+            let listed: Vec<String> =
+                manage::list().iter().map(|a| format!("{}@{}", a.name, a.version)).collect();
             println!("pulled {}@{}: {}", pulled.name, pulled.version, info.description);
             println!("installed: {}", listed.join(", "));
         }

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use murmur_node::cli::{capsules, cert, grant, key, peers};
+use murmur_node::cli::{capsule, capsules, cert, grant, key, peers, tool};
 use murmur_node::exit::{self, CliResult};
 
 /// The Murmur client: keys, grants, and (with a running node) the mesh.
@@ -40,6 +40,12 @@ enum Command {
     Peers(peers::PeersArgs),
     /// List every capsule in the mesh directory and the nodes hosting it.
     Capsules(capsules::CapsulesArgs),
+    /// Run tools once (on the node, or a local component file).
+    #[command(subcommand)]
+    Tool(tool::ToolCommand),
+    /// The capsules this node runs; run a script capsule.
+    #[command(subcommand)]
+    Capsule(capsule::CapsuleCommand),
 }
 
 fn main() -> ExitCode {
@@ -53,5 +59,7 @@ fn dispatch(command: Command) -> CliResult {
         Command::Cert(command) => cert::run(command),
         Command::Peers(args) => peers::run(args),
         Command::Capsules(args) => capsules::run(args),
+        Command::Tool(command) => tool::run(command),
+        Command::Capsule(command) => capsule::run(command),
     }
 }

@@ -14,6 +14,9 @@ pub const DEFAULT_NODE_URL: &str = "http://127.0.0.1:7420";
 /// How long `mur` waits for a node before giving up.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long `mur` waits for a tool or capsule run (the longest deadline, plus a margin).
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(630);
+
 /// Where the node is.
 #[derive(Debug, Clone, Args)]
 pub struct NodeArgs {
@@ -25,12 +28,30 @@ pub struct NodeArgs {
 impl NodeArgs {
     /// GETs `path` and decodes the JSON answer; an error document becomes the error text.
     pub fn get<T: DeserializeOwned>(&self, path: &str) -> CliResult<T> {
+        self.request(reqwest::Method::GET, path, None)
+    }
+
+    /// POSTs `body` as JSON to `path` and decodes the JSON answer.
+    pub fn post<T: DeserializeOwned>(&self, path: &str, body: &serde_json::Value) -> CliResult<T> {
+        self.request(reqwest::Method::POST, path, Some(body))
+    }
+
+    fn request<T: DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> CliResult<T> {
         let url = format!("{}{path}", self.url.trim_end_matches('/'));
-        let client = reqwest::blocking::Client::builder()
-            .timeout(REQUEST_TIMEOUT)
-            .build()
-            .map_err(CliError::failed)?;
-        let response = client.get(&url).send().map_err(|err| {
+        // Tools may run up to their deadline (at most 10 minutes); wait a little longer.
+        let timeout = if body.is_some() { RUN_TIMEOUT } else { REQUEST_TIMEOUT };
+        let client =
+            reqwest::blocking::Client::builder().timeout(timeout).build().map_err(CliError::failed)?;
+        let mut request = client.request(method, &url);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().map_err(|err| {
             CliError::failed(anyhow::anyhow!(
                 "cannot reach the node at {} ({err}); is murnode running? (set --node or MURMUR_NODE)",
                 self.url

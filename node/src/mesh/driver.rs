@@ -97,10 +97,15 @@ impl Driver {
     }
 
     /// Feeds the configured state into the mesh and dials the bootstrap peers.
-    pub(super) fn start(&mut self, config: &Config, cert: Option<Envelope>) {
+    pub(super) fn start(
+        &mut self,
+        config: &Config,
+        hosted: Vec<murmur_protocol::HostedCapsule>,
+        cert: Option<Envelope>,
+    ) {
         let now = clock::now();
         self.mesh.handle(now, Input::SetCert { cert });
-        self.mesh.handle(now, Input::SetHosted { capsules: config.capsules.clone() });
+        self.mesh.handle(now, Input::SetHosted { capsules: hosted });
         for (peer, addr) in &config.network.bootstrap {
             self.swarm.behaviour_mut().kad.add_address(peer, addr.clone());
             if let Err(err) = self.swarm.dial(DialOpts::peer_id(*peer).addresses(vec![addr.clone()]).build())

@@ -13,7 +13,7 @@ use super::state::HostState;
 use super::{CapsuleKind, INVOKE_DEPTH_MAX};
 
 /// How a call affected the resource it addressed, as the tool declared it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StateEffect {
     /// Only observed state.
@@ -26,7 +26,7 @@ pub enum StateEffect {
 }
 
 /// Where a call's resource id came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ResourceIdSource {
     /// The tool returned a non-empty `resource_id`.
@@ -37,7 +37,7 @@ pub enum ResourceIdSource {
 }
 
 /// One tool call as the host records it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ToolCallRecord {
     pub tool: String,
     pub status: String,

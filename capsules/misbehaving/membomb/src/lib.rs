@@ -21,7 +21,14 @@ impl Guest for MemBomb {
                 break;
             }
         }
-        ToolResult { status: Status::Passed, summary: None, data: None, data_path: None, truncated: false, metadata: vec![] }
+        ToolResult {
+            status: Status::Passed,
+            summary: None,
+            data: None,
+            data_path: None,
+            truncated: false,
+            metadata: vec![],
+        }
     }
 }
 

@@ -12,7 +12,14 @@ struct Legacy;
 
 impl Guest for Legacy {
     fn run(input: ToolInput) -> ToolResult {
-        ToolResult { status: Status::Passed, summary: None, data: input.data, data_path: None, truncated: false, metadata: vec![] }
+        ToolResult {
+            status: Status::Passed,
+            summary: None,
+            data: input.data,
+            data_path: None,
+            truncated: false,
+            metadata: vec![],
+        }
     }
 }
 

@@ -1,0 +1,119 @@
+//! `mur tool run`: run a tool once and print its tool-result.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+use super::client::NodeArgs;
+use crate::exit::{CliError, CliResult, UsageContext};
+use crate::output::print_json;
+use crate::runtime::bindings::murmur::tool::run::ToolInput;
+use crate::runtime::{CapsuleKind, CapsuleManifest, DirectHttp, Runtime, RuntimeOptions, ToolRun};
+use crate::store::ArtifactStore;
+
+#[derive(Debug, Subcommand)]
+pub enum ToolCommand {
+    /// Run a tool once and print its tool-result.
+    ///
+    /// TOOL is the name of a tool the node runs (asked through --node), or a path to a
+    /// component (`.wasm`) or manifest (`.toml`), which runs right here in this process,
+    /// with the manifest's capabilities or, for a bare component, none.
+    ///
+    /// Examples:
+    ///   mur tool run wordcount --data "count these words"
+    ///   mur tool run ./target/wasm32-wasip2/release/echo.wasm --input '{"data":"hi"}' --json
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Tool name, or path to a .wasm component or a capsule manifest.
+    #[arg(value_name = "TOOL")]
+    tool: String,
+    /// The tool-input as JSON: {"data": "...", "log_path": "..."}.
+    #[arg(long, value_name = "JSON", conflicts_with = "data")]
+    input: Option<String>,
+    /// Shorthand for --input '{"data": TEXT}'.
+    #[arg(long, value_name = "TEXT")]
+    data: Option<String>,
+    #[command(flatten)]
+    node: NodeArgs,
+    /// Print the whole run (result, recorded calls, timing) as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(command: ToolCommand) -> CliResult {
+    let ToolCommand::Run(args) = command;
+    let input: crate::api::runtime::ToolInputJson = match (&args.input, &args.data) {
+        (Some(json), _) => {
+            serde_json::from_str(json).usage_context("--input must be {\"data\": …, \"log_path\": …}")?
+        }
+        (None, data) => crate::api::runtime::ToolInputJson { data: data.clone(), log_path: None },
+    };
+    let path = Path::new(&args.tool);
+    let run: ToolRun = if path.is_file() {
+        run_locally(path, ToolInput { data: input.data, log_path: input.log_path })?
+    } else {
+        args.node.post(
+            &format!("/v1/tools/{}/run", args.tool),
+            &serde_json::to_value(&input).map_err(CliError::failed)?,
+        )?
+    };
+    if args.json {
+        print_json(&run);
+    } else {
+        let r = &run.result;
+        println!("status   {}", r.status);
+        if let Some(summary) = &r.summary {
+            println!("summary  {summary}");
+        }
+        if let Some(data) = &r.data {
+            println!("data     {data}");
+        }
+        if let Some(path) = &r.data_path {
+            println!("data at  {path}");
+        }
+        if r.truncated {
+            println!("(output truncated)");
+        }
+        for (key, value) in &r.metadata {
+            println!("meta     {key} = {value}");
+        }
+        eprintln!("{} call(s) in {} ms", run.calls.len(), run.elapsed_ms);
+    }
+    if run.result.status == "passed" {
+        Ok(())
+    } else {
+        Err(CliError::failed(anyhow::anyhow!("the tool reported {}", run.result.status)))
+    }
+}
+
+/// Runs a component or manifest in this process, with a throwaway data directory.
+fn run_locally(path: &Path, input: ToolInput) -> CliResult<ToolRun> {
+    let scratch = tempfile::Builder::new().prefix("mur-tool-").tempdir().map_err(CliError::failed)?;
+    let data_dir: PathBuf = scratch.path().to_path_buf();
+    let manifest = if path.extension().is_some_and(|e| e == "toml") {
+        CapsuleManifest::load(path, &data_dir).map_err(CliError::usage)?
+    } else {
+        CapsuleManifest::for_file(path, CapsuleKind::Tool, &data_dir)
+    };
+    let name = manifest.name.clone();
+    let runtime_threads = tokio::runtime::Runtime::new().map_err(CliError::failed)?;
+    runtime_threads.block_on(async {
+        let store = Arc::new(ArtifactStore::open(&data_dir.join("store")).map_err(CliError::failed)?);
+        let runtime = Runtime::new(
+            RuntimeOptions { data_dir: data_dir.clone(), pooling: false },
+            store,
+            Arc::new(DirectHttp::new().map_err(CliError::failed)?),
+        )
+        .map_err(CliError::failed)?;
+        runtime
+            .install(manifest)
+            .with_context(|| format!("cannot load {}", path.display()))
+            .map_err(CliError::usage)?;
+        runtime.run_tool(&name, input).await.map_err(|e| CliError::failed(anyhow::anyhow!(e)))
+    })
+}
