@@ -83,6 +83,34 @@ pub struct Installed {
     pub loaded: Arc<Loaded>,
 }
 
+/// A tool instance kept alive for repeated calls.
+pub struct LiveTool {
+    tool: Arc<Installed>,
+    store: Store<HostState>,
+    func: wasmtime::component::TypedFunc<(ToolInput,), (ToolResult,)>,
+}
+
+impl std::fmt::Debug for LiveTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveTool").field("tool", &self.tool.manifest.name).finish_non_exhaustive()
+    }
+}
+
+impl LiveTool {
+    /// Calls the tool's `run` on the live instance. After a trap the instance is unusable
+    /// (wasmtime refuses to re-enter it); make a new one.
+    pub async fn call(&mut self, input: ToolInput) -> Result<ToolResult, CallError> {
+        self.store.set_epoch_deadline(engine::ticks(self.tool.manifest.deadline));
+        match self.func.call_async(&mut self.store, (input,)).await {
+            Ok((result,)) => Ok(result),
+            Err(error) => {
+                let inner = self.store.data().call.runtime.clone();
+                Err(inner.call_error(&self.tool.manifest.name, &self.tool, &self.store, &error))
+            }
+        }
+    }
+}
+
 /// What a tool run produced, with what the host recorded about it.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct ToolRun {
@@ -280,6 +308,28 @@ impl Runtime {
             });
         }
         self.inner.call_capsule(capsule).await
+    }
+
+    /// Instantiates tool `name` once and keeps the instance for repeated calls (each call
+    /// gets a fresh deadline). For callers that call one tool many times in a row.
+    pub async fn live_tool(&self, name: &str) -> Result<LiveTool, CallError> {
+        let tool = self.inner.get(name)?;
+        if !matches!(tool.manifest.kind, CapsuleKind::Tool | CapsuleKind::Driver) {
+            return Err(CallError::WrongKind {
+                name: name.into(),
+                kind: tool.manifest.kind.as_str(),
+                expected: "tool",
+            });
+        }
+        let mut store = self.inner.new_store(&tool, 0, None);
+        let run = tool.loaded.entry.run.clone().expect("tools resolve a run function");
+        let func = async {
+            let instance = tool.loaded.pre.instantiate_async(&mut store).await?;
+            instance.get_typed_func::<(ToolInput,), (ToolResult,)>(&mut store, &run)
+        }
+        .await
+        .map_err(|e| CallError::Start { name: name.into(), reason: format!("{e:#}") })?;
+        Ok(LiveTool { tool, store, func })
     }
 
     /// The node's artifact store.
