@@ -322,7 +322,7 @@ impl Runtime {
             });
         }
         let mut store = self.inner.new_store(&tool, 0, None);
-        let run = tool.loaded.entry.run.clone().expect("tools resolve a run function");
+        let run = tool.loaded.entry.run.expect("tools resolve a run function");
         let func = async {
             let instance = tool.loaded.pre.instantiate_async(&mut store).await?;
             instance.get_typed_func::<(ToolInput,), (ToolResult,)>(&mut store, &run)
