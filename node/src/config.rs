@@ -118,12 +118,13 @@ impl Default for RawTrust {
 #[serde(deny_unknown_fields, default)]
 pub struct RawRuntime {
     pub capsules_dir: String,
+    pub manifests: Vec<String>,
     pub pooling: bool,
 }
 
 impl Default for RawRuntime {
     fn default() -> Self {
-        Self { capsules_dir: "capsules".into(), pooling: true }
+        Self { capsules_dir: "capsules".into(), manifests: Vec::new(), pooling: true }
     }
 }
 
@@ -151,6 +152,8 @@ pub struct Config {
 pub struct RuntimeConfig {
     /// Absolute directory of capsule manifests this node runs.
     pub capsules_dir: PathBuf,
+    /// Further manifests this node runs (absolute paths).
+    pub manifests: Vec<PathBuf>,
     pub pooling: bool,
 }
 
@@ -321,6 +324,7 @@ impl Config {
             },
             runtime: RuntimeConfig {
                 capsules_dir: data_dir.join(&raw.runtime.capsules_dir),
+                manifests: raw.runtime.manifests.iter().map(|m| data_dir.join(m)).collect(),
                 pooling: raw.runtime.pooling,
             },
             capsules,

@@ -23,7 +23,7 @@ use crate::data_dir;
 use crate::exit::{CliError, CliResult, UsageContext};
 use crate::mesh;
 use crate::output::print_json;
-use crate::runtime::{DirectHttp, Runtime, RuntimeOptions};
+use crate::runtime::{CapsuleManifest, DirectHttp, Runtime, RuntimeOptions};
 use crate::store::ArtifactStore;
 use murmur_protocol::HostedCapsule;
 
@@ -138,7 +138,7 @@ fn start_runtime(options: &RunOptions, config: &Config) -> CliResult<Runtime> {
         router,
     )
     .map_err(CliError::failed)?;
-    let problems = runtime.install_dir(&config.runtime.capsules_dir);
+    let problems = install_all(&runtime, config, &options.data_dir);
     if !problems.is_empty() {
         return Err(CliError::usage(anyhow::anyhow!(
             "capsules that cannot run:\n  - {}",
@@ -146,6 +146,17 @@ fn start_runtime(options: &RunOptions, config: &Config) -> CliResult<Runtime> {
         )));
     }
     Ok(runtime)
+}
+
+/// Installs the capsules directory and the listed manifests; returns every problem.
+fn install_all(runtime: &Runtime, config: &Config, data_dir: &std::path::Path) -> Vec<String> {
+    let mut problems = runtime.install_dir(&config.runtime.capsules_dir);
+    for path in &config.runtime.manifests {
+        if let Err(err) = CapsuleManifest::load(path, data_dir).and_then(|m| runtime.install(m)) {
+            problems.push(format!("{}: {err:#}", path.display()));
+        }
+    }
+    problems
 }
 
 /// What the node advertises: the capsules it runs, then those its config only declares.
@@ -199,7 +210,7 @@ async fn reload_on_sighup(
                 continue;
             }
         };
-        for problem in runtime.install_dir(&next.runtime.capsules_dir) {
+        for problem in install_all(&runtime, &next, &options.data_dir) {
             warn!(problem = %problem, "capsule not (re)installed");
         }
         let hosted = hosted_capsules(&next, &runtime);
