@@ -6,5 +6,7 @@ cd "$(dirname "$0")"
 if command -v rustup >/dev/null 2>&1; then
   rustup target add wasm32-wasip2 >/dev/null
 fi
-cargo build --release --target wasm32-wasip2
+# Always capsules/target, even when CARGO_TARGET_DIR points elsewhere: tests and manifests
+# find the components there.
+cargo build --release --target wasm32-wasip2 --target-dir "$PWD/target"
 ls -1 target/wasm32-wasip2/release/*.wasm
