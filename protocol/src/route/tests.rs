@@ -1,0 +1,153 @@
+use super::*;
+use crate::advert::{Advert, HostedCapsule};
+use crate::directory::{DirectoryConfig, Source};
+use crate::identity::SecretKey;
+use crate::signed::Signed;
+use crate::task::Sender;
+
+const T0: Millis = Millis(1_800_000_000_000);
+
+fn key(n: u8) -> SecretKey {
+    SecretKey::from_seed([n; 32])
+}
+
+fn directory(hosts: &[(u8, u16)]) -> Directory {
+    let mut dir = Directory::new(DirectoryConfig::default());
+    for (n, load) in hosts {
+        let mut advert = Advert::new(1, T0, 90_000);
+        advert.load = *load;
+        advert.capsules = vec![HostedCapsule { name: "echo".into(), digest: None, version: "1".into() }];
+        dir.insert(T0, Signed::sign(advert, &key(*n)).unwrap().into_envelope(), Source::Local).unwrap();
+    }
+    dir
+}
+
+fn request(message: &str) -> Submit {
+    Submit {
+        task: TaskId::derive("client", message),
+        text: "hi".into(),
+        sender: Sender::Client,
+        capsule: "echo".into(),
+        context: None,
+        message: message.into(),
+        traceparent: None,
+    }
+}
+
+fn drain(router: &mut Router) -> Vec<Output> {
+    std::iter::from_fn(|| router.poll_output()).collect()
+}
+
+fn rtt(table: &[(u8, u32)]) -> impl Fn(&NodeId) -> Option<u32> + '_ {
+    move |node| table.iter().find(|(n, _)| key(*n).node_id() == *node).map(|(_, ms)| *ms)
+}
+
+#[test]
+fn local_first_then_cheapest_with_a_stable_tie_break() {
+    let dir = directory(&[(1, 0), (2, 0), (3, 900), (4, 0)]);
+    let router = Router::new(key(1).node_id(), RouterConfig::default());
+    let table = [(2, 20), (3, 5), (4, 20)];
+    let ranked = router.candidates(T0, "echo", None, &dir, &rtt(&table));
+    assert_eq!(ranked[0], key(1).node_id(), "local first");
+    // node 3: 5 ms + 90 (load 900) = 95 > nodes 2 and 4 at 20 ms; 2 and 4 tie on cost.
+    let (a, b) = if key(2).node_id() < key(4).node_id() { (2, 4) } else { (4, 2) };
+    assert_eq!(&ranked[1..], &[key(a).node_id(), key(b).node_id(), key(3).node_id()]);
+    let pinned = router.candidates(T0, "echo", Some(key(3).node_id()), &dir, &rtt(&table));
+    assert_eq!(pinned, vec![key(3).node_id()]);
+}
+
+#[test]
+fn fails_over_only_when_delivery_provably_failed() {
+    let dir = directory(&[(2, 0), (3, 0)]);
+    let mut router = Router::new(key(1).node_id(), RouterConfig::default());
+    let table = [(2, 1), (3, 2)];
+    router.handle(T0, Input::Submit { request: request("m1"), pin: None }, &dir, &rtt(&table));
+    assert!(
+        matches!(&drain(&mut router)[..], [Output::Deliver { provider, .. }] if *provider == key(2).node_id())
+    );
+    let task = request("m1").task;
+    router.handle(
+        T0,
+        Input::NotDelivered { task, provider: key(2).node_id(), reason: "dial failed".into() },
+        &dir,
+        &rtt(&table),
+    );
+    assert!(
+        matches!(&drain(&mut router)[..], [Output::Deliver { provider, .. }] if *provider == key(3).node_id())
+    );
+    router.handle(T0, Input::Accepted { task, provider: key(3).node_id() }, &dir, &rtt(&table));
+    assert_eq!(drain(&mut router), vec![Output::Routed { task, owner: key(3).node_id() }]);
+    assert_eq!(router.owner(&task), Some(key(3).node_id()));
+    // The same message again is the same task: no second delivery.
+    router.handle(T0, Input::Submit { request: request("m1"), pin: None }, &dir, &rtt(&table));
+    assert_eq!(drain(&mut router), vec![Output::Routed { task, owner: key(3).node_id() }]);
+    assert_eq!(router.stats().duplicates, 1);
+}
+
+#[test]
+fn lost_and_timed_out_deliveries_fail_rather_than_retry() {
+    let dir = directory(&[(2, 0), (3, 0)]);
+    let mut router = Router::new(key(1).node_id(), RouterConfig { accept_timeout_ms: 1000 });
+    let none = |_: &NodeId| None;
+    router.handle(T0, Input::Submit { request: request("a"), pin: None }, &dir, &none);
+    router.handle(T0, Input::Submit { request: request("b"), pin: None }, &dir, &none);
+    let delivered = drain(&mut router);
+    let Output::Deliver { provider, .. } = &delivered[0] else { panic!() };
+    router.handle(
+        T0,
+        Input::Lost { task: request("a").task, provider: *provider, reason: "timeout".into() },
+        &dir,
+        &none,
+    );
+    assert!(
+        matches!(&drain(&mut router)[..], [Output::Failed { reason, .. }] if reason.contains("not retried"))
+    );
+    assert_eq!(router.poll_timeout(), Some(T0.plus(1000)));
+    router.handle(T0.plus(1000), Input::Tick, &dir, &none);
+    assert!(matches!(&drain(&mut router)[..], [Output::Failed { task, .. }] if *task == request("b").task));
+}
+
+#[test]
+fn grant_refusals_are_final_and_no_provider_is_a_failure() {
+    let dir = directory(&[(2, 0), (3, 0)]);
+    let mut router = Router::new(key(1).node_id(), RouterConfig::default());
+    let none = |_: &NodeId| None;
+    router.handle(T0, Input::Submit { request: request("a"), pin: None }, &dir, &none);
+    let Output::Deliver { provider, .. } = drain(&mut router).remove(0) else { panic!() };
+    let task = request("a").task;
+    router.handle(
+        T0,
+        Input::Refused { task, provider, check: "expired".into(), reason: "grant expired".into() },
+        &dir,
+        &none,
+    );
+    assert!(matches!(&drain(&mut router)[..], [Output::Rejected { check, .. }] if check == "expired"));
+    let mut other = request("b");
+    other.capsule = "nothing".into();
+    router.handle(T0, Input::Submit { request: other, pin: None }, &dir, &none);
+    assert!(
+        matches!(&drain(&mut router)[..], [Output::Failed { reason, .. }] if reason.contains("no live node hosts mesh://nothing"))
+    );
+}
+
+#[test]
+fn exhausting_every_candidate_fails_with_what_was_tried() {
+    let dir = directory(&[(2, 0)]);
+    let mut router = Router::new(key(1).node_id(), RouterConfig::default());
+    let none = |_: &NodeId| None;
+    router.handle(T0, Input::Submit { request: request("a"), pin: None }, &dir, &none);
+    let _ = drain(&mut router);
+    router.handle(
+        T0,
+        Input::NotDelivered {
+            task: request("a").task,
+            provider: key(2).node_id(),
+            reason: "not_hosted".into(),
+        },
+        &dir,
+        &none,
+    );
+    assert!(
+        matches!(&drain(&mut router)[..], [Output::Failed { reason, .. }] if reason.contains("not_hosted"))
+    );
+}

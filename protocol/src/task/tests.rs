@@ -1,0 +1,150 @@
+use super::*;
+use crate::advert::{Advert, HostedCapsule};
+use crate::directory::{DirectoryConfig, Source};
+use crate::grant::Grant;
+use crate::identity::SecretKey;
+use crate::signed::Signed;
+
+const T0: Millis = Millis(1_800_000_000_000);
+
+fn key(n: u8) -> SecretKey {
+    SecretKey::from_seed([n; 32])
+}
+
+#[test]
+fn ids_are_derived_from_origin_and_message_and_print_as_uuids() {
+    let a = TaskId::derive("client", "m1");
+    assert_eq!(a, TaskId::derive("client", "m1"));
+    assert_ne!(a, TaskId::derive("client", "m2"));
+    assert_ne!(a, TaskId::derive("other", "m1"));
+    let text = a.to_string();
+    assert_eq!(text.len(), 36);
+    assert_eq!(text.parse::<TaskId>().unwrap(), a);
+    assert!("xyz".parse::<TaskId>().is_err());
+}
+
+#[test]
+fn states_parse_both_a2a_spellings() {
+    assert_eq!("input-required".parse::<TaskState>().unwrap(), TaskState::InputRequired);
+    assert_eq!("TASK_STATE_INPUT_REQUIRED".parse::<TaskState>().unwrap(), TaskState::InputRequired);
+    assert_eq!(TaskState::Canceled.as_v1(), "TASK_STATE_CANCELED");
+    assert!(TaskState::Rejected.is_terminal() && !TaskState::Working.is_terminal());
+}
+
+fn grant(issuer: &SecretKey, capsule: &str, allow: &[&str]) -> Envelope {
+    let mut grant = Grant::new(capsule, 1, T0, T0.plus(86_400_000));
+    grant.network = allow.iter().map(|p| p.parse().unwrap()).collect();
+    Signed::sign(grant, issuer).unwrap().into_envelope()
+}
+
+fn submit(sender: Sender, capsule: &str) -> Submit {
+    Submit {
+        task: TaskId::derive("x", "m"),
+        text: "hi".into(),
+        sender,
+        capsule: capsule.into(),
+        context: None,
+        message: "m".into(),
+        traceparent: None,
+    }
+}
+
+#[test]
+fn requests_and_responses_round_trip_and_refuse_junk() {
+    let request = TaskRequest::Submit(submit(
+        Sender::Capsule { name: "pipeline".into(), grant: grant(&key(9), "pipeline", &["mesh://echo"]) },
+        "echo",
+    ));
+    let bytes = request.encode();
+    crate::codec::tests::assert_canonical_key_order(&bytes);
+    assert_eq!(TaskRequest::decode(&bytes).unwrap(), request);
+    let snapshot = TaskSnapshot {
+        seq: 3,
+        task: TaskId::derive("a", "b"),
+        state: TaskState::Completed,
+        capsule: "echo".into(),
+        context: "c".into(),
+        message: Some("hi".into()),
+    };
+    let response = TaskResponse::Events {
+        events: vec![TaskEvent { seq: 3, text: None, state: TaskState::Completed }],
+        snapshot,
+        gap: false,
+    };
+    assert_eq!(TaskResponse::decode(&response.encode()).unwrap(), response);
+    let mut long = submit(Sender::Client, "echo");
+    long.text = "x".repeat(TASK_TEXT_BYTES_MAX + 1);
+    assert!(TaskRequest::decode(&TaskRequest::Submit(long).encode()).is_err());
+    assert!(TaskRequest::decode(&[0xff; 10]).is_err());
+}
+
+fn directory_with(node: &SecretKey, capsules: &[&str]) -> Directory {
+    let mut dir = Directory::new(DirectoryConfig::default());
+    let mut advert = Advert::new(1, T0, 90_000);
+    advert.capsules = capsules
+        .iter()
+        .map(|c| HostedCapsule { name: (*c).into(), digest: None, version: "1".into() })
+        .collect();
+    dir.insert(T0, Signed::sign(advert, node).unwrap().into_envelope(), Source::Local).unwrap();
+    dir
+}
+
+#[test]
+fn outgoing_checks_name_the_failed_check() {
+    let authority = key(9);
+    let trusted = [authority.public()];
+    let echo: PeerUrl = "mesh://echo".parse().unwrap();
+    let ok = grant(&authority, "pipeline", &["mesh://echo"]);
+    check_outgoing(Some(&ok), &trusted, T0, "pipeline", None, &echo).unwrap();
+    let check = |g: Option<&Envelope>, now: Millis, capsule: &str, target: &PeerUrl| {
+        check_outgoing(g, &trusted, now, capsule, None, target).unwrap_err().check()
+    };
+    assert_eq!(check(None, T0, "pipeline", &echo), "no_grant");
+    assert_eq!(check(Some(&ok), T0, "pipeline", &"mesh://other".parse().unwrap()), "target_not_allowed");
+    assert_eq!(check(Some(&ok), T0, "wordcount", &echo), "wrong_capsule");
+    assert_eq!(check(Some(&ok), T0.plus(86_400_000), "pipeline", &echo), "expired");
+    let forged = grant(&key(10), "pipeline", &["mesh://echo"]);
+    assert_eq!(check(Some(&forged), T0, "pipeline", &echo), "untrusted_issuer");
+}
+
+#[test]
+fn incoming_checks_require_the_sender_to_host_the_capsule() {
+    let authority = key(9);
+    let trusted = [authority.public()];
+    let (sender, receiver) = (key(1), key(2));
+    let ok =
+        Sender::Capsule { name: "pipeline".into(), grant: grant(&authority, "pipeline", &["mesh://echo"]) };
+    let dir = directory_with(&sender, &["pipeline"]);
+    check_incoming(&submit(ok.clone(), "echo"), &sender.node_id(), &receiver.node_id(), &trusted, &dir, T0)
+        .unwrap();
+    let elsewhere = directory_with(&sender, &["other"]);
+    let err = check_incoming(
+        &submit(ok.clone(), "echo"),
+        &sender.node_id(),
+        &receiver.node_id(),
+        &trusted,
+        &elsewhere,
+        T0,
+    )
+    .unwrap_err();
+    assert_eq!(err.check(), "sender_not_hosted");
+    let err =
+        check_incoming(&submit(ok, "wordcount"), &sender.node_id(), &receiver.node_id(), &trusted, &dir, T0)
+            .unwrap_err();
+    assert_eq!(err.check(), "target_not_allowed");
+    let pinned = Sender::Capsule {
+        name: "pipeline".into(),
+        grant: grant(&authority, "pipeline", &[&format!("mesh://echo@{}", receiver.node_id())]),
+    };
+    check_incoming(&submit(pinned, "echo"), &sender.node_id(), &receiver.node_id(), &trusted, &dir, T0)
+        .unwrap();
+    check_incoming(
+        &submit(Sender::Client, "echo"),
+        &sender.node_id(),
+        &receiver.node_id(),
+        &trusted,
+        &dir,
+        T0,
+    )
+    .unwrap();
+}
