@@ -1,45 +1,95 @@
-//! The node's HTTP API (axum): health, peers, capsules, Prometheus metrics.
+//! The node's HTTP API (axum): health, peers, capsules, Prometheus metrics, the A2A
+//! endpoint and agent cards.
+//!
+//! Who may call is the node's [`ClientPolicy`]: loopback clients by default, others with a
+//! bearer token from the config. `/healthz` and agent cards are open to all.
 //!
 //! Errors are a status plus `{"error":{"code":"…","message":"…"}}`. Build the router with
 //! [`app`] and test it in process with `tower::ServiceExt::oneshot`.
 
+pub mod a2a;
+mod cards;
 mod metrics;
 pub mod runtime;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::Instant;
 
-use axum::extract::State;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
 use axum::http::{Method, StatusCode, Uri, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
+use crate::config::ClientPolicy;
 use crate::mesh::MeshHandle;
 use crate::runtime::Runtime;
+use crate::tasks::Tasks;
 
 /// What the HTTP handlers read.
 #[derive(Debug)]
 pub struct ApiState {
     pub peer_id: String,
+    pub api_addr: SocketAddr,
     pub started: Instant,
     pub mesh: MeshHandle,
     pub runtime: Runtime,
+    pub tasks: Tasks,
+    pub policy: ClientPolicy,
+    /// SSE streams open now.
+    pub streams: AtomicUsize,
 }
 
 /// The router, with every route the node serves.
 pub fn app(state: Arc<ApiState>) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
+    let guarded = Router::new()
         .route("/v1/peers", get(peers))
         .route("/v1/capsules", get(capsules))
         .route("/metrics", get(prometheus))
         .route("/v1/runtime/capsules", get(runtime::installed))
         .route("/v1/tools/{name}/run", post(runtime::run_tool))
         .route("/v1/capsules/{name}/run", post(runtime::run_capsule))
+        .route("/", post(a2a::rpc_node))
+        .route("/a2a", post(a2a::rpc_node))
+        .route("/a2a/{capsule}", post(a2a::rpc_capsule))
+        .layer(DefaultBodyLimit::max(a2a::REQUEST_BYTES_MAX))
+        .route_layer(middleware::from_fn_with_state(state.clone(), admit));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/.well-known/agent-card.json", get(cards::node_card))
+        .route("/.well-known/agent.json", get(cards::node_card))
+        .route("/a2a/{capsule}/.well-known/agent-card.json", get(cards::capsule_card))
+        .merge(guarded)
         .fallback(not_found)
         .with_state(state)
+}
+
+/// The client policy: loopback callers (by default) and holders of a configured token.
+async fn admit(State(state): State<Arc<ApiState>>, request: Request, next: Next) -> Response {
+    // In-process callers (tests) have no socket address: they are this process.
+    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+    let bearer = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim);
+    let admitted = peer.is_none_or(|ip| state.policy.admits(ip, bearer));
+    if !admitted {
+        let message = if bearer.is_some() {
+            "the bearer token is not one this node accepts"
+        } else {
+            "clients from other machines need `Authorization: Bearer TOKEN` (api.tokens in the node's config)"
+        };
+        let mut response = error(StatusCode::UNAUTHORIZED, "unauthorized", message);
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+        return response;
+    }
+    next.run(request).await
 }
 
 async fn healthz(State(state): State<Arc<ApiState>>) -> Json<serde_json::Value> {
@@ -75,7 +125,7 @@ async fn not_found(method: Method, uri: Uri) -> Response {
     error(StatusCode::NOT_FOUND, "not_found", &format!("no route for {method} {}", uri.path()))
 }
 
-fn unavailable(err: &anyhow::Error) -> Response {
+pub(crate) fn unavailable(err: &anyhow::Error) -> Response {
     error(StatusCode::SERVICE_UNAVAILABLE, "mesh_unavailable", &format!("{err:#}"))
 }
 
@@ -95,7 +145,7 @@ mod tests {
     use crate::views::{CapsuleView, CapsulesView, PeersView};
 
     /// A state whose mesh is a stub task answering queries with fixed views.
-    fn state() -> Arc<ApiState> {
+    async fn state() -> Arc<ApiState> {
         let (tx, mut rx) = tokio::sync::mpsc::channel(4);
         tokio::spawn(async move {
             while let Some(query) = rx.recv().await {
@@ -121,21 +171,29 @@ mod tests {
         let dir = tempfile::tempdir().unwrap().keep();
         let store = Arc::new(crate::store::ArtifactStore::open(&dir.join("store")).unwrap());
         let runtime = Runtime::new(
-            crate::runtime::RuntimeOptions { data_dir: dir, pooling: false },
+            crate::runtime::RuntimeOptions { data_dir: dir.clone(), pooling: false },
             store,
             Arc::new(crate::runtime::DirectHttp::new().unwrap()),
         )
         .unwrap();
+        let manager =
+            crate::tasks::TaskManager::open(&dir.join("tasks.redb"), runtime.clone()).await.unwrap();
+        let mesh = MeshHandle::for_tests(tx);
         Arc::new(ApiState {
             peer_id: "12D3KooWtest".into(),
+            api_addr: "127.0.0.1:7420".parse().unwrap(),
             started: Instant::now(),
-            mesh: MeshHandle::for_tests(tx),
+            tasks: Tasks::new(manager, mesh.clone()),
+            mesh,
             runtime,
+            policy: ClientPolicy { loopback_open: true, tokens: vec![] },
+            streams: AtomicUsize::new(0),
         })
     }
 
     async fn get(uri: &str) -> (StatusCode, String) {
-        let response = app(state()).oneshot(Request::get(uri).body(Body::empty()).unwrap()).await.unwrap();
+        let response =
+            app(state().await).oneshot(Request::get(uri).body(Body::empty()).unwrap()).await.unwrap();
         let status = response.status();
         let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
         (status, String::from_utf8(bytes.to_vec()).unwrap())
@@ -169,7 +227,7 @@ mod tests {
 
     #[tokio::test]
     async fn running_an_unknown_tool_is_a_404_in_the_error_shape() {
-        let response = app(state())
+        let response = app(state().await)
             .oneshot(
                 Request::post("/v1/tools/nope/run")
                     .header("content-type", "application/json")

@@ -52,11 +52,44 @@ pub struct RawConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct RawApi {
     pub listen: String,
+    /// Clients on loopback may call without a token.
+    pub loopback_open: bool,
+    /// Bearer tokens accepted from any client (`Authorization: Bearer TOKEN`).
+    pub tokens: Vec<String>,
 }
 
 impl Default for RawApi {
     fn default() -> Self {
-        Self { listen: DEFAULT_API_LISTEN.into() }
+        Self { listen: DEFAULT_API_LISTEN.into(), loopback_open: true, tokens: Vec::new() }
+    }
+}
+
+/// Bearer tokens at most.
+pub const API_TOKENS_MAX: usize = 64;
+
+/// Who may call the node's API (A2A and admin): loopback clients by default, others with
+/// a bearer token from the config.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ClientPolicy {
+    pub loopback_open: bool,
+    pub tokens: Vec<String>,
+}
+
+impl ClientPolicy {
+    /// Whether a client at `peer` presenting `bearer` may call.
+    #[must_use]
+    pub fn admits(&self, peer: std::net::IpAddr, bearer: Option<&str>) -> bool {
+        if self.loopback_open && peer.is_loopback() {
+            return true;
+        }
+        // Compare every token in full, so timing says nothing about which prefix matched.
+        bearer.is_some_and(|given| {
+            self.tokens.iter().fold(false, |found, token| {
+                let same = token.len() == given.len()
+                    && token.bytes().zip(given.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+                found | same
+            })
+        })
     }
 }
 
@@ -140,6 +173,7 @@ pub struct RawCapsule {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     pub api_listen: SocketAddr,
+    pub api_policy: ClientPolicy,
     pub network: NetworkConfig,
     pub adverts: AdvertConfig,
     pub trust: TrustConfig,
@@ -225,6 +259,18 @@ impl Config {
             SocketAddr::from(([127, 0, 0, 1], 0))
         });
 
+        if raw.api.tokens.len() > API_TOKENS_MAX {
+            err("api.tokens", format!("has {} entries, more than {API_TOKENS_MAX}", raw.api.tokens.len()));
+        }
+        if raw
+            .api
+            .tokens
+            .iter()
+            .any(|t| t.len() < 16 || t.len() > 256 || !t.bytes().all(|b| b.is_ascii_graphic()))
+        {
+            err("api.tokens", "each token must be 16 to 256 visible ASCII characters".into());
+        }
+
         let net = &raw.network;
         if net.listen.len() > LISTEN_ADDRS_MAX {
             err("network.listen", format!("has {} entries, more than {LISTEN_ADDRS_MAX}", net.listen.len()));
@@ -305,6 +351,7 @@ impl Config {
         }
         Ok(Self {
             api_listen,
+            api_policy: ClientPolicy { loopback_open: raw.api.loopback_open, tokens: raw.api.tokens.clone() },
             network: NetworkConfig {
                 listen,
                 bootstrap,

@@ -23,8 +23,12 @@ use crate::data_dir;
 use crate::exit::{CliError, CliResult, UsageContext};
 use crate::mesh;
 use crate::output::print_json;
-use crate::runtime::{CapsuleManifest, DirectHttp, Runtime, RuntimeOptions};
+use crate::runtime::{CapsuleManifest, Runtime, RuntimeOptions};
 use crate::store::ArtifactStore;
+use crate::tasks::{NodeRouter, TaskManager, Tasks};
+
+/// The task database, in the data directory.
+pub const TASKS_DB: &str = "tasks.redb";
 use murmur_protocol::HostedCapsule;
 
 /// `murnode run`'s inputs after flag and environment parsing.
@@ -87,15 +91,27 @@ pub async fn run(options: RunOptions) -> CliResult {
         .with_context(|| format!("cannot listen for the API on {}", config.api_listen))?;
     let api_addr = listener.local_addr().context("cannot read the API address")?;
 
-    let runtime = start_runtime(&options, &config)?;
+    let router = NodeRouter::new(config.trust.authorities.clone()).map_err(CliError::failed)?;
+    let runtime = start_runtime(&options, &config, router.clone())?;
+    let manager = TaskManager::open(&options.data_dir.join(TASKS_DB), runtime.clone())
+        .await
+        .map_err(CliError::failed)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let hosted = hosted_capsules(&config, &runtime);
-    let mesh = mesh::start(&key, &config, hosted, cert, stop_rx).await.context("cannot start networking")?;
+    let mesh = mesh::start(&key, &config, hosted, cert, manager.clone(), stop_rx)
+        .await
+        .context("cannot start networking")?;
+    let tasks = Tasks::new(manager, mesh.handle.clone());
+    router.attach(tasks.clone());
     let state = Arc::new(ApiState {
         peer_id: peer_id.clone(),
+        api_addr,
+        streams: std::sync::atomic::AtomicUsize::new(0),
         started: Instant::now(),
         mesh: mesh.handle.clone(),
         runtime: runtime.clone(),
+        tasks,
+        policy: config.api_policy.clone(),
     });
 
     let ready = Ready {
@@ -117,7 +133,7 @@ pub async fn run(options: RunOptions) -> CliResult {
 
     tokio::spawn(reload_on_sighup(options.clone(), config, runtime, mesh.handle.clone()));
 
-    axum::serve(listener, api::app(state))
+    axum::serve(listener, api::app(state).into_make_service_with_connect_info::<SocketAddr>())
         .with_graceful_shutdown(shutdown_signal())
         .await
         .context("API server failed")?;
@@ -129,9 +145,8 @@ pub async fn run(options: RunOptions) -> CliResult {
 
 /// Opens the artifact store and starts the capsule runtime with every manifest in the
 /// capsules directory. A manifest that does not load stops the start, naming its file.
-fn start_runtime(options: &RunOptions, config: &Config) -> CliResult<Runtime> {
+fn start_runtime(options: &RunOptions, config: &Config, router: Arc<NodeRouter>) -> CliResult<Runtime> {
     let store = ArtifactStore::open(&options.data_dir.join("store")).map_err(CliError::failed)?;
-    let router = Arc::new(DirectHttp::new().map_err(CliError::failed)?);
     let runtime = Runtime::new(
         RuntimeOptions { data_dir: options.data_dir.clone(), pooling: config.runtime.pooling },
         Arc::new(store),

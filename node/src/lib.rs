@@ -18,5 +18,6 @@ pub mod mesh;
 pub mod output;
 pub mod runtime;
 pub mod store;
+pub mod tasks;
 pub mod telemetry;
 pub mod views;

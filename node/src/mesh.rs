@@ -14,13 +14,14 @@ use std::time::Duration;
 
 use anyhow::Context;
 use libp2p::{Multiaddr, SwarmBuilder, noise, tcp, yamux};
-use murmur_protocol::SecretKey;
 use murmur_protocol::directory::{Admission, DirectoryConfig};
 use murmur_protocol::mesh::{MeshConfig, MeshNode};
+use murmur_protocol::task::{Submit, TaskId, TaskRequest, TaskResponse, TaskSnapshot};
+use murmur_protocol::{NodeId, SecretKey};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-pub use behaviour::{IDENTIFY_PROTOCOL, KAD_PROTOCOL, SYNC_PROTOCOL};
+pub use behaviour::{IDENTIFY_PROTOCOL, KAD_PROTOCOL, SYNC_PROTOCOL, TASK_PROTOCOL, TASK_REQUEST_TIMEOUT};
 use driver::Driver;
 
 use crate::clock;
@@ -37,6 +38,32 @@ pub enum Query {
     SetHosted(Vec<murmur_protocol::HostedCapsule>, oneshot::Sender<()>),
 }
 
+/// Task work for the driver: placing tasks and asking their owners.
+#[derive(Debug)]
+pub enum TaskQuery {
+    /// Place a task (`mesh://NAME`, or pinned to one node) and report where it went.
+    Route { request: Submit, pin: Option<NodeId>, reply: oneshot::Sender<RouteOutcome> },
+    /// Send a request to the node that owns a task.
+    Ask { owner: NodeId, request: TaskRequest, reply: oneshot::Sender<Result<TaskResponse, String>> },
+    /// The owner of a task this node placed, if it remembers.
+    Owner { task: TaskId, reply: oneshot::Sender<Option<NodeId>> },
+}
+
+/// Where a task went.
+#[derive(Clone, Debug)]
+pub enum RouteOutcome {
+    /// `owner` accepted it; `snapshot` is its state at acceptance when this call placed it
+    /// (`None` when it had been placed before: ask the owner).
+    Routed { owner: NodeId, snapshot: Option<TaskSnapshot> },
+    /// Refused for good, naming the failed check; nothing ran.
+    Rejected { check: String, reason: String },
+    /// Not placed, or its fate is unknown.
+    Failed { reason: String },
+}
+
+/// Task queries waiting for the driver; senders wait when it is full.
+pub const TASK_QUERY_QUEUE_MAX: usize = 1024;
+
 /// Counters and gauges for `/metrics`.
 #[derive(Clone, Debug, Default)]
 pub struct MeshMetrics {
@@ -45,6 +72,9 @@ pub struct MeshMetrics {
     pub directory_capsules: usize,
     pub mesh: murmur_protocol::mesh::MeshStats,
     pub directory: murmur_protocol::directory::DirectoryStats,
+    pub router: murmur_protocol::route::RouterStats,
+    /// Task requests refused at this node, by failed check.
+    pub task_refusals: std::collections::BTreeMap<String, u64>,
 }
 
 /// Queries waiting for the driver. The API answers 503 rather than queue more.
@@ -60,6 +90,8 @@ pub const LISTEN_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Clone, Debug)]
 pub struct MeshHandle {
     queries: mpsc::Sender<Query>,
+    tasks: mpsc::Sender<TaskQuery>,
+    local: NodeId,
 }
 
 impl MeshHandle {
@@ -92,11 +124,53 @@ impl MeshHandle {
         self.ask(|reply| Query::SetHosted(capsules, reply)).await
     }
 
+    /// This node's id.
+    #[must_use]
+    pub const fn local(&self) -> NodeId {
+        self.local
+    }
+
+    async fn task_query<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> TaskQuery,
+        wait: Duration,
+    ) -> anyhow::Result<T> {
+        let (tx, rx) = oneshot::channel();
+        self.tasks.send(make(tx)).await.map_err(|_| anyhow::anyhow!("the mesh stopped"))?;
+        tokio::time::timeout(wait, rx)
+            .await
+            .context("the mesh did not answer in time")?
+            .context("the mesh stopped")
+    }
+
+    /// Places a task; returns once its owner accepted it (or it was refused or failed).
+    pub async fn route(&self, request: Submit, pin: Option<NodeId>) -> anyhow::Result<RouteOutcome> {
+        // The router gives up on a provider after its acceptance timeout; wait a little longer.
+        let wait = Duration::from_millis(murmur_protocol::route::RouterConfig::default().accept_timeout_ms)
+            + QUERY_TIMEOUT;
+        self.task_query(|reply| TaskQuery::Route { request, pin, reply }, wait).await
+    }
+
+    /// Sends `request` to `owner` over `/murmur/task/1`.
+    pub async fn ask_owner(&self, owner: NodeId, request: TaskRequest) -> Result<TaskResponse, String> {
+        let wait = TASK_REQUEST_TIMEOUT + QUERY_TIMEOUT;
+        match self.task_query(|reply| TaskQuery::Ask { owner, request, reply }, wait).await {
+            Ok(answer) => answer,
+            Err(err) => Err(format!("{err:#}")),
+        }
+    }
+
+    /// The owner of a task this node placed, if the router remembers it.
+    pub async fn owner(&self, task: TaskId) -> Option<NodeId> {
+        self.task_query(|reply| TaskQuery::Owner { task, reply }, QUERY_TIMEOUT).await.ok().flatten()
+    }
+
     /// A handle answering through `queries`, for API tests that stand in for the driver.
     #[doc(hidden)]
     #[must_use]
-    pub const fn for_tests(queries: mpsc::Sender<Query>) -> Self {
-        Self { queries }
+    pub fn for_tests(queries: mpsc::Sender<Query>) -> Self {
+        let (tasks, _) = mpsc::channel(1);
+        Self { queries, tasks, local: murmur_protocol::SecretKey::from_seed([7; 32]).node_id() }
     }
 }
 
@@ -115,6 +189,7 @@ pub async fn start(
     config: &Config,
     hosted: Vec<murmur_protocol::HostedCapsule>,
     cert: Option<murmur_protocol::Envelope>,
+    tasks: crate::tasks::TaskManager,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<Started> {
     let keypair = libp2p::identity::Keypair::ed25519_from_bytes(key.to_seed()).context("node key")?;
@@ -138,11 +213,17 @@ pub async fn start(
 
     let mesh = MeshNode::new(key.clone(), mesh_config(config), clock::now());
     let (queries_tx, queries_rx) = mpsc::channel(QUERY_QUEUE_MAX);
-    let mut driver = Driver::new(swarm, mesh, queries_rx, shutdown);
+    let (tasks_tx, tasks_rx) = mpsc::channel(TASK_QUERY_QUEUE_MAX);
+    let task_side = driver::TaskSide::new(key.node_id(), config.trust.authorities.clone(), tasks, tasks_rx);
+    let mut driver = Driver::new(swarm, mesh, queries_rx, task_side, shutdown);
     let listen_addrs = driver.wait_for_listeners(listeners, LISTEN_TIMEOUT).await?;
     driver.start(config, hosted, cert);
     let task = tokio::spawn(driver.run());
-    Ok(Started { handle: MeshHandle { queries: queries_tx }, listen_addrs, task })
+    Ok(Started {
+        handle: MeshHandle { queries: queries_tx, tasks: tasks_tx, local: key.node_id() },
+        listen_addrs,
+        task,
+    })
 }
 
 /// The protocol's mesh configuration from the node's validated config.

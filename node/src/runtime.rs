@@ -54,6 +54,20 @@ pub const INSTALLED_MAX: usize = 256;
 /// Bytes of a capsule's stdout or stderr kept per run.
 pub const CAPTURE_BYTES_MAX: usize = 64 * 1024;
 
+/// Boxed future of a task-input wait: the reply text, or why none came.
+pub type TaskInputFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>> + Send + 'a>>;
+
+/// The A2A task a tool call runs, as the runtime sees it: where `request-input` goes.
+pub trait TaskLink: Send + Sync {
+    /// Marks the task input-required with `prompt` and waits up to `timeout` for the
+    /// follow-up message's text.
+    fn request_input(&self, prompt: String, timeout: std::time::Duration) -> TaskInputFuture<'_>;
+
+    /// The task's trace context (`traceparent`), continued by messages the tool sends.
+    fn traceparent(&self) -> Option<String>;
+}
+
 /// How the runtime is set up.
 #[derive(Clone, Debug)]
 pub struct RuntimeOptions {
@@ -101,6 +115,8 @@ impl LiveTool {
     /// (wasmtime refuses to re-enter it); make a new one.
     pub async fn call(&mut self, input: ToolInput) -> Result<ToolResult, CallError> {
         self.store.set_epoch_deadline(engine::ticks(self.tool.manifest.deadline));
+        self.store.data_mut().call.started = Instant::now();
+        self.store.data_mut().call.waited = std::time::Duration::ZERO;
         match self.func.call_async(&mut self.store, (input,)).await {
             Ok((result,)) => Ok(result),
             Err(error) => {
@@ -289,7 +305,32 @@ impl Runtime {
             });
         }
         let started = Instant::now();
-        let (result, records) = self.inner.call_tool(tool, input, 0).await?;
+        let (result, records) = self.inner.call_tool(tool, input, 0, None).await?;
+        Ok(ToolRun {
+            result: (&result).into(),
+            calls: records,
+            elapsed_ms: started.elapsed().as_millis() as u64,
+        })
+    }
+
+    /// Runs tool `name` for an A2A task: like [`Runtime::run_tool`], and the tool may ask
+    /// the task for input (`murmur:task/task`) through `task`.
+    pub async fn run_tool_for_task(
+        &self,
+        name: &str,
+        input: ToolInput,
+        task: Arc<dyn TaskLink>,
+    ) -> Result<ToolRun, CallError> {
+        let tool = self.inner.get(name)?;
+        if !matches!(tool.manifest.kind, CapsuleKind::Tool | CapsuleKind::Driver) {
+            return Err(CallError::WrongKind {
+                name: name.into(),
+                kind: tool.manifest.kind.as_str(),
+                expected: "tool",
+            });
+        }
+        let started = Instant::now();
+        let (result, records) = self.inner.call_tool(tool, input, 0, Some(task)).await?;
         Ok(ToolRun {
             result: (&result).into(),
             calls: records,
@@ -321,7 +362,7 @@ impl Runtime {
                 expected: "tool",
             });
         }
-        let mut store = self.inner.new_store(&tool, 0, None);
+        let mut store = self.inner.new_store(&tool, 0, None, None);
         let run = tool.loaded.entry.run.expect("tools resolve a run function");
         let func = async {
             let instance = tool.loaded.pre.instantiate_async(&mut store).await?;
@@ -418,6 +459,7 @@ impl Inner {
         capsule: &Arc<Installed>,
         depth: u32,
         stdio: Option<(MemoryOutputPipe, MemoryOutputPipe)>,
+        task: Option<Arc<dyn TaskLink>>,
     ) -> Store<HostState> {
         let manifest = &capsule.manifest;
         let mut wasi = WasiCtxBuilder::new();
@@ -442,12 +484,25 @@ impl Inner {
                 depth,
                 records: Vec::new(),
                 started: Instant::now(),
+                waited: std::time::Duration::ZERO,
+                task,
             },
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limits);
         store.set_epoch_deadline(engine::ticks(manifest.deadline));
-        store.epoch_deadline_trap();
+        // The deadline counts running time, not time spent waiting for task input: when
+        // the epoch deadline fires after such a wait, it is extended by what is left.
+        let deadline = manifest.deadline;
+        store.epoch_deadline_callback(move |store| {
+            let call = &store.data().call;
+            let ran = call.started.elapsed().saturating_sub(call.waited);
+            if ran >= deadline {
+                Ok(wasmtime::UpdateDeadline::Interrupt)
+            } else {
+                Ok(wasmtime::UpdateDeadline::Continue(engine::ticks(deadline - ran)))
+            }
+        });
         store
     }
 
@@ -457,10 +512,11 @@ impl Inner {
         tool: Arc<Installed>,
         input: ToolInput,
         depth: u32,
+        task: Option<Arc<dyn TaskLink>>,
     ) -> Result<(ToolResult, Vec<ToolCallRecord>), CallError> {
         let name = tool.manifest.name.clone();
         let input_json = input.data.clone();
-        let mut store = self.new_store(&tool, depth, None);
+        let mut store = self.new_store(&tool, depth, None, task);
         let started = Instant::now();
         let outcome = async {
             let instance = tool.loaded.pre.instantiate_async(&mut store).await?;
@@ -479,7 +535,7 @@ impl Inner {
     async fn call_capsule(self: &Arc<Self>, capsule: Arc<Installed>) -> Result<CapsuleRun, CallError> {
         let name = capsule.manifest.name.clone();
         let (out, err) = (MemoryOutputPipe::new(CAPTURE_BYTES_MAX), MemoryOutputPipe::new(CAPTURE_BYTES_MAX));
-        let mut store = self.new_store(&capsule, 0, Some((out.clone(), err.clone())));
+        let mut store = self.new_store(&capsule, 0, Some((out.clone(), err.clone())), None);
         let started = Instant::now();
         let outcome = async {
             let instance = capsule.loaded.pre.instantiate_async(&mut store).await?;

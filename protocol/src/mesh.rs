@@ -294,7 +294,9 @@ impl MeshNode {
             Input::SetHosted { capsules } => self.update_local(now, |l| l.capsules = capsules),
             Input::SetAddrs { addrs } => self.update_local(now, |l| l.addrs = addrs),
             Input::SetArtifacts { artifacts } => self.update_local(now, |l| l.artifacts = artifacts),
-            Input::SetLoad { load } => self.update_local(now, |l| l.load = load),
+            // Load rides on the next refresh: republishing on every change would turn task
+            // traffic into advert traffic.
+            Input::SetLoad { load } => self.local.load = load,
             Input::SetCert { cert } => self.update_local(now, |l| l.cert = cert),
             Input::Tick => {}
         }

@@ -10,6 +10,7 @@ use libp2p::{StreamProtocol, connection_limits, gossipsub, identify, identity, k
 use murmur_protocol::Digest;
 use murmur_protocol::mesh::ADVERT_TOPIC;
 use murmur_protocol::sync::{SyncRequest, SyncResponse};
+use murmur_protocol::task::{TaskRequest, TaskResponse};
 
 use super::codec::FrameCodec;
 use crate::config::NetworkConfig;
@@ -20,6 +21,13 @@ pub const IDENTIFY_PROTOCOL: &str = "/murmur/1.0.0";
 pub const KAD_PROTOCOL: StreamProtocol = StreamProtocol::new("/murmur/kad/1.0.0");
 /// Anti-entropy request-response.
 pub const SYNC_PROTOCOL: StreamProtocol = StreamProtocol::new("/murmur/sync/1");
+/// Tasks: submit, get, cancel, reply, events.
+pub const TASK_PROTOCOL: StreamProtocol = StreamProtocol::new("/murmur/task/1");
+/// A task request covers acceptance (a durable write at the owner) or one bounded events
+/// wait, never a whole task: 10 s is far beyond either.
+pub const TASK_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Concurrent task streams per connection (64 clients with headroom).
+pub const TASK_STREAMS_MAX: usize = 512;
 /// Gossipsub's cap on one message: an advert envelope is at most 16.6 KiB, plus framing.
 pub const GOSSIP_TRANSMIT_BYTES_MAX: usize = 64 * 1024;
 /// A sync exchange is one round trip of at most 1 MiB each way.
@@ -39,6 +47,7 @@ pub struct Behaviour {
     pub kad: kad::Behaviour<MemoryStore>,
     pub gossipsub: gossipsub::Behaviour,
     pub sync: request_response::Behaviour<FrameCodec<SyncRequest, SyncResponse>>,
+    pub task: request_response::Behaviour<FrameCodec<TaskRequest, TaskResponse>>,
 }
 
 impl Behaviour {
@@ -96,6 +105,14 @@ impl Behaviour {
                 .with_max_concurrent_streams(SYNC_STREAMS_MAX),
         );
 
+        let task = request_response::Behaviour::with_codec(
+            FrameCodec::default(),
+            [(TASK_PROTOCOL, ProtocolSupport::Full)],
+            request_response::Config::default()
+                .with_request_timeout(TASK_REQUEST_TIMEOUT)
+                .with_max_concurrent_streams(TASK_STREAMS_MAX),
+        );
+
         Ok(Self {
             limits: connection_limits::Behaviour::new(limits),
             identify,
@@ -104,6 +121,7 @@ impl Behaviour {
             kad,
             gossipsub,
             sync,
+            task,
         })
     }
 }

@@ -10,6 +10,7 @@ use libp2p::request_response::Codec;
 use murmur_protocol::DecodeError;
 use murmur_protocol::limits::{SYNC_REQUEST_BYTES_MAX, SYNC_RESPONSE_BYTES_MAX};
 use murmur_protocol::sync::{SyncRequest, SyncResponse};
+use murmur_protocol::task::{TASK_FRAME_BYTES_MAX, TaskRequest, TaskResponse};
 
 /// A message that travels as one request or response.
 pub trait Frame: Sized + Send {
@@ -42,6 +43,30 @@ impl Frame for SyncResponse {
 
     fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         SyncResponse::decode(bytes)
+    }
+}
+
+impl Frame for TaskRequest {
+    const BYTES_MAX: usize = TASK_FRAME_BYTES_MAX;
+
+    fn encode(&self) -> Vec<u8> {
+        TaskRequest::encode(self)
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        TaskRequest::decode(bytes)
+    }
+}
+
+impl Frame for TaskResponse {
+    const BYTES_MAX: usize = TASK_FRAME_BYTES_MAX;
+
+    fn encode(&self) -> Vec<u8> {
+        TaskResponse::encode(self)
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        TaskResponse::decode(bytes)
     }
 }
 

@@ -19,6 +19,10 @@ use super::behaviour::{Behaviour, BehaviourEvent, IDENTIFY_PROTOCOL};
 use super::{MeshMetrics, Query};
 use crate::clock;
 use crate::config::Config;
+mod tasks;
+
+pub(super) use tasks::TaskSide;
+
 use crate::views::{CapsuleView, CapsulesView, PeerView, PeersView, ProviderView};
 
 /// Longest the loop sleeps without looking at the clock again.
@@ -47,6 +51,7 @@ pub(super) struct Driver {
     gossip_pending: BTreeMap<u64, (gossipsub::MessageId, PeerId)>,
     sync_pending: BTreeMap<u64, request_response::ResponseChannel<SyncResponse>>,
     next_token: u64,
+    tasks: TaskSide,
 }
 
 impl Driver {
@@ -54,6 +59,7 @@ impl Driver {
         swarm: Swarm<Behaviour>,
         mesh: MeshNode,
         queries: mpsc::Receiver<Query>,
+        tasks: TaskSide,
         shutdown: watch::Receiver<bool>,
     ) -> Self {
         Self {
@@ -67,6 +73,7 @@ impl Driver {
             gossip_pending: BTreeMap::new(),
             sync_pending: BTreeMap::new(),
             next_token: 0,
+            tasks,
         }
     }
 
@@ -126,8 +133,13 @@ impl Driver {
             let sleep = self.sleep_duration();
             tokio::select! {
                 event = self.swarm.select_next_some() => self.on_swarm_event(event),
-                () = tokio::time::sleep(sleep) => self.mesh.handle(clock::now(), Input::Tick),
+                () = tokio::time::sleep(sleep) => {
+                    self.mesh.handle(clock::now(), Input::Tick);
+                    self.tick_tasks();
+                }
                 Some(query) = self.queries.recv() => self.answer(query),
+                Some(query) = self.tasks.queries.recv() => self.on_task_query(query),
+                Some(report) = self.tasks.reports.recv() => self.on_task_report(report),
                 _ = self.shutdown.changed() => break,
             }
             self.drain();
@@ -137,7 +149,10 @@ impl Driver {
 
     fn sleep_duration(&self) -> Duration {
         let now = clock::now();
-        let at = self.mesh.poll_timeout().unwrap_or(now.plus(TICK_MAX.as_millis() as u64));
+        let mut at = self.mesh.poll_timeout().unwrap_or(now.plus(TICK_MAX.as_millis() as u64));
+        if let Some(task_at) = self.task_timeout() {
+            at = at.min(task_at);
+        }
         Duration::from_millis(at.since(now)).min(TICK_MAX)
     }
 
@@ -245,6 +260,7 @@ impl Driver {
                 debug!(peer = %peer, error = %error, "sync answer failed");
             }
             BehaviourEvent::Sync(request_response::Event::ResponseSent { .. }) => {}
+            BehaviourEvent::Task(event) => self.on_task_event(event),
             BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. }) => {
                 if info.protocol_version != IDENTIFY_PROTOCOL {
                     warn!(peer = %peer_id, protocol = %info.protocol_version, "not a murmur node; disconnecting");
@@ -366,6 +382,8 @@ impl Driver {
                     directory_capsules: directory.capsule_names().count(),
                     mesh: self.mesh.stats().clone(),
                     directory: directory.stats().clone(),
+                    router: self.tasks.router().stats().clone(),
+                    task_refusals: self.tasks.refusals(),
                 });
             }
         }

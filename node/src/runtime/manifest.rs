@@ -21,6 +21,12 @@
 //! env = { PIPELINE_PEER = "127.0.0.1:9000" }   # environment the guest sees; nothing else
 //!
 //! workdir = "work/pipeline"        # relative to the data directory; default work/<name>
+//! grant = "pipeline.grant"         # signed allowlist for mesh sends (mur grant sign)
+//!
+//! [lifecycle]
+//! task_acceptance = "queue"        # none | single | queue
+//! input_timeout_secs = 300         # request-input wait before the call traps
+//! workers = 4                      # tasks run at once (queue)
 //! ```
 //!
 //! Unknown keys are errors; each problem names its key.
@@ -69,6 +75,36 @@ impl CapsuleKind {
             Self::Driver => "driver",
             Self::Hook => "hook",
         }
+    }
+}
+
+/// How a capsule takes A2A tasks (`lifecycle.task_acceptance`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskAcceptance {
+    /// Takes no tasks: they are refused (`not_accepting`).
+    None,
+    /// One task at a time: while one is queued or running, another is refused as busy
+    /// (and the router tries another node).
+    Single,
+    /// Tasks queue (at most 4,096) and run in order, `lifecycle.workers` at a time.
+    #[default]
+    Queue,
+}
+
+/// The `[lifecycle]` table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lifecycle {
+    pub task_acceptance: TaskAcceptance,
+    /// How long `murmur:task/task.request-input` waits for a reply before the call traps.
+    pub input_timeout: Duration,
+    /// Tasks run at once (queue mode).
+    pub workers: usize,
+}
+
+impl Default for Lifecycle {
+    fn default() -> Self {
+        Self { task_acceptance: TaskAcceptance::Queue, input_timeout: Duration::from_secs(300), workers: 4 }
     }
 }
 
@@ -130,6 +166,9 @@ pub struct CapsuleManifest {
     pub env: BTreeMap<String, String>,
     /// Absolute work directory.
     pub workdir: PathBuf,
+    pub lifecycle: Lifecycle,
+    /// The capsule's grant (signed allowlist) for sending tasks across the mesh.
+    pub grant: Option<murmur_protocol::Envelope>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -148,6 +187,23 @@ struct Raw {
     #[serde(default)]
     wasi: RawWasi,
     workdir: Option<PathBuf>,
+    #[serde(default)]
+    lifecycle: RawLifecycle,
+    grant: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawLifecycle {
+    task_acceptance: TaskAcceptance,
+    input_timeout_secs: u64,
+    workers: usize,
+}
+
+impl Default for RawLifecycle {
+    fn default() -> Self {
+        Self { task_acceptance: TaskAcceptance::Queue, input_timeout_secs: 300, workers: 4 }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -264,6 +320,16 @@ impl CapsuleManifest {
                 err("wasi.env", format!("`{key}` is not a valid variable name"));
             }
         }
+        if !(1..=86_400).contains(&raw.lifecycle.input_timeout_secs) {
+            err("lifecycle.input_timeout_secs", "must be 1..=86400".into());
+        }
+        if !(1..=64).contains(&raw.lifecycle.workers) {
+            err("lifecycle.workers", "must be 1..=64".into());
+        }
+        let grant = raw.grant.as_ref().and_then(|path| {
+            let path = if path.is_absolute() { path.clone() } else { base.join(path) };
+            read_grant(&path).map_err(|e| err("grant", e)).ok()
+        });
         if !errors.is_empty() {
             return Err(ConfigErrors(errors).into());
         }
@@ -287,6 +353,12 @@ impl CapsuleManifest {
             deadline: Duration::from_millis(raw.limits.deadline_ms),
             env: raw.wasi.env,
             workdir,
+            lifecycle: Lifecycle {
+                task_acceptance: raw.lifecycle.task_acceptance,
+                input_timeout: Duration::from_secs(raw.lifecycle.input_timeout_secs),
+                workers: raw.lifecycle.workers,
+            },
+            grant,
         })
     }
 
@@ -308,8 +380,23 @@ impl CapsuleManifest {
             memory_bytes: 64 << 20,
             deadline: Duration::from_secs(10),
             env: BTreeMap::new(),
+            lifecycle: Lifecycle::default(),
+            grant: None,
         }
     }
+}
+
+/// Reads a grant file (a signed envelope of kind `grant`); the signature is checked where
+/// it is used, against the node's trusted authorities.
+fn read_grant(path: &Path) -> Result<murmur_protocol::Envelope, String> {
+    let bytes = crate::cli::grant::read_bounded(path, murmur_protocol::limits::ENVELOPE_BYTES_MAX)
+        .map_err(|e| format!("{e:#}"))?;
+    let envelope = murmur_protocol::Envelope::decode(&bytes)
+        .map_err(|e| format!("{} is not a grant file: {e}", path.display()))?;
+    if envelope.kind() != murmur_protocol::DocKind::Grant {
+        return Err(format!("{} holds a {} document, not a grant", path.display(), envelope.kind()));
+    }
+    Ok(envelope)
 }
 
 fn parse_artifact(text: &str, base: &Path) -> Result<ArtifactRef, String> {

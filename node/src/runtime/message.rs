@@ -15,6 +15,7 @@ use murmur_protocol::peer_url::allowed;
 use serde_json::{Value, json};
 use wasmtime::Result;
 
+use super::Installed;
 use super::bindings::murmur::message::send::{self, Message, TaskResult};
 use super::state::HostState;
 
@@ -30,9 +31,16 @@ pub type SendFuture<'a> = Pin<Box<dyn Future<Output = Result<TaskResult, String>
 
 /// Delivers an allowed message to its target.
 pub trait MessageRouter: Send + Sync + std::fmt::Debug {
-    /// Sends `message` from capsule `from` to `target`; the answer is the peer's
-    /// immediate task state.
-    fn send<'a>(&'a self, from: &'a str, target: PeerUrl, message: Message) -> SendFuture<'a>;
+    /// Sends `message` from capsule `from` (its manifest carries its grant) to `target`,
+    /// continuing the trace `traceparent` (the task `from` runs, if any); the answer is the
+    /// peer's immediate task state.
+    fn send<'a>(
+        &'a self,
+        from: &'a Installed,
+        traceparent: Option<String>,
+        target: PeerUrl,
+        message: Message,
+    ) -> SendFuture<'a>;
 }
 
 impl send::Host for HostState {
@@ -50,8 +58,9 @@ impl send::Host for HostState {
             )));
         }
         let router = self.call.runtime.router.clone();
-        let name = manifest.name.clone();
-        Ok(router.send(&name, target, message).await)
+        let from = self.call.capsule.clone();
+        let traceparent = self.call.task.as_ref().and_then(|t| t.traceparent());
+        Ok(router.send(&from, traceparent, target, message).await)
     }
 }
 
@@ -77,7 +86,13 @@ impl DirectHttp {
         }
     }
 
-    async fn post(&self, url: &str, message: Message) -> Result<TaskResult, String> {
+    /// Posts `message/send` to a direct peer's A2A endpoint.
+    pub async fn post(
+        &self,
+        url: &str,
+        traceparent: Option<&str>,
+        message: Message,
+    ) -> Result<TaskResult, String> {
         let body = json!({
             "jsonrpc": "2.0",
             "id": message.message_id,
@@ -90,8 +105,14 @@ impl DirectHttp {
                 "parts": [{ "kind": "text", "text": message.text }],
             }},
         });
-        let mut response =
-            self.client.post(url).json(&body).send().await.map_err(|e| format!("cannot reach {url}: {e}"))?;
+        let mut request = self.client.post(url).json(&body);
+        // Every outgoing hop carries the trace on (a new trace when the sender had none).
+        let trace = traceparent
+            .and_then(crate::telemetry::TraceContext::parse)
+            .unwrap_or_else(crate::telemetry::TraceContext::root)
+            .child();
+        request = request.header("traceparent", trace.header());
+        let mut response = request.send().await.map_err(|e| format!("cannot reach {url}: {e}"))?;
         let mut bytes = Vec::new();
         while let Some(chunk) =
             response.chunk().await.map_err(|e| format!("reading the answer of {url}: {e}"))?
@@ -108,12 +129,18 @@ impl DirectHttp {
 }
 
 impl MessageRouter for DirectHttp {
-    fn send<'a>(&'a self, _from: &'a str, target: PeerUrl, message: Message) -> SendFuture<'a> {
+    fn send<'a>(
+        &'a self,
+        _from: &'a Installed,
+        traceparent: Option<String>,
+        target: PeerUrl,
+        message: Message,
+    ) -> SendFuture<'a> {
         Box::pin(async move {
             let Some(url) = Self::endpoint(&target) else {
-                return Err(format!("'{target}' is a mesh target; this node has no mesh task router yet"));
+                return Err(format!("'{target}' is a mesh target; this node has no mesh task router"));
             };
-            self.post(&url, message).await
+            self.post(&url, traceparent.as_deref(), message).await
         })
     }
 }

@@ -107,7 +107,7 @@ impl invoke::Host for HostState {
         }
         let runtime = self.call.runtime.clone();
         // Boxed: this call runs inside the caller's own `call_tool` future.
-        match Box::pin(runtime.call_tool(tool, input, self.call.depth + 1)).await {
+        match Box::pin(runtime.call_tool(tool, input, self.call.depth + 1, None)).await {
             Ok((result, records)) => {
                 self.call.records.extend(records);
                 Ok(Ok(result))

@@ -36,6 +36,10 @@ pub struct CallContext {
     /// Tool calls made during this run, with their declared state effects.
     pub(super) records: Vec<ToolCallRecord>,
     pub(super) started: Instant,
+    /// Time spent waiting for task input, which the deadline does not count.
+    pub(super) waited: std::time::Duration,
+    /// The A2A task this call runs, when it runs one (for `request-input`).
+    pub(super) task: Option<Arc<dyn super::TaskLink>>,
 }
 
 impl WasiView for HostState {

@@ -1,0 +1,713 @@
+//! The A2A endpoint: JSON-RPC 2.0 over HTTP, with server-sent events for streams.
+//!
+//! One endpoint serves every capsule the mesh knows: `POST /a2a/{capsule}` (the URL each
+//! capsule's agent card names), or `POST /` and `POST /a2a` with the capsule given as A2A
+//! 1.0's `params.tenant` (or `params.metadata.capsule`). A capsule may be written
+//! `NAME`, `mesh://NAME` or `mesh://NAME@PEER` (only that node may run it).
+//!
+//! Both generations of method names are served (see docs/src/a2a.md for the table): the
+//! runtime specification's A2A 0.3 names (`message/send`, `message/stream`, `tasks/get`,
+//! `tasks/cancel`, `tasks/resubscribe`) and A2A 1.0's (`SendMessage`,
+//! `SendStreamingMessage`, `GetTask`, `ListTasks`, `CancelTask`, `SubscribeToTask`).
+//! Answers take the shape of the version the client speaks: the `A2A-Version` header
+//! (empty means 0.3), else the generation of the method name.
+//!
+//! Every task event carries its per-task sequence number, as the SSE `id`; a stream that
+//! reconnects with `Last-Event-ID` (or `params.metadata.lastSeq`) resumes after it, from
+//! the owner's bounded event log.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use murmur_protocol::PeerUrl;
+use murmur_protocol::task::{
+    CLIENT_ID_BYTES_MAX, Sender, TASK_TEXT_BYTES_MAX, TaskEvent, TaskId, TaskSnapshot, TaskState,
+};
+use serde_json::{Value, json};
+use tracing::Instrument;
+
+use super::ApiState;
+use crate::tasks::{CallError, NewTask, TaskView};
+use crate::telemetry::TraceContext;
+
+/// JSON-RPC and A2A error codes.
+pub mod code {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INTERNAL: i64 = -32603;
+    pub const TASK_NOT_FOUND: i64 = -32001;
+    pub const TASK_NOT_CANCELABLE: i64 = -32002;
+    pub const PUSH_NOT_SUPPORTED: i64 = -32003;
+    pub const UNSUPPORTED_OPERATION: i64 = -32004;
+    pub const CONTENT_TYPE_NOT_SUPPORTED: i64 = -32005;
+    pub const VERSION_NOT_SUPPORTED: i64 = -32009;
+    /// Murmur: a check refused the task (grant, policy, capsule); `data.check` names it.
+    pub const TASK_REFUSED: i64 = -32030;
+    /// Murmur: the task could not be placed, or its owner did not answer.
+    pub const UNAVAILABLE: i64 = -32031;
+}
+
+/// Longest a blocking `message/send` waits for the task to finish or ask for input;
+/// after that it answers with the task as it is.
+pub const BLOCKING_WAIT_MAX: Duration = Duration::from_secs(60);
+/// SSE streams open at once per node.
+pub const STREAMS_MAX: usize = 1024;
+/// Largest JSON-RPC request body.
+pub const REQUEST_BYTES_MAX: usize = TASK_TEXT_BYTES_MAX + 64 * 1024;
+/// Tasks per `ListTasks` page at most.
+pub const PAGE_SIZE_MAX: usize = 100;
+
+/// Which generation of A2A a client speaks; answers take its shapes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    /// A2A 0.3, the runtime specification's (`kind` fields, `input-required`).
+    V03,
+    /// A2A 1.0 (ProtoJSON: `TASK_STATE_INPUT_REQUIRED`, `ROLE_AGENT`, oneof wrappers).
+    V1,
+}
+
+/// A JSON-RPC error, with `data` for machine-readable detail.
+#[derive(Debug)]
+pub struct RpcError {
+    pub code: i64,
+    pub message: String,
+    pub data: Option<Value>,
+}
+
+impl RpcError {
+    fn new(code: i64, message: impl Into<String>) -> Self {
+        Self { code, message: message.into(), data: None }
+    }
+
+    fn params(message: impl Into<String>) -> Self {
+        Self::new(code::INVALID_PARAMS, message)
+    }
+}
+
+impl From<CallError> for RpcError {
+    fn from(err: CallError) -> Self {
+        let check = err.check().to_owned();
+        let code = match &err {
+            CallError::Refused { .. } => code::TASK_REFUSED,
+            CallError::NotFound(_) => code::TASK_NOT_FOUND,
+            CallError::NotCancelable { .. } => code::TASK_NOT_CANCELABLE,
+            CallError::NotWaiting { .. } => code::UNSUPPORTED_OPERATION,
+            CallError::Unavailable(_) => code::UNAVAILABLE,
+        };
+        let reason = match &err {
+            CallError::Refused { reason, .. } => reason.clone(),
+            other => other.to_string(),
+        };
+        Self { code, message: err.to_string(), data: Some(json!({ "check": check, "reason": reason })) }
+    }
+}
+
+/// One parsed call.
+struct Call {
+    id: Value,
+    method: String,
+    params: Value,
+    dialect: Dialect,
+}
+
+fn envelope(id: &Value, outcome: Result<Value, RpcError>) -> Value {
+    match outcome {
+        Ok(result) => json!({ "jsonrpc": "2.0", "id": id, "result": result }),
+        Err(err) => {
+            let mut error = json!({ "code": err.code, "message": err.message });
+            if let Some(data) = err.data {
+                error["data"] = data;
+            }
+            json!({ "jsonrpc": "2.0", "id": id, "error": error })
+        }
+    }
+}
+
+fn reply(id: &Value, outcome: Result<Value, RpcError>) -> Response {
+    // JSON-RPC errors travel with 200: the HTTP exchange itself succeeded.
+    (StatusCode::OK, Json(envelope(id, outcome))).into_response()
+}
+
+/// `POST /`, `POST /a2a`: the capsule comes from the params.
+pub async fn rpc_node(State(state): State<Arc<ApiState>>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(state, None, headers, body).await
+}
+
+/// `POST /a2a/{capsule}`.
+pub async fn rpc_capsule(
+    State(state): State<Arc<ApiState>>,
+    Path(capsule): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(state, Some(capsule), headers, body).await
+}
+
+fn parse_call(headers: &HeaderMap, body: &[u8]) -> Result<Call, (Value, RpcError)> {
+    let request: Value = serde_json::from_slice(body)
+        .map_err(|e| (Value::Null, RpcError::new(code::PARSE_ERROR, format!("the body is not JSON: {e}"))))?;
+    let id = request.get("id").cloned().unwrap_or(Value::Null);
+    if !(id.is_string() || id.is_number() || id.is_null()) {
+        return Err((
+            Value::Null,
+            RpcError::new(code::INVALID_REQUEST, "`id` must be a string, a number or null"),
+        ));
+    }
+    if request.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err((id, RpcError::new(code::INVALID_REQUEST, "`jsonrpc` must be \"2.0\"")));
+    }
+    let Some(method) = request.get("method").and_then(Value::as_str).map(str::to_owned) else {
+        return Err((id, RpcError::new(code::INVALID_REQUEST, "`method` must be a string")));
+    };
+    let params = request.get("params").cloned().unwrap_or_else(|| json!({}));
+    if !params.is_object() {
+        return Err((id, RpcError::params("`params` must be an object")));
+    }
+    let header = headers.get("a2a-version").and_then(|v| v.to_str().ok()).map(str::trim).unwrap_or("");
+    let dialect = match header {
+        "" => {
+            if method.contains('/') {
+                Dialect::V03
+            } else {
+                Dialect::V1
+            }
+        }
+        v if v == "0.3" || v.starts_with("0.3.") => Dialect::V03,
+        v if v == "1" || v == "1.0" || v.starts_with("1.0.") => Dialect::V1,
+        other => {
+            let mut err =
+                RpcError::new(code::VERSION_NOT_SUPPORTED, format!("A2A version `{other}` is not supported"));
+            err.data = Some(json!({ "supported": ["0.3", "1.0"] }));
+            return Err((id, err));
+        }
+    };
+    Ok(Call { id, method, params, dialect })
+}
+
+async fn handle(state: Arc<ApiState>, tenant: Option<String>, headers: HeaderMap, body: Bytes) -> Response {
+    let call = match parse_call(&headers, &body) {
+        Ok(call) => call,
+        Err((id, err)) => return reply(&id, Err(err)),
+    };
+    let trace = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(TraceContext::parse)
+        .unwrap_or_else(TraceContext::root);
+    let span = tracing::info_span!("a2a", method = %call.method, trace_id = %trace.trace_id_hex());
+    crate::telemetry::set_parent(&span, &trace);
+    let last_event_id =
+        headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
+    dispatch(state, tenant, call, trace, last_event_id).instrument(span).await
+}
+
+async fn dispatch(
+    state: Arc<ApiState>,
+    tenant: Option<String>,
+    call: Call,
+    trace: TraceContext,
+    last_event_id: Option<u64>,
+) -> Response {
+    // The next hop continues this node's span (or the caller's, with telemetry off).
+    let trace = crate::telemetry::current_or(&trace);
+    let id = call.id.clone();
+    let dialect = call.dialect;
+    let outcome = match call.method.as_str() {
+        "message/send" | "SendMessage" => {
+            send(&state, tenant, &call, &trace).await.map(|(view, _)| match dialect {
+                Dialect::V03 => task_json(&view, dialect),
+                Dialect::V1 => json!({ "task": task_json(&view, dialect) }),
+            })
+        }
+        "message/stream" | "SendStreamingMessage" => match send(&state, tenant, &call, &trace).await {
+            Ok((view, _)) => return stream(state, id, dialect, view, None),
+            Err(err) => Err(err),
+        },
+        "tasks/get" | "GetTask" => match task_param(&call.params) {
+            Ok(task) => state.tasks.get(&task).await.map(|v| task_json(&v, dialect)).map_err(Into::into),
+            Err(err) => Err(err),
+        },
+        "tasks/cancel" | "CancelTask" => match task_param(&call.params) {
+            Ok(task) => state.tasks.cancel(&task).await.map(|v| task_json(&v, dialect)).map_err(Into::into),
+            Err(err) => Err(err),
+        },
+        "tasks/resubscribe" | "SubscribeToTask" => match task_param(&call.params) {
+            Ok(task) => {
+                let after = last_event_id.or_else(|| call.params["metadata"]["lastSeq"].as_u64());
+                match state.tasks.get(&task).await {
+                    Ok(view) => return stream(state, id, dialect, view, after),
+                    Err(err) => Err(err.into()),
+                }
+            }
+            Err(err) => Err(err),
+        },
+        "ListTasks" | "tasks/list" => list(&state, &call.params, dialect).await,
+        "tasks/pushNotificationConfig/set"
+        | "tasks/pushNotificationConfig/get"
+        | "tasks/pushNotificationConfig/list"
+        | "tasks/pushNotificationConfig/delete"
+        | "CreateTaskPushNotificationConfig"
+        | "GetTaskPushNotificationConfig"
+        | "ListTaskPushNotificationConfigs"
+        | "DeleteTaskPushNotificationConfig" => Err(RpcError::new(
+            code::PUSH_NOT_SUPPORTED,
+            "push notifications are not supported; use message/stream or tasks/resubscribe",
+        )),
+        "agent/getAuthenticatedExtendedCard" | "GetExtendedAgentCard" => {
+            Err(RpcError::new(code::UNSUPPORTED_OPERATION, "this node has no extended agent card"))
+        }
+        other => Err(RpcError::new(code::METHOD_NOT_FOUND, format!("no method `{other}`"))),
+    };
+    reply(&id, outcome)
+}
+
+fn task_param(params: &Value) -> Result<TaskId, RpcError> {
+    let text =
+        params["id"].as_str().ok_or_else(|| RpcError::params("`params.id` (the task id) is required"))?;
+    // A2A 1.0 may name tasks by resource name (`tasks/{id}`).
+    let text = text.strip_prefix("tasks/").unwrap_or(text);
+    text.parse().map_err(|e: murmur_protocol::task::TaskIdError| RpcError::params(e.to_string()))
+}
+
+/// The text of a message's parts: text parts as they are, data parts as JSON text.
+fn message_text(message: &Value) -> Result<String, RpcError> {
+    let parts =
+        message["parts"].as_array().ok_or_else(|| RpcError::params("`message.parts` must be a list"))?;
+    let mut texts = Vec::new();
+    for part in parts {
+        let kind = part["kind"].as_str();
+        if let Some(text) = part["text"].as_str().filter(|_| kind.is_none_or(|k| k == "text")) {
+            texts.push(text.to_owned());
+        } else if let Some(data) = part.get("data").filter(|_| kind.is_none_or(|k| k == "data")) {
+            texts.push(data.to_string());
+        } else {
+            return Err(RpcError::new(
+                code::CONTENT_TYPE_NOT_SUPPORTED,
+                "only text and data parts are supported (capsules take text)",
+            ));
+        }
+    }
+    let text = texts.join("\n");
+    if text.len() > TASK_TEXT_BYTES_MAX {
+        return Err(RpcError::params(format!(
+            "the message is {} bytes, more than {TASK_TEXT_BYTES_MAX}",
+            text.len()
+        )));
+    }
+    Ok(text)
+}
+
+/// Which capsule a call names: the path, `params.tenant`, or `params.metadata.capsule`.
+fn target(
+    tenant: Option<String>,
+    params: &Value,
+) -> Result<(String, Option<murmur_protocol::NodeId>), RpcError> {
+    let named = tenant
+        .or_else(|| params["tenant"].as_str().filter(|t| !t.is_empty()).map(str::to_owned))
+        .or_else(|| params["metadata"]["capsule"].as_str().map(str::to_owned))
+        .ok_or_else(|| {
+            RpcError::params(
+                "which capsule? POST to /a2a/NAME, or set params.tenant (A2A 1.0) or params.metadata.capsule",
+            )
+        })?;
+    let url = if named.starts_with("mesh://") { named.clone() } else { format!("mesh://{named}") };
+    match url.parse::<PeerUrl>() {
+        Ok(PeerUrl::Mesh { capsule, node }) => Ok((capsule, node)),
+        _ => Err(RpcError::params(format!("`{named}` is not a capsule name or mesh:// URL"))),
+    }
+}
+
+/// `message/send`: a follow-up for a task (when `message.taskId` is set) or a new task.
+async fn send(
+    state: &ApiState,
+    tenant: Option<String>,
+    call: &Call,
+    trace: &TraceContext,
+) -> Result<(TaskView, bool), RpcError> {
+    let params = &call.params;
+    let message = params
+        .get("message")
+        .filter(|m| m.is_object())
+        .ok_or_else(|| RpcError::params("`params.message` is required"))?;
+    let text = message_text(message)?;
+    let blocking = match params["configuration"]["blocking"].as_bool() {
+        Some(blocking) => blocking,
+        None => {
+            call.dialect == Dialect::V1
+                && !params["configuration"]["returnImmediately"].as_bool().unwrap_or(false)
+        }
+    };
+    if let Some(task) = message["taskId"].as_str().filter(|t| !t.is_empty()) {
+        let task: TaskId =
+            task.parse().map_err(|e: murmur_protocol::task::TaskIdError| RpcError::params(e.to_string()))?;
+        let view = state.tasks.reply(&task, text).await?;
+        let view = if blocking { settle(state, &task).await? } else { view };
+        return Ok((view, false));
+    }
+    let message_id = message["messageId"]
+        .as_str()
+        .filter(|m| !m.is_empty() && m.len() <= CLIENT_ID_BYTES_MAX)
+        .ok_or_else(|| {
+            RpcError::params(format!("`message.messageId` must be 1 to {CLIENT_ID_BYTES_MAX} bytes"))
+        })?;
+    let context = match message["contextId"].as_str() {
+        Some(c) if c.is_empty() || c.len() > CLIENT_ID_BYTES_MAX => {
+            return Err(RpcError::params(format!(
+                "`message.contextId` must be 1 to {CLIENT_ID_BYTES_MAX} bytes"
+            )));
+        }
+        other => other.map(str::to_owned),
+    };
+    let (capsule, pin) = target(tenant, params)?;
+    let view = state
+        .tasks
+        .submit(NewTask {
+            capsule,
+            pin,
+            text,
+            message_id: message_id.to_owned(),
+            context,
+            sender: Sender::Client,
+            origin: format!("client@{}", state.tasks.local()),
+            traceparent: Some(trace.child().header()),
+        })
+        .await?;
+    let task = view.snapshot.task;
+    tracing::info!(task = %task, owner = %view.owner, "task placed");
+    let view = if blocking { settle(state, &task).await? } else { view };
+    Ok((view, true))
+}
+
+async fn settle(state: &ApiState, task: &TaskId) -> Result<TaskView, RpcError> {
+    Ok(state.tasks.settle(task, BLOCKING_WAIT_MAX).await?)
+}
+
+async fn list(state: &ApiState, params: &Value, dialect: Dialect) -> Result<Value, RpcError> {
+    let wanted = match params["status"].as_str().or_else(|| params["state"].as_str()) {
+        Some(text) => Some(text.parse::<TaskState>().map_err(RpcError::params)?),
+        None => None,
+    };
+    let page_size = params["pageSize"]
+        .as_u64()
+        .map_or(50, |n| usize::try_from(n).unwrap_or(PAGE_SIZE_MAX))
+        .clamp(1, PAGE_SIZE_MAX);
+    let offset = match params["pageToken"].as_str().filter(|t| !t.is_empty()) {
+        Some(token) => {
+            token.parse::<usize>().map_err(|_| RpcError::params("`pageToken` is not one this node issued"))?
+        }
+        None => 0,
+    };
+    let context = params["contextId"].as_str();
+    let all: Vec<TaskView> = state
+        .tasks
+        .list(wanted)
+        .await
+        .into_iter()
+        .filter(|v| context.is_none_or(|c| v.snapshot.context == c))
+        .collect();
+    let total = all.len();
+    let tasks: Vec<Value> = all.iter().skip(offset).take(page_size).map(|v| task_json(v, dialect)).collect();
+    let next = if offset + page_size < total { (offset + page_size).to_string() } else { String::new() };
+    Ok(json!({ "tasks": tasks, "nextPageToken": next, "pageSize": page_size, "totalSize": total }))
+}
+
+fn state_name(state: TaskState, dialect: Dialect) -> String {
+    match dialect {
+        Dialect::V03 => state.as_str().to_owned(),
+        Dialect::V1 => state.as_v1(),
+    }
+}
+
+fn text_part(text: &str, dialect: Dialect) -> Value {
+    match dialect {
+        Dialect::V03 => json!({ "kind": "text", "text": text }),
+        Dialect::V1 => json!({ "text": text }),
+    }
+}
+
+fn agent_message(snapshot: &TaskSnapshot, seq: u64, text: &str, dialect: Dialect) -> Value {
+    let mut message = json!({
+        "messageId": format!("{}-{seq}", snapshot.task),
+        "taskId": snapshot.task.to_string(),
+        "contextId": snapshot.context,
+        "parts": [text_part(text, dialect)],
+    });
+    match dialect {
+        Dialect::V03 => {
+            message["kind"] = json!("message");
+            message["role"] = json!("agent");
+        }
+        Dialect::V1 => message["role"] = json!("ROLE_AGENT"),
+    }
+    message
+}
+
+fn status_json(
+    snapshot: &TaskSnapshot,
+    state: TaskState,
+    text: Option<&str>,
+    seq: u64,
+    dialect: Dialect,
+) -> Value {
+    let mut status = json!({ "state": state_name(state, dialect) });
+    if let Some(text) = text {
+        status["message"] = agent_message(snapshot, seq, text, dialect);
+    }
+    status
+}
+
+fn result_artifact(snapshot: &TaskSnapshot, text: &str, dialect: Dialect) -> Value {
+    json!({ "artifactId": format!("{}-result", snapshot.task), "name": "result", "parts": [text_part(text, dialect)] })
+}
+
+/// A task in the client's dialect.
+fn task_json(view: &TaskView, dialect: Dialect) -> Value {
+    let s = &view.snapshot;
+    let mut task = json!({
+        "id": s.task.to_string(),
+        "contextId": s.context,
+        "status": status_json(s, s.state, s.message.as_deref(), s.seq, dialect),
+        "metadata": { "murmur": { "capsule": s.capsule, "owner": view.owner.to_string(), "seq": s.seq } },
+    });
+    if dialect == Dialect::V03 {
+        task["kind"] = json!("task");
+    }
+    if s.state == TaskState::Completed
+        && let Some(text) = &s.message
+    {
+        task["artifacts"] = json!([result_artifact(s, text, dialect)]);
+    }
+    task
+}
+
+/// One task event as a stream item: status updates, and the result artifact before the
+/// final `completed`.
+fn event_items(snapshot: &TaskSnapshot, event: &TaskEvent, dialect: Dialect) -> Vec<Value> {
+    let mut items = Vec::new();
+    let terminal = event.state.is_terminal();
+    if event.state == TaskState::Completed
+        && let Some(text) = &event.text
+    {
+        let artifact = result_artifact(snapshot, text, dialect);
+        items.push(match dialect {
+            Dialect::V03 => json!({
+                "kind": "artifact-update", "taskId": snapshot.task.to_string(), "contextId": snapshot.context,
+                "artifact": artifact, "lastChunk": true, "metadata": { "seq": event.seq },
+            }),
+            Dialect::V1 => json!({ "artifactUpdate": {
+                "taskId": snapshot.task.to_string(), "contextId": snapshot.context,
+                "artifact": artifact, "lastChunk": true, "metadata": { "seq": event.seq },
+            }}),
+        });
+    }
+    let status = status_json(snapshot, event.state, event.text.as_deref(), event.seq, dialect);
+    items.push(match dialect {
+        Dialect::V03 => json!({
+            "kind": "status-update", "taskId": snapshot.task.to_string(), "contextId": snapshot.context,
+            "status": status, "final": terminal, "metadata": { "seq": event.seq },
+        }),
+        Dialect::V1 => json!({ "statusUpdate": {
+            "taskId": snapshot.task.to_string(), "contextId": snapshot.context,
+            "status": status, "final": terminal, "metadata": { "seq": event.seq },
+        }}),
+    });
+    items
+}
+
+/// Releases a stream slot when the stream ends.
+struct StreamSlot(Arc<ApiState>);
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.streams.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+struct StreamState {
+    state: Arc<ApiState>,
+    id: Value,
+    dialect: Dialect,
+    task: TaskId,
+    after: u64,
+    done: bool,
+    first: Option<TaskView>,
+    _slot: StreamSlot,
+}
+
+/// An SSE stream of a task's events after `after` (from the start: the task itself first,
+/// then every change). Each SSE event's `id` is the task's sequence number.
+fn stream(state: Arc<ApiState>, id: Value, dialect: Dialect, view: TaskView, after: Option<u64>) -> Response {
+    if state.streams.fetch_add(1, Ordering::Relaxed) >= STREAMS_MAX {
+        state.streams.fetch_sub(1, Ordering::Relaxed);
+        return reply(
+            &id,
+            Err(RpcError::new(code::UNAVAILABLE, format!("more than {STREAMS_MAX} streams are open"))),
+        );
+    }
+    let slot = StreamSlot(state.clone());
+    let task = view.snapshot.task;
+    // Without a resume point the stream opens with the task as it is now.
+    let (first, after) = match after {
+        None => (Some(view.clone()), view.snapshot.seq),
+        Some(after) => (None, after),
+    };
+    let start = StreamState { state, id, dialect, task, after, done: false, first, _slot: slot };
+    let events = futures::stream::unfold(start, |mut s| async move {
+        if s.done {
+            return None;
+        }
+        let mut out: Vec<Result<Event, Infallible>> = Vec::new();
+        if let Some(view) = s.first.take() {
+            let item = match s.dialect {
+                Dialect::V03 => task_json(&view, s.dialect),
+                Dialect::V1 => json!({ "task": task_json(&view, s.dialect) }),
+            };
+            out.push(Ok(sse(&s.id, view.snapshot.seq, item)));
+            s.done = view.snapshot.state.is_terminal();
+            return Some((out, s));
+        }
+        match s.state.tasks.events(&s.task, s.after, Duration::from_secs(5)).await {
+            Ok((events, view)) => {
+                for event in &events {
+                    for item in event_items(&view.snapshot, event, s.dialect) {
+                        out.push(Ok(sse(&s.id, event.seq, item)));
+                    }
+                    s.after = event.seq;
+                }
+                let last_state = events.last().map(|e| e.state);
+                // Done once the final event went out (or the task ended with nothing newer).
+                s.done = last_state.is_some_and(TaskState::is_terminal)
+                    || (events.is_empty()
+                        && view.snapshot.state.is_terminal()
+                        && view.snapshot.seq <= s.after);
+                if events.is_empty() && view.snapshot.state.is_terminal() && view.snapshot.seq > s.after {
+                    // Events older than the log: send the task as it is, then end.
+                    let item = match s.dialect {
+                        Dialect::V03 => task_json(&view, s.dialect),
+                        Dialect::V1 => json!({ "task": task_json(&view, s.dialect) }),
+                    };
+                    out.push(Ok(sse(&s.id, view.snapshot.seq, item)));
+                    s.done = true;
+                }
+            }
+            Err(err) => {
+                let body = envelope(&s.id, Err(err.into()));
+                out.push(Ok(Event::default().data(body.to_string())));
+                s.done = true;
+            }
+        }
+        Some((out, s))
+    })
+    .flat_map(futures::stream::iter);
+    Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
+}
+
+fn sse(id: &Value, seq: u64, result: Value) -> Event {
+    Event::default().id(seq.to_string()).data(envelope(id, Ok(result)).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot(state: TaskState, message: Option<&str>) -> TaskSnapshot {
+        TaskSnapshot {
+            seq: 3,
+            task: TaskId::derive("client@x", "m1"),
+            state,
+            capsule: "echo".into(),
+            context: "ctx".into(),
+            message: message.map(str::to_owned),
+        }
+    }
+
+    fn view(state: TaskState, message: Option<&str>) -> TaskView {
+        TaskView {
+            snapshot: snapshot(state, message),
+            owner: murmur_protocol::SecretKey::from_seed([1; 32]).node_id(),
+        }
+    }
+
+    #[test]
+    fn tasks_take_the_shape_of_each_dialect() {
+        let v03 = task_json(&view(TaskState::Completed, Some("hi")), Dialect::V03);
+        assert_eq!(v03["kind"], "task");
+        assert_eq!(v03["status"]["state"], "completed");
+        assert_eq!(v03["status"]["message"]["role"], "agent");
+        assert_eq!(v03["artifacts"][0]["parts"][0], json!({"kind": "text", "text": "hi"}));
+        let v1 = task_json(&view(TaskState::InputRequired, Some("which?")), Dialect::V1);
+        assert!(v1.get("kind").is_none());
+        assert_eq!(v1["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
+        assert_eq!(v1["status"]["message"]["role"], "ROLE_AGENT");
+        assert_eq!(v1["status"]["message"]["parts"][0], json!({"text": "which?"}));
+        assert!(v1.get("artifacts").is_none());
+    }
+
+    #[test]
+    fn completed_events_carry_the_artifact_then_the_final_status() {
+        let s = snapshot(TaskState::Completed, Some("done"));
+        let event = TaskEvent { seq: 4, text: Some("done".into()), state: TaskState::Completed };
+        let items = event_items(&s, &event, Dialect::V03);
+        assert_eq!(items[0]["kind"], "artifact-update");
+        assert_eq!(
+            (items[1]["kind"].as_str(), items[1]["final"].as_bool()),
+            (Some("status-update"), Some(true))
+        );
+        let items =
+            event_items(&s, &TaskEvent { seq: 2, text: None, state: TaskState::Working }, Dialect::V1);
+        assert_eq!(items.len(), 1);
+        assert_eq!(items[0]["statusUpdate"]["status"]["state"], "TASK_STATE_WORKING");
+        assert_eq!(items[0]["statusUpdate"]["metadata"]["seq"], 2);
+    }
+
+    #[test]
+    fn calls_are_validated_and_versions_chosen() {
+        let headers = HeaderMap::new();
+        let call = parse_call(&headers, br#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{}}"#)
+            .ok()
+            .unwrap();
+        assert_eq!(call.dialect, Dialect::V1);
+        let call =
+            parse_call(&headers, br#"{"jsonrpc":"2.0","id":"a","method":"message/send"}"#).ok().unwrap();
+        assert_eq!(call.dialect, Dialect::V03);
+        let (_, err) = parse_call(&headers, b"{").err().unwrap();
+        assert_eq!(err.code, code::PARSE_ERROR);
+        let (_, err) = parse_call(&headers, br#"{"jsonrpc":"1.0","id":1,"method":"x"}"#).err().unwrap();
+        assert_eq!(err.code, code::INVALID_REQUEST);
+        let (_, err) =
+            parse_call(&headers, br#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#).err().unwrap();
+        assert_eq!(err.code, code::INVALID_PARAMS);
+        let mut headers = HeaderMap::new();
+        headers.insert("a2a-version", "2.0".parse().unwrap());
+        let (_, err) = parse_call(&headers, br#"{"jsonrpc":"2.0","id":1,"method":"GetTask"}"#).err().unwrap();
+        assert_eq!(err.code, code::VERSION_NOT_SUPPORTED);
+        headers.insert("a2a-version", "0.3".parse().unwrap());
+        assert_eq!(
+            parse_call(&headers, br#"{"jsonrpc":"2.0","id":1,"method":"GetTask"}"#).ok().unwrap().dialect,
+            Dialect::V03
+        );
+    }
+
+    #[test]
+    fn parts_and_targets_are_read_strictly() {
+        let message = json!({"parts": [{"kind": "text", "text": "a"}, {"text": "b"}, {"kind": "data", "data": {"x": 1}}]});
+        assert_eq!(message_text(&message).unwrap(), "a\nb\n{\"x\":1}");
+        let file = json!({"parts": [{"kind": "file", "file": {"uri": "x"}}]});
+        assert_eq!(message_text(&file).unwrap_err().code, code::CONTENT_TYPE_NOT_SUPPORTED);
+        assert_eq!(target(Some("echo".into()), &json!({})).unwrap().0, "echo");
+        assert_eq!(target(None, &json!({"tenant": "mesh://wc"})).unwrap().0, "wc");
+        assert_eq!(target(None, &json!({})).unwrap_err().code, code::INVALID_PARAMS);
+        assert_eq!(target(Some("Bad Name".into()), &json!({})).unwrap_err().code, code::INVALID_PARAMS);
+    }
+}

@@ -1,0 +1,417 @@
+//! The driver's task side: the protocol's [`Router`] placing tasks, `/murmur/task/1`
+//! requests out and in, and the hand-off to this node's [`TaskManager`].
+//!
+//! The driver never waits on the task manager: acceptance (a durable write) and owner
+//! queries run in spawned tasks that report back through a bounded channel, and the
+//! driver answers the peer's stream when the report arrives.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use libp2p::request_response::{self, OutboundFailure, OutboundRequestId, ResponseChannel};
+use murmur_protocol::route::{self, Router, RouterConfig};
+use murmur_protocol::task::{Submit, TaskId, TaskRequest, TaskResponse, TaskSnapshot, check_incoming};
+use murmur_protocol::{NodeId, PublicKey};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, warn};
+
+use super::Driver;
+use crate::clock;
+use crate::mesh::{RouteOutcome, TaskQuery};
+use crate::tasks::{Origin, TaskError, TaskManager};
+
+/// Requests from peers being answered at once; more are refused as busy.
+pub const INBOUND_MAX: usize = 4096;
+/// Requests to peers in flight at once; more fail at once.
+pub const OUTBOUND_MAX: usize = 4096;
+/// Longest an `Events` request waits for a new event at the owner. Well inside the
+/// request timeout, so a quiet task never looks like a dead owner.
+pub const EVENTS_WAIT_MAX: Duration = Duration::from_secs(5);
+
+/// Refusal checks that say nothing ran and another node may do better: the router tries
+/// the next candidate.
+const RETRYABLE_CHECKS: [&str; 4] = ["not_hosted", "not_accepting", "busy", "overloaded"];
+
+/// What a spawned hand-off reports to the driver.
+#[derive(Debug)]
+pub(crate) enum Report {
+    /// A task delivered to this node was accepted or refused.
+    Local { task: TaskId, outcome: Result<TaskSnapshot, (String, String)> },
+    /// The answer to a peer's request is ready.
+    Respond { token: u64, response: TaskResponse },
+}
+
+#[derive(Debug)]
+enum Outbound {
+    Submit { task: TaskId, provider: NodeId },
+    Ask(oneshot::Sender<Result<TaskResponse, String>>),
+}
+
+/// Task state the driver owns.
+pub(crate) struct TaskSide {
+    local: NodeId,
+    authorities: Vec<PublicKey>,
+    manager: TaskManager,
+    router: Router,
+    pub(super) queries: mpsc::Receiver<TaskQuery>,
+    pub(super) reports: mpsc::Receiver<Report>,
+    report_tx: mpsc::Sender<Report>,
+    waiters: BTreeMap<TaskId, Vec<oneshot::Sender<RouteOutcome>>>,
+    accepted: BTreeMap<TaskId, TaskSnapshot>,
+    outbound: HashMap<OutboundRequestId, Outbound>,
+    inbound: BTreeMap<u64, ResponseChannel<TaskResponse>>,
+    next_token: u64,
+    refusals: BTreeMap<String, u64>,
+}
+
+impl std::fmt::Debug for TaskSide {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskSide").field("local", &self.local).finish_non_exhaustive()
+    }
+}
+
+impl TaskSide {
+    pub(crate) fn new(
+        local: NodeId,
+        authorities: Vec<PublicKey>,
+        manager: TaskManager,
+        queries: mpsc::Receiver<TaskQuery>,
+    ) -> Self {
+        let (report_tx, reports) = mpsc::channel(INBOUND_MAX);
+        Self {
+            local,
+            authorities,
+            manager,
+            router: Router::new(local, RouterConfig::default()),
+            queries,
+            reports,
+            report_tx,
+            waiters: BTreeMap::new(),
+            accepted: BTreeMap::new(),
+            outbound: HashMap::new(),
+            inbound: BTreeMap::new(),
+            next_token: 0,
+            refusals: BTreeMap::new(),
+        }
+    }
+
+    pub(crate) const fn router(&self) -> &Router {
+        &self.router
+    }
+
+    pub(crate) fn refusals(&self) -> BTreeMap<String, u64> {
+        self.refusals.clone()
+    }
+}
+
+fn retryable(check: &str) -> bool {
+    RETRYABLE_CHECKS.contains(&check)
+}
+
+impl Driver {
+    /// When the router next needs a tick.
+    pub(super) fn task_timeout(&self) -> Option<murmur_protocol::time::Millis> {
+        self.tasks.router.poll_timeout()
+    }
+
+    pub(super) fn tick_tasks(&mut self) {
+        self.route(route::Input::Tick);
+        let load = self.tasks.manager.load_permille();
+        self.mesh.handle(clock::now(), murmur_protocol::mesh::Input::SetLoad { load });
+    }
+
+    fn rtt_ms(&self) -> BTreeMap<NodeId, u32> {
+        self.peers
+            .iter()
+            .filter_map(|(peer, info)| {
+                let node = NodeId::from_peer_id(peer).ok()?;
+                let rtt = info.rtt?;
+                Some((node, u32::try_from(rtt.as_millis()).unwrap_or(u32::MAX)))
+            })
+            .collect()
+    }
+
+    /// Feeds the router and carries out what it asks.
+    fn route(&mut self, input: route::Input) {
+        let rtt = self.rtt_ms();
+        let now = clock::now();
+        self.tasks.router.handle(now, input, self.mesh.directory(), &|node| rtt.get(node).copied());
+        while let Some(output) = self.tasks.router.poll_output() {
+            match output {
+                route::Output::Deliver { provider, request } => self.deliver(provider, request),
+                route::Output::Routed { task, owner } => {
+                    let snapshot = self.tasks.accepted.remove(&task);
+                    self.resolve(task, &RouteOutcome::Routed { owner, snapshot });
+                }
+                route::Output::Rejected { task, check, reason } => {
+                    self.tasks.accepted.remove(&task);
+                    self.resolve(task, &RouteOutcome::Rejected { check, reason });
+                }
+                route::Output::Failed { task, reason } => {
+                    self.tasks.accepted.remove(&task);
+                    self.resolve(task, &RouteOutcome::Failed { reason });
+                }
+            }
+        }
+    }
+
+    fn resolve(&mut self, task: TaskId, outcome: &RouteOutcome) {
+        for waiter in self.tasks.waiters.remove(&task).unwrap_or_default() {
+            let _ = waiter.send(outcome.clone());
+        }
+    }
+
+    /// Delivers a task to `provider`: this node's manager, or a peer.
+    fn deliver(&mut self, provider: NodeId, request: Submit) {
+        let task = request.task;
+        if provider == self.tasks.local {
+            // The receiving end's checks apply to local deliveries too.
+            if let Err(refusal) = check_incoming(
+                &request,
+                &self.tasks.local,
+                &self.tasks.local,
+                &self.tasks.authorities,
+                self.mesh.directory(),
+                clock::now(),
+            ) {
+                *self.tasks.refusals.entry(refusal.check().to_owned()).or_default() += 1;
+                let check = refusal.check().to_owned();
+                self.route(route::Input::Refused { task, provider, check, reason: refusal.to_string() });
+                return;
+            }
+            let manager = self.tasks.manager.clone();
+            let reports = self.tasks.report_tx.clone();
+            let origin = match &request.sender {
+                murmur_protocol::task::Sender::Client => Origin::Client,
+                murmur_protocol::task::Sender::Capsule { name, .. } => {
+                    Origin::Peer { node: provider.to_string(), capsule: Some(name.clone()) }
+                }
+            };
+            tokio::spawn(async move {
+                let outcome = manager
+                    .accept(&request, origin)
+                    .await
+                    .map_err(|err| (err.check().to_owned(), err.to_string()));
+                let _ = reports.send(Report::Local { task, outcome }).await;
+            });
+            return;
+        }
+        if self.tasks.outbound.len() >= OUTBOUND_MAX {
+            let reason = format!("more than {OUTBOUND_MAX} task requests in flight");
+            self.route(route::Input::NotDelivered { task, provider, reason });
+            return;
+        }
+        let id = self
+            .swarm
+            .behaviour_mut()
+            .task
+            .send_request(&provider.to_peer_id(), TaskRequest::Submit(request));
+        self.tasks.outbound.insert(id, Outbound::Submit { task, provider });
+    }
+
+    /// A hand-off finished.
+    pub(super) fn on_task_report(&mut self, report: Report) {
+        match report {
+            Report::Local { task, outcome } => self.on_submit_outcome(task, self.tasks.local, outcome),
+            Report::Respond { token, response } => {
+                if let Some(channel) = self.tasks.inbound.remove(&token) {
+                    let _ = self.swarm.behaviour_mut().task.send_response(channel, response);
+                }
+            }
+        }
+    }
+
+    fn on_submit_outcome(
+        &mut self,
+        task: TaskId,
+        provider: NodeId,
+        outcome: Result<TaskSnapshot, (String, String)>,
+    ) {
+        match outcome {
+            Ok(snapshot) => {
+                if self.tasks.router.is_pending(&task) {
+                    self.tasks.accepted.insert(task, snapshot);
+                }
+                self.route(route::Input::Accepted { task, provider });
+            }
+            Err((check, reason)) if retryable(&check) => {
+                self.route(route::Input::NotDelivered {
+                    task,
+                    provider,
+                    reason: format!("{check}: {reason}"),
+                });
+            }
+            Err((check, reason)) => self.route(route::Input::Refused { task, provider, check, reason }),
+        }
+    }
+
+    /// Work from the API or the runtime.
+    pub(super) fn on_task_query(&mut self, query: TaskQuery) {
+        match query {
+            TaskQuery::Route { request, pin, reply } => {
+                let task = request.task;
+                let waiters = self.tasks.waiters.entry(task).or_default();
+                if waiters.len() >= 64 {
+                    let _ =
+                        reply.send(RouteOutcome::Failed { reason: "too many waiters for one task".into() });
+                    return;
+                }
+                waiters.push(reply);
+                self.route(route::Input::Submit { request, pin });
+            }
+            TaskQuery::Ask { owner, request, reply } => {
+                if self.tasks.outbound.len() >= OUTBOUND_MAX {
+                    let _ = reply.send(Err(format!("more than {OUTBOUND_MAX} task requests in flight")));
+                    return;
+                }
+                let id = self.swarm.behaviour_mut().task.send_request(&owner.to_peer_id(), request);
+                self.tasks.outbound.insert(id, Outbound::Ask(reply));
+            }
+            TaskQuery::Owner { task, reply } => {
+                let _ = reply.send(self.tasks.router.owner(&task));
+            }
+        }
+    }
+
+    /// `/murmur/task/1` traffic.
+    pub(super) fn on_task_event(&mut self, event: request_response::Event<TaskRequest, TaskResponse>) {
+        match event {
+            request_response::Event::Message { peer, message, .. } => {
+                self.touch(&peer);
+                let Ok(from) = NodeId::from_peer_id(&peer) else { return };
+                match message {
+                    request_response::Message::Request { request, channel, .. } => {
+                        self.on_task_request(from, request, channel);
+                    }
+                    request_response::Message::Response { request_id, response } => {
+                        self.on_task_response(request_id, response);
+                    }
+                }
+            }
+            request_response::Event::OutboundFailure { peer, request_id, error, .. } => {
+                debug!(peer = %peer, error = %error, "task request failed");
+                match self.tasks.outbound.remove(&request_id) {
+                    Some(Outbound::Submit { task, provider }) => {
+                        let reason = error.to_string();
+                        // Only a request that provably never reached the peer may go elsewhere.
+                        let input = match error {
+                            OutboundFailure::DialFailure | OutboundFailure::UnsupportedProtocols => {
+                                route::Input::NotDelivered { task, provider, reason }
+                            }
+                            _ => route::Input::Lost { task, provider, reason },
+                        };
+                        self.route(input);
+                    }
+                    Some(Outbound::Ask(reply)) => {
+                        let _ = reply.send(Err(format!("the owner {peer} did not answer: {error}")));
+                    }
+                    None => {}
+                }
+            }
+            request_response::Event::InboundFailure { peer, error, .. } => {
+                debug!(peer = %peer, error = %error, "task answer failed");
+            }
+            request_response::Event::ResponseSent { .. } => {}
+        }
+    }
+
+    fn on_task_response(&mut self, id: OutboundRequestId, response: TaskResponse) {
+        match self.tasks.outbound.remove(&id) {
+            Some(Outbound::Submit { task, provider }) => {
+                let outcome = match response {
+                    TaskResponse::Accepted(snapshot) | TaskResponse::Snapshot(snapshot) => Ok(snapshot),
+                    TaskResponse::Refused { check, reason } => Err((check, reason)),
+                    other => {
+                        Err(("protocol".to_owned(), format!("unexpected answer to a submit: {other:?}")))
+                    }
+                };
+                self.on_submit_outcome(task, provider, outcome);
+            }
+            Some(Outbound::Ask(reply)) => {
+                let _ = reply.send(Ok(response));
+            }
+            None => {}
+        }
+    }
+
+    /// A peer's request: checked here (the driver holds the directory), then handed to
+    /// the task manager in a spawned task.
+    fn on_task_request(
+        &mut self,
+        from: NodeId,
+        request: TaskRequest,
+        channel: ResponseChannel<TaskResponse>,
+    ) {
+        if self.tasks.inbound.len() >= INBOUND_MAX {
+            let response = TaskResponse::Refused {
+                check: "overloaded".into(),
+                reason: "this node is answering too many task requests".into(),
+            };
+            let _ = self.swarm.behaviour_mut().task.send_response(channel, response);
+            return;
+        }
+        if let TaskRequest::Submit(submit) = &request
+            && let Err(refusal) = check_incoming(
+                submit,
+                &from,
+                &self.tasks.local,
+                &self.tasks.authorities,
+                self.mesh.directory(),
+                clock::now(),
+            )
+        {
+            warn!(peer = %from, capsule = %submit.capsule, check = refusal.check(), reason = %refusal, "task refused");
+            *self.tasks.refusals.entry(refusal.check().to_owned()).or_default() += 1;
+            let response =
+                TaskResponse::Refused { check: refusal.check().to_owned(), reason: refusal.to_string() };
+            let _ = self.swarm.behaviour_mut().task.send_response(channel, response);
+            return;
+        }
+        self.tasks.next_token = self.tasks.next_token.wrapping_add(1);
+        let token = self.tasks.next_token;
+        self.tasks.inbound.insert(token, channel);
+        let manager = self.tasks.manager.clone();
+        let reports = self.tasks.report_tx.clone();
+        tokio::spawn(async move {
+            let response = answer(&manager, from, request).await;
+            let _ = reports.send(Report::Respond { token, response }).await;
+        });
+    }
+}
+
+/// The owner's answer to a peer's task request.
+async fn answer(manager: &TaskManager, from: NodeId, request: TaskRequest) -> TaskResponse {
+    let refused = |err: TaskError| match err {
+        TaskError::NotFound(_) => TaskResponse::NotFound,
+        other => TaskResponse::Refused { check: other.check().to_owned(), reason: other.to_string() },
+    };
+    match request {
+        TaskRequest::Submit(submit) => {
+            let capsule = match &submit.sender {
+                murmur_protocol::task::Sender::Capsule { name, .. } => Some(name.clone()),
+                murmur_protocol::task::Sender::Client => None,
+            };
+            manager
+                .accept(&submit, Origin::Peer { node: from.to_string(), capsule })
+                .await
+                .map_or_else(refused, TaskResponse::Accepted)
+        }
+        TaskRequest::Get { task } => manager.get(&task).map_or_else(refused, TaskResponse::Snapshot),
+        TaskRequest::Cancel { task } => {
+            manager.cancel(&task).await.map_or_else(refused, TaskResponse::Snapshot)
+        }
+        TaskRequest::Reply { task, text } => {
+            manager.reply(&task, text).map_or_else(refused, TaskResponse::Snapshot)
+        }
+        TaskRequest::Events { task, after, wait_ms } => {
+            let wait = Duration::from_millis(u64::from(wait_ms)).min(EVENTS_WAIT_MAX);
+            match manager.events(&task, after, wait).await {
+                Ok((mut events, snapshot, gap)) => {
+                    events.truncate(murmur_protocol::task::TASK_EVENTS_MAX);
+                    TaskResponse::Events { events, snapshot, gap }
+                }
+                Err(err) => refused(err),
+            }
+        }
+    }
+}

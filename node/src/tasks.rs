@@ -1,0 +1,294 @@
+//! Tasks: what this node owns ([`TaskManager`]) and the node-wide view of every task it
+//! placed or runs ([`Tasks`]), whoever owns it.
+//!
+//! A task sent here (by a client or a capsule) gets its id from its sender and message id,
+//! is placed by the mesh's task router (local first, else the best provider), and lives
+//! with its **owner**, the node that accepted it. Questions about a task (get, cancel,
+//! reply, events) go to its owner: answered here when this node owns it, otherwise over
+//! `/murmur/task/1`.
+
+mod db;
+mod manager;
+mod record;
+mod sender;
+
+use std::time::Duration;
+
+use murmur_protocol::NodeId;
+use murmur_protocol::task::{
+    Sender, Submit, TaskEvent, TaskId, TaskRequest, TaskResponse, TaskSnapshot, TaskState,
+};
+
+pub use self::manager::{LIVE_MAX, QUEUE_MAX, TaskError, TaskManager};
+pub use self::record::{EVENT_LOG_MAX, Origin, RouteRecord, TaskRecord};
+pub use self::sender::NodeRouter;
+use crate::clock;
+use crate::mesh::{MeshHandle, RouteOutcome};
+
+/// Routed tasks whose state `list` asks their owners for.
+pub const LIST_REMOTE_MAX: usize = 100;
+/// How long `list` waits for an owner's answer.
+pub const LIST_REMOTE_WAIT: Duration = Duration::from_secs(2);
+
+/// A new task, as the API or a capsule submits it.
+#[derive(Clone, Debug)]
+pub struct NewTask {
+    pub capsule: String,
+    /// `mesh://NAME@PEER`: only this node may run it.
+    pub pin: Option<NodeId>,
+    pub text: String,
+    pub message_id: String,
+    pub context: Option<String>,
+    pub sender: Sender,
+    /// Who sent it, as part of the task id (`client@NODE`, `NODE/CAPSULE`): the same
+    /// message id from the same sender names the same task.
+    pub origin: String,
+    pub traceparent: Option<String>,
+}
+
+/// A task and the node that owns it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskView {
+    pub snapshot: TaskSnapshot,
+    pub owner: NodeId,
+}
+
+/// Why a task call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// Refused by a check (grant, policy, capsule); nothing ran.
+    #[error("refused ({check}): {reason}")]
+    Refused { check: String, reason: String },
+    #[error("task {0} not found")]
+    NotFound(TaskId),
+    #[error("{reason}")]
+    NotCancelable { reason: String },
+    #[error("{reason}")]
+    NotWaiting { reason: String },
+    /// Could not be placed or its owner could not be reached.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl CallError {
+    /// The failed check's stable name.
+    #[must_use]
+    pub fn check(&self) -> &str {
+        match self {
+            Self::Refused { check, .. } => check,
+            Self::NotFound(_) => "not_found",
+            Self::NotCancelable { .. } => "not_cancelable",
+            Self::NotWaiting { .. } => "not_waiting",
+            Self::Unavailable(_) => "unavailable",
+        }
+    }
+}
+
+impl From<TaskError> for CallError {
+    fn from(err: TaskError) -> Self {
+        match err {
+            TaskError::NotFound(task) => Self::NotFound(task),
+            TaskError::NotCancelable { .. } => Self::NotCancelable { reason: err.to_string() },
+            TaskError::NotWaiting { .. } => Self::NotWaiting { reason: err.to_string() },
+            other => Self::Refused { check: other.check().to_owned(), reason: other.to_string() },
+        }
+    }
+}
+
+/// The node's task service. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Tasks {
+    manager: TaskManager,
+    mesh: MeshHandle,
+}
+
+impl Tasks {
+    #[must_use]
+    pub const fn new(manager: TaskManager, mesh: MeshHandle) -> Self {
+        Self { manager, mesh }
+    }
+
+    /// This node's id.
+    #[must_use]
+    pub const fn local(&self) -> NodeId {
+        self.mesh.local()
+    }
+
+    /// The tasks this node owns.
+    #[must_use]
+    pub const fn manager(&self) -> &TaskManager {
+        &self.manager
+    }
+
+    /// Places a new task (idempotent: the same sender and message id return the task as
+    /// it is). Returns once its owner accepted it durably.
+    pub async fn submit(&self, new: NewTask) -> Result<TaskView, CallError> {
+        let task = TaskId::derive(&new.origin, &new.message_id);
+        if let Ok(snapshot) = self.manager.get(&task) {
+            return Ok(TaskView { snapshot, owner: self.local() });
+        }
+        let request = Submit {
+            task,
+            text: new.text,
+            sender: new.sender,
+            capsule: new.capsule.clone(),
+            context: new.context,
+            message: new.message_id,
+            traceparent: new.traceparent,
+        };
+        let outcome =
+            self.mesh.route(request, new.pin).await.map_err(|e| CallError::Unavailable(format!("{e:#}")))?;
+        match outcome {
+            RouteOutcome::Routed { owner, snapshot } => {
+                if owner != self.local() {
+                    self.manager.remember_route(RouteRecord {
+                        task,
+                        owner: owner.to_string(),
+                        capsule: new.capsule,
+                        created_ms: clock::now().0,
+                    });
+                }
+                let snapshot = match snapshot {
+                    Some(snapshot) => snapshot,
+                    None => self.get(&task).await?.snapshot,
+                };
+                Ok(TaskView { snapshot, owner })
+            }
+            RouteOutcome::Rejected { check, reason } => Err(CallError::Refused { check, reason }),
+            RouteOutcome::Failed { reason } => Err(CallError::Unavailable(reason)),
+        }
+    }
+
+    /// The owner of `task`: this node, the router's memory, or the stored route.
+    async fn owner(&self, task: &TaskId) -> Result<NodeId, CallError> {
+        if self.manager.get(task).is_ok() {
+            return Ok(self.local());
+        }
+        if let Some(owner) = self.mesh.owner(*task).await {
+            return Ok(owner);
+        }
+        self.manager.route_of(task).and_then(|r| r.owner.parse().ok()).ok_or(CallError::NotFound(*task))
+    }
+
+    async fn ask(&self, owner: NodeId, request: TaskRequest) -> Result<TaskResponse, CallError> {
+        let task = match &request {
+            TaskRequest::Get { task }
+            | TaskRequest::Cancel { task }
+            | TaskRequest::Reply { task, .. }
+            | TaskRequest::Events { task, .. } => *task,
+            TaskRequest::Submit(s) => s.task,
+        };
+        match self.mesh.ask_owner(owner, request).await {
+            Ok(TaskResponse::NotFound) => Err(CallError::NotFound(task)),
+            Ok(TaskResponse::Refused { check, reason }) => Err(match check.as_str() {
+                "not_cancelable" => CallError::NotCancelable { reason },
+                "not_waiting" => CallError::NotWaiting { reason },
+                "not_found" => CallError::NotFound(task),
+                _ => CallError::Refused { check, reason },
+            }),
+            Ok(other) => Ok(other),
+            Err(reason) => Err(CallError::Unavailable(format!(
+                "the owner of task {task} ({owner}) did not answer: {reason}"
+            ))),
+        }
+    }
+
+    /// The task now, from its owner.
+    pub async fn get(&self, task: &TaskId) -> Result<TaskView, CallError> {
+        let owner = self.owner(task).await?;
+        if owner == self.local() {
+            return Ok(TaskView { snapshot: self.manager.get(task)?, owner });
+        }
+        match self.ask(owner, TaskRequest::Get { task: *task }).await? {
+            TaskResponse::Snapshot(snapshot) | TaskResponse::Accepted(snapshot) => {
+                Ok(TaskView { snapshot, owner })
+            }
+            other => Err(CallError::Unavailable(format!("unexpected answer from {owner}: {other:?}"))),
+        }
+    }
+
+    /// Cancels a task that has not started or waits for input.
+    pub async fn cancel(&self, task: &TaskId) -> Result<TaskView, CallError> {
+        let owner = self.owner(task).await?;
+        if owner == self.local() {
+            return Ok(TaskView { snapshot: self.manager.cancel(task).await?, owner });
+        }
+        match self.ask(owner, TaskRequest::Cancel { task: *task }).await? {
+            TaskResponse::Snapshot(snapshot) => Ok(TaskView { snapshot, owner }),
+            other => Err(CallError::Unavailable(format!("unexpected answer from {owner}: {other:?}"))),
+        }
+    }
+
+    /// Delivers a follow-up message to a task waiting for input.
+    pub async fn reply(&self, task: &TaskId, text: String) -> Result<TaskView, CallError> {
+        let owner = self.owner(task).await?;
+        if owner == self.local() {
+            return Ok(TaskView { snapshot: self.manager.reply(task, text)?, owner });
+        }
+        match self.ask(owner, TaskRequest::Reply { task: *task, text }).await? {
+            TaskResponse::Snapshot(snapshot) => Ok(TaskView { snapshot, owner }),
+            other => Err(CallError::Unavailable(format!("unexpected answer from {owner}: {other:?}"))),
+        }
+    }
+
+    /// Events after sequence number `after`, waiting up to `wait` for one; with the task
+    /// now and whether older events were already dropped from the owner's bounded log.
+    pub async fn events(
+        &self,
+        task: &TaskId,
+        after: u64,
+        wait: Duration,
+    ) -> Result<(Vec<TaskEvent>, TaskView), CallError> {
+        let owner = self.owner(task).await?;
+        if owner == self.local() {
+            let (events, snapshot, _gap) = self.manager.events(task, after, wait).await?;
+            return Ok((events, TaskView { snapshot, owner }));
+        }
+        let wait_ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
+        match self.ask(owner, TaskRequest::Events { task: *task, after, wait_ms }).await? {
+            TaskResponse::Events { events, snapshot, .. } => Ok((events, TaskView { snapshot, owner })),
+            other => Err(CallError::Unavailable(format!("unexpected answer from {owner}: {other:?}"))),
+        }
+    }
+
+    /// Waits until the task is terminal or asks for input, or `wait` passes; returns it then.
+    pub async fn settle(&self, task: &TaskId, wait: Duration) -> Result<TaskView, CallError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut after = 0;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let (events, view) = self.events(task, after, left.min(Duration::from_secs(5))).await?;
+            after = events.last().map_or(after, |e| e.seq).max(after);
+            let state = view.snapshot.state;
+            if state.is_terminal() || state == TaskState::InputRequired || left.is_zero() {
+                return Ok(view);
+            }
+        }
+    }
+
+    /// Tasks this node owns, then those it placed elsewhere (their state asked of their
+    /// owners, at most [`LIST_REMOTE_MAX`]), newest first, optionally in one state.
+    pub async fn list(&self, state: Option<TaskState>) -> Vec<TaskView> {
+        let local = self.local();
+        let mut views: Vec<(u64, TaskView)> = self
+            .manager
+            .list(state)
+            .into_iter()
+            .map(|r| (r.created_ms, TaskView { snapshot: r.snapshot(), owner: local }))
+            .collect();
+        let routes = self.manager.routes(LIST_REMOTE_MAX);
+        let asks = routes.iter().map(|route| async move {
+            let answer = tokio::time::timeout(LIST_REMOTE_WAIT, self.get(&route.task)).await;
+            (route.created_ms, answer)
+        });
+        for (created, answer) in futures::future::join_all(asks).await {
+            if let Ok(Ok(view)) = answer
+                && state.is_none_or(|s| s == view.snapshot.state)
+            {
+                views.push((created, view));
+            }
+        }
+        views.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.snapshot.task.cmp(&b.1.snapshot.task)));
+        views.into_iter().map(|(_, v)| v).collect()
+    }
+}

@@ -1,0 +1,167 @@
+//! Durable task records in an embedded database (redb), with group commit.
+//!
+//! Why redb: a pure-Rust, ACID, copy-on-write B-tree in one file, with no C dependency and
+//! no server, whose commits are crash-safe (a SIGKILL leaves the last committed state).
+//! Why group commit: a durable commit costs an fsync (milliseconds); thousands of tasks a
+//! second would each pay one. Writes go to a single writer thread that commits everything
+//! queued so far in one transaction, and each caller waits for the commit that includes
+//! its write — so an acknowledged write is on disk, and a burst shares one fsync.
+
+use std::path::Path;
+use std::sync::mpsc as std_mpsc;
+
+use anyhow::Context;
+use murmur_protocol::task::TaskId;
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use tokio::sync::oneshot;
+
+use super::record::{RouteRecord, TaskRecord};
+
+const TASKS: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("tasks");
+const ROUTES: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("routes");
+
+/// Writes queued for the writer thread at most; callers wait when it is full.
+pub const WRITE_QUEUE_MAX: usize = 8192;
+/// Records committed in one transaction at most.
+pub const BATCH_MAX: usize = 1024;
+
+enum Write {
+    Put(Box<TaskRecord>, Option<oneshot::Sender<Result<(), String>>>),
+    Route(RouteRecord),
+}
+
+/// The task database.
+#[derive(Debug)]
+pub struct TaskDb {
+    db: std::sync::Arc<Database>,
+    writes: std_mpsc::SyncSender<Write>,
+}
+
+impl TaskDb {
+    /// Opens (creating) the database at `path` and starts its writer thread.
+    pub fn open(path: &Path) -> anyhow::Result<Self> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let db = std::sync::Arc::new(
+            Database::create(path)
+                .with_context(|| format!("cannot open task database {}", path.display()))?,
+        );
+        {
+            let txn = db.begin_write()?;
+            txn.open_table(TASKS)?;
+            txn.open_table(ROUTES)?;
+            txn.commit()?;
+        }
+        let (writes, queue) = std_mpsc::sync_channel(WRITE_QUEUE_MAX);
+        let writer_db = db.clone();
+        std::thread::Builder::new().name("murmur-taskdb".into()).spawn(move || writer(&writer_db, &queue))?;
+        Ok(Self { db, writes })
+    }
+
+    /// Stores `record` durably; returns once it is on disk.
+    pub async fn put(&self, record: TaskRecord) -> anyhow::Result<()> {
+        let (tx, rx) = oneshot::channel();
+        let writes = self.writes.clone();
+        // The queue is bounded; a full queue blocks a worker thread, not the runtime.
+        tokio::task::spawn_blocking(move || writes.send(Write::Put(Box::new(record), Some(tx))))
+            .await?
+            .map_err(|_| anyhow::anyhow!("the task database writer stopped"))?;
+        rx.await.map_err(|_| anyhow::anyhow!("the task database writer stopped"))?.map_err(anyhow::Error::msg)
+    }
+
+    /// Stores `record` with the next commit, without waiting (for intermediate states whose
+    /// loss a crash turns into "failed: node restarted" anyway).
+    pub fn put_eventually(&self, record: TaskRecord) {
+        let _ = self.writes.try_send(Write::Put(Box::new(record), None));
+    }
+
+    /// Stores where a task sent from here went, with the next commit.
+    pub fn put_route(&self, route: RouteRecord) {
+        let _ = self.writes.try_send(Write::Route(route));
+    }
+
+    /// Where a task sent from here went.
+    pub fn route(&self, task: &TaskId) -> anyhow::Result<Option<RouteRecord>> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(ROUTES)?;
+        Ok(table.get(&task.0)?.and_then(|v| serde_json::from_slice(v.value()).ok()))
+    }
+
+    /// Every stored route.
+    pub fn routes(&self) -> anyhow::Result<Vec<RouteRecord>> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(ROUTES)?;
+        let mut routes = Vec::new();
+        for entry in table.iter()? {
+            let (_, value) = entry?;
+            if let Ok(route) = serde_json::from_slice(value.value()) {
+                routes.push(route);
+            }
+        }
+        Ok(routes)
+    }
+
+    /// Every stored record.
+    pub fn all(&self) -> anyhow::Result<Vec<TaskRecord>> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(TASKS)?;
+        let mut records = Vec::new();
+        for entry in table.iter()? {
+            let (_, value) = entry?;
+            match serde_json::from_slice::<TaskRecord>(value.value()) {
+                Ok(record) => records.push(record),
+                Err(err) => tracing::warn!(error = %err, "unreadable task record skipped"),
+            }
+        }
+        Ok(records)
+    }
+
+    /// One record.
+    pub fn get(&self, task: &TaskId) -> anyhow::Result<Option<TaskRecord>> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(TASKS)?;
+        Ok(table.get(&task.0)?.and_then(|v| serde_json::from_slice(v.value()).ok()))
+    }
+}
+
+fn writer(db: &Database, queue: &std_mpsc::Receiver<Write>) {
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < BATCH_MAX {
+            match queue.try_recv() {
+                Ok(more) => batch.push(more),
+                Err(_) => break,
+            }
+        }
+        let result = commit(db, &batch).map_err(|e| format!("{e:#}"));
+        if let Err(err) = &result {
+            tracing::error!(error = %err, "task database commit failed");
+        }
+        for write in batch {
+            if let Write::Put(_, Some(reply)) = write {
+                let _ = reply.send(result.clone());
+            }
+        }
+    }
+}
+
+fn commit(db: &Database, batch: &[Write]) -> anyhow::Result<()> {
+    let txn = db.begin_write()?;
+    {
+        let mut tasks = txn.open_table(TASKS)?;
+        let mut routes = txn.open_table(ROUTES)?;
+        for write in batch {
+            match write {
+                Write::Put(record, _) => {
+                    tasks.insert(&record.task.0, serde_json::to_vec(record.as_ref())?.as_slice())?;
+                }
+                Write::Route(route) => {
+                    routes.insert(&route.task.0, serde_json::to_vec(route)?.as_slice())?;
+                }
+            }
+        }
+    }
+    txn.commit()?;
+    Ok(())
+}

@@ -1,0 +1,474 @@
+//! The tasks this node owns: acceptance, queues, execution, input, cancel, events.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use murmur_protocol::task::{Submit, TaskEvent, TaskId, TaskRefusal, TaskSnapshot, TaskState};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::db::TaskDb;
+use super::record::{Origin, RouteRecord, TaskRecord};
+use crate::clock;
+use crate::runtime::bindings::murmur::tool::run::ToolInput;
+use crate::runtime::manifest::TaskAcceptance;
+use crate::runtime::{CapsuleKind, Runtime, TaskInputFuture, TaskLink};
+
+/// Tasks kept in memory (the database keeps all; older finished ones are dropped first).
+pub const LIVE_MAX: usize = 100_000;
+/// Tasks waiting in one capsule's queue.
+pub const QUEUE_MAX: usize = 4096;
+
+/// A task in memory, with what its waiters need.
+#[derive(Debug)]
+struct Live {
+    record: Mutex<TaskRecord>,
+    changed: watch::Sender<u64>,
+    input: Mutex<Option<oneshot::Sender<String>>>,
+}
+
+impl Live {
+    fn new(record: TaskRecord) -> Arc<Self> {
+        let (changed, _) = watch::channel(record.seq);
+        Arc::new(Self { record: Mutex::new(record), changed, input: Mutex::new(None) })
+    }
+
+    fn record(&self) -> std::sync::MutexGuard<'_, TaskRecord> {
+        self.record.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Why a task operation failed (A2A's error kinds).
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    #[error("task {0} not found")]
+    NotFound(TaskId),
+    #[error("task {task} cannot be canceled: it is {state}")]
+    NotCancelable { task: TaskId, state: TaskState },
+    #[error("task {task} is not waiting for input (it is {state})")]
+    NotWaiting { task: TaskId, state: TaskState },
+    #[error(transparent)]
+    Refused(#[from] TaskRefusal),
+    #[error("capsule `{capsule}` is busy with another task (task_acceptance = single)")]
+    Busy { capsule: String },
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl TaskError {
+    /// The failed check, as a stable name (JSON-RPC `data.check`, `/murmur/task/1`).
+    #[must_use]
+    pub const fn check(&self) -> &'static str {
+        match self {
+            Self::NotFound(_) => "not_found",
+            Self::NotCancelable { .. } => "not_cancelable",
+            Self::NotWaiting { .. } => "not_waiting",
+            Self::Refused(refusal) => refusal.check(),
+            Self::Busy { .. } => "busy",
+            Self::Internal(_) => "internal",
+        }
+    }
+}
+
+/// The owner side of tasks. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct TaskManager {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    db: TaskDb,
+    runtime: Runtime,
+    live: Mutex<BTreeMap<TaskId, Arc<Live>>>,
+    queues: Mutex<BTreeMap<String, mpsc::Sender<Arc<Live>>>>,
+    running: Mutex<BTreeMap<String, usize>>,
+}
+
+impl TaskManager {
+    /// Opens the task database and recovers: tasks that were running fail (the node
+    /// restarted under them), queued tasks are queued again.
+    pub async fn open(path: &std::path::Path, runtime: Runtime) -> anyhow::Result<Self> {
+        let db = TaskDb::open(path)?;
+        let manager = Self {
+            inner: Arc::new(Inner {
+                db,
+                runtime,
+                live: Mutex::new(BTreeMap::new()),
+                queues: Mutex::new(BTreeMap::new()),
+                running: Mutex::new(BTreeMap::new()),
+            }),
+        };
+        let mut records = manager.inner.db.all()?;
+        records.sort_by_key(|r| r.created_ms);
+        let now = clock::now().0;
+        for mut record in records {
+            let requeue = match record.state {
+                TaskState::Working | TaskState::InputRequired => {
+                    record.transition(
+                        TaskState::Failed,
+                        Some("the node restarted while the task was running".into()),
+                        now,
+                    );
+                    manager.inner.db.put(record.clone()).await?;
+                    false
+                }
+                TaskState::Submitted => true,
+                _ => false,
+            };
+            let live = Live::new(record);
+            manager.insert_live(live.clone());
+            if requeue {
+                manager.enqueue(live).await;
+            }
+        }
+        Ok(manager)
+    }
+
+    /// Accepts a task for a capsule this node runs (idempotent: the same task id returns
+    /// the task as it is). The acceptance is durable before this returns.
+    pub async fn accept(&self, submit: &Submit, origin: Origin) -> Result<TaskSnapshot, TaskError> {
+        if let Some(existing) = self.live(&submit.task) {
+            return Ok(existing.record().snapshot());
+        }
+        let installed = self
+            .inner
+            .runtime
+            .installed()
+            .into_iter()
+            .find(|i| i.manifest.name == submit.capsule)
+            .ok_or_else(|| TaskRefusal::NotHosted { capsule: submit.capsule.clone() })?;
+        if !matches!(installed.manifest.kind, CapsuleKind::Tool | CapsuleKind::Driver) {
+            return Err(TaskRefusal::NotAccepting { capsule: submit.capsule.clone() }.into());
+        }
+        match installed.manifest.lifecycle.task_acceptance {
+            TaskAcceptance::None => {
+                return Err(TaskRefusal::NotAccepting { capsule: submit.capsule.clone() }.into());
+            }
+            TaskAcceptance::Single if self.running(&submit.capsule) + self.queued(&submit.capsule) > 0 => {
+                return Err(TaskError::Busy { capsule: submit.capsule.clone() });
+            }
+            _ => {}
+        }
+        let mut record = TaskRecord::new(
+            submit.task,
+            &submit.capsule,
+            &submit.message,
+            submit.context.clone(),
+            submit.text.clone(),
+            origin,
+            clock::now().0,
+        );
+        record.trace_id = submit.traceparent.as_deref().and_then(crate::telemetry::trace_id_of);
+        record.traceparent.clone_from(&submit.traceparent);
+        self.inner.db.put(record.clone()).await.map_err(|e| TaskError::Internal(format!("{e:#}")))?;
+        let live = Live::new(record);
+        let snapshot = live.record().snapshot();
+        self.insert_live(live.clone());
+        self.enqueue(live).await;
+        Ok(snapshot)
+    }
+
+    /// The task now.
+    pub fn get(&self, task: &TaskId) -> Result<TaskSnapshot, TaskError> {
+        if let Some(live) = self.live(task) {
+            return Ok(live.record().snapshot());
+        }
+        match self.inner.db.get(task) {
+            Ok(Some(record)) => Ok(record.snapshot()),
+            _ => Err(TaskError::NotFound(*task)),
+        }
+    }
+
+    /// The full record (for A2A answers with history).
+    pub fn record(&self, task: &TaskId) -> Result<TaskRecord, TaskError> {
+        if let Some(live) = self.live(task) {
+            return Ok(live.record().clone());
+        }
+        self.inner.db.get(task).ok().flatten().ok_or(TaskError::NotFound(*task))
+    }
+
+    /// Every task in memory, newest first, optionally in one state.
+    #[must_use]
+    pub fn list(&self, state: Option<TaskState>) -> Vec<TaskRecord> {
+        let live = self.inner.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut records: Vec<TaskRecord> = live
+            .values()
+            .map(|l| l.record().clone())
+            .filter(|r| state.is_none_or(|s| r.state == s))
+            .collect();
+        records.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then(a.task.cmp(&b.task)));
+        records
+    }
+
+    /// Cancels a task that has not started, or that waits for input.
+    pub async fn cancel(&self, task: &TaskId) -> Result<TaskSnapshot, TaskError> {
+        let live = self.live(task).ok_or(TaskError::NotFound(*task))?;
+        let state = live.record().state;
+        if !matches!(state, TaskState::Submitted | TaskState::InputRequired) {
+            return Err(TaskError::NotCancelable { task: *task, state });
+        }
+        self.update(&live, TaskState::Canceled, Some("canceled by request".into()), true).await;
+        // A tool waiting for input is released (its wait fails and the run stops).
+        live.input.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        Ok(live.record().snapshot())
+    }
+
+    /// Delivers a follow-up message to a task that asked for input.
+    pub fn reply(&self, task: &TaskId, text: String) -> Result<TaskSnapshot, TaskError> {
+        let live = self.live(task).ok_or(TaskError::NotFound(*task))?;
+        let state = live.record().state;
+        let waiter = live.input.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        match waiter {
+            Some(waiter) if state == TaskState::InputRequired => {
+                let _ = waiter.send(text);
+                Ok(live.record().snapshot())
+            }
+            _ => Err(TaskError::NotWaiting { task: *task, state }),
+        }
+    }
+
+    /// Events after `after`, waiting up to `wait` for one; plus the snapshot and whether
+    /// older events were already dropped.
+    pub async fn events(
+        &self,
+        task: &TaskId,
+        after: u64,
+        wait: Duration,
+    ) -> Result<(Vec<TaskEvent>, TaskSnapshot, bool), TaskError> {
+        let live = self.live(task).ok_or(TaskError::NotFound(*task))?;
+        let mut changed = live.changed.subscribe();
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            {
+                let record = live.record();
+                let (events, gap) = record.events_after(after);
+                if !events.is_empty() || record.state.is_terminal() {
+                    return Ok((events, record.snapshot(), gap));
+                }
+            }
+            if tokio::time::timeout_at(deadline, changed.changed()).await.is_err() {
+                let record = live.record();
+                return Ok((Vec::new(), record.snapshot(), false));
+            }
+        }
+    }
+
+    /// Tasks running now, over every capsule.
+    #[must_use]
+    pub fn running_total(&self) -> usize {
+        self.inner.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner).values().sum()
+    }
+
+    /// The advertised load: tasks running and queued, in thousandths of the workers this
+    /// node has (capped at 1,000).
+    #[must_use]
+    pub fn load_permille(&self) -> u16 {
+        let workers: usize = self
+            .inner
+            .runtime
+            .installed()
+            .iter()
+            .filter(|i| matches!(i.manifest.kind, CapsuleKind::Tool | CapsuleKind::Driver))
+            .map(|i| i.manifest.lifecycle.workers)
+            .sum();
+        let queued: usize = {
+            let queues = self.inner.queues.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            queues.values().map(|q| QUEUE_MAX - q.capacity()).sum()
+        };
+        let busy = self.running_total() + queued;
+        u16::try_from((busy * 1000 / workers.max(1)).min(1000)).unwrap_or(1000)
+    }
+
+    /// Remembers that `task`, sent from here, is owned by `owner` (so `get`, `cancel` and
+    /// streams reach it after a restart too).
+    pub fn remember_route(&self, route: RouteRecord) {
+        self.inner.db.put_route(route);
+    }
+
+    /// Where a task sent from here went.
+    #[must_use]
+    pub fn route_of(&self, task: &TaskId) -> Option<RouteRecord> {
+        self.inner.db.route(task).ok().flatten()
+    }
+
+    /// Tasks sent from here to other nodes, newest first.
+    #[must_use]
+    pub fn routes(&self, limit: usize) -> Vec<RouteRecord> {
+        let mut routes = self.inner.db.routes().unwrap_or_default();
+        routes.sort_by(|a, b| b.created_ms.cmp(&a.created_ms));
+        routes.truncate(limit);
+        routes
+    }
+
+    fn live(&self, task: &TaskId) -> Option<Arc<Live>> {
+        self.inner.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(task).cloned()
+    }
+
+    fn insert_live(&self, live: Arc<Live>) {
+        let task = live.record().task;
+        let mut all = self.inner.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if all.len() >= LIVE_MAX {
+            // Forget the oldest finished task (it stays in the database).
+            let oldest = all
+                .iter()
+                .filter(|(_, l)| l.record().state.is_terminal())
+                .min_by_key(|(_, l)| l.record().updated_ms)
+                .map(|(t, _)| *t);
+            if let Some(oldest) = oldest {
+                all.remove(&oldest);
+            }
+        }
+        all.insert(task, live);
+    }
+
+    fn running(&self, capsule: &str) -> usize {
+        self.inner
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(capsule)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn queued(&self, capsule: &str) -> usize {
+        let queues = self.inner.queues.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        queues.get(capsule).map_or(0, |q| QUEUE_MAX - q.capacity())
+    }
+
+    async fn update(&self, live: &Live, state: TaskState, message: Option<String>, durable: bool) {
+        let record = {
+            let mut record = live.record();
+            if !record.transition(state, message, clock::now().0) {
+                return;
+            }
+            record.clone()
+        };
+        let seq = record.seq;
+        if durable {
+            if let Err(err) = self.inner.db.put(record).await {
+                tracing::error!(error = %err, "cannot store a task state");
+            }
+        } else {
+            self.inner.db.put_eventually(record);
+        }
+        live.changed.send_replace(seq);
+    }
+
+    /// Puts a task on its capsule's queue, starting the capsule's workers on first use.
+    async fn enqueue(&self, live: Arc<Live>) {
+        let capsule = live.record().capsule.clone();
+        let sender = {
+            let mut queues = self.inner.queues.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            queues
+                .entry(capsule.clone())
+                .or_insert_with(|| {
+                    let workers =
+                        self.inner.runtime.installed().iter().find(|i| i.manifest.name == capsule).map_or(
+                            1,
+                            |i| match i.manifest.lifecycle.task_acceptance {
+                                TaskAcceptance::Queue => i.manifest.lifecycle.workers,
+                                _ => 1,
+                            },
+                        );
+                    let (tx, rx) = mpsc::channel(QUEUE_MAX);
+                    let rx = Arc::new(tokio::sync::Mutex::new(rx));
+                    for _ in 0..workers {
+                        tokio::spawn(self.clone().worker(rx.clone()));
+                    }
+                    tx
+                })
+                .clone()
+        };
+        if sender.send(live.clone()).await.is_err() {
+            self.update(&live, TaskState::Failed, Some("the capsule's queue is closed".into()), true).await;
+        }
+    }
+
+    async fn worker(self, queue: Arc<tokio::sync::Mutex<mpsc::Receiver<Arc<Live>>>>) {
+        loop {
+            let next = queue.lock().await.recv().await;
+            let Some(live) = next else { return };
+            if live.record().state != TaskState::Submitted {
+                continue; // canceled while queued
+            }
+            self.execute(&live).await;
+        }
+    }
+
+    async fn execute(&self, live: &Arc<Live>) {
+        let (capsule, input) = {
+            let record = live.record();
+            (record.capsule.clone(), record.input.clone())
+        };
+        self.update(live, TaskState::Working, None, false).await;
+        *self
+            .inner
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(capsule.clone())
+            .or_default() += 1;
+        let link: Arc<dyn TaskLink> = Arc::new(InputLink { manager: self.clone(), live: live.clone() });
+        let outcome = self
+            .inner
+            .runtime
+            .run_tool_for_task(&capsule, ToolInput { data: Some(input), log_path: None }, link)
+            .await;
+        if let Some(count) =
+            self.inner.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_mut(&capsule)
+        {
+            *count = count.saturating_sub(1);
+        }
+        let (state, message) = match outcome {
+            Ok(run) if run.result.status == "passed" => {
+                (TaskState::Completed, run.result.data.or(run.result.summary))
+            }
+            Ok(run) => (
+                TaskState::Failed,
+                run.result
+                    .summary
+                    .or(run.result.data)
+                    .or(Some(format!("the tool reported {}", run.result.status))),
+            ),
+            Err(err) => (TaskState::Failed, Some(err.to_string())),
+        };
+        self.update(live, state, message, true).await;
+    }
+}
+
+/// Connects a running tool's `request-input` to its task.
+struct InputLink {
+    manager: TaskManager,
+    live: Arc<Live>,
+}
+
+impl TaskLink for InputLink {
+    fn traceparent(&self) -> Option<String> {
+        self.live.record().traceparent.clone()
+    }
+
+    fn request_input(&self, prompt: String, timeout: Duration) -> TaskInputFuture<'_> {
+        Box::pin(async move {
+            let (tx, rx) = oneshot::channel();
+            *self.live.input.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tx);
+            self.manager.update(&self.live, TaskState::InputRequired, Some(prompt), true).await;
+            let answer = tokio::time::timeout(timeout, rx).await;
+            match answer {
+                Ok(Ok(text)) => {
+                    self.manager.update(&self.live, TaskState::Working, None, false).await;
+                    Ok(text)
+                }
+                Ok(Err(_)) => Err("the task was canceled while waiting for input".to_owned()),
+                Err(_) => {
+                    self.live.input.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+                    Err(format!(
+                        "no input arrived within lifecycle.input_timeout_secs ({} s)",
+                        timeout.as_secs()
+                    ))
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,89 @@
+//! How capsules on this node send messages: `mesh://` targets become tasks placed through
+//! the mesh, after the sending node's grant check; direct peers get A2A over HTTP.
+
+use std::sync::{Arc, OnceLock};
+
+use murmur_protocol::task::{Sender, check_outgoing};
+use murmur_protocol::{PeerUrl, PublicKey};
+
+use super::{NewTask, Tasks};
+use crate::clock;
+use crate::runtime::bindings::murmur::message::send::{Message, TaskResult};
+use crate::runtime::message::SendFuture;
+use crate::runtime::{DirectHttp, Installed, MessageRouter};
+use crate::telemetry::TraceContext;
+
+/// The node's message router. The task service is attached once the mesh runs (the
+/// runtime starts first, since the mesh advertises what it runs).
+#[derive(Debug)]
+pub struct NodeRouter {
+    direct: DirectHttp,
+    authorities: Vec<PublicKey>,
+    tasks: OnceLock<Tasks>,
+}
+
+impl NodeRouter {
+    /// A router whose grants must be signed by one of `authorities`.
+    pub fn new(authorities: Vec<PublicKey>) -> anyhow::Result<Arc<Self>> {
+        Ok(Arc::new(Self { direct: DirectHttp::new()?, authorities, tasks: OnceLock::new() }))
+    }
+
+    /// Connects the task service (once).
+    pub fn attach(&self, tasks: Tasks) {
+        let _ = self.tasks.set(tasks);
+    }
+}
+
+impl MessageRouter for NodeRouter {
+    fn send<'a>(
+        &'a self,
+        from: &'a Installed,
+        traceparent: Option<String>,
+        target: PeerUrl,
+        message: Message,
+    ) -> SendFuture<'a> {
+        Box::pin(async move {
+            let PeerUrl::Mesh { capsule, node } = &target else {
+                return self.direct.send(from, traceparent, target, message).await;
+            };
+            let name = &from.manifest.name;
+            // The sending end's check, before anything leaves this node.
+            check_outgoing(
+                from.manifest.grant.as_ref(),
+                &self.authorities,
+                clock::now(),
+                name,
+                Some(&from.loaded.digest),
+                &target,
+            )
+            .map_err(|refusal| format!("grant check failed ({}): {refusal}", refusal.check()))?;
+            let grant =
+                from.manifest.grant.clone().expect("check_outgoing refuses a capsule without a grant");
+            let tasks =
+                self.tasks.get().ok_or("this node's mesh is not running; mesh:// targets are unavailable")?;
+            let trace = traceparent
+                .as_deref()
+                .and_then(TraceContext::parse)
+                .unwrap_or_else(TraceContext::root)
+                .child();
+            let view = tasks
+                .submit(NewTask {
+                    capsule: capsule.clone(),
+                    pin: *node,
+                    text: message.text,
+                    message_id: message.message_id,
+                    context: message.context_id,
+                    sender: Sender::Capsule { name: name.clone(), grant },
+                    origin: format!("{}/{name}", tasks.local()),
+                    traceparent: Some(trace.header()),
+                })
+                .await
+                .map_err(|err| format!("{target}: {err}"))?;
+            Ok(TaskResult {
+                task_id: view.snapshot.task.to_string(),
+                context_id: view.snapshot.context,
+                state: view.snapshot.state.as_str().to_owned(),
+            })
+        })
+    }
+}
