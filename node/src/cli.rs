@@ -7,4 +7,5 @@ pub mod client;
 pub mod grant;
 pub mod key;
 pub mod peers;
+pub mod task;
 pub mod tool;

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use murmur_node::cli::{capsule, capsules, cert, grant, key, peers, tool};
+use murmur_node::cli::{capsule, capsules, cert, grant, key, peers, task, tool};
 use murmur_node::exit::{self, CliResult};
 
 /// The Murmur client: keys, grants, and (with a running node) the mesh.
@@ -17,7 +17,14 @@ use murmur_node::exit::{self, CliResult};
 ///   mur peers
 ///   mur capsules --json
 ///
-/// Exit codes: 0 ok, 1 failed (e.g. an invalid grant), 2 usage or input error.
+/// Send tasks to capsules anywhere in the mesh:
+///   mur send mesh://wordcount "count these words" --wait
+///   mur send mesh://ask "Which branch?" --stream
+///   mur task ls --state input-required
+///   mur send mesh://ask "main" --reply-to TASK_ID
+///
+/// Exit codes: 0 ok, 1 failed (e.g. an invalid grant), 2 usage or input error,
+/// 3 `mur send --wait|--stream`: the task ended failed, canceled or rejected.
 #[derive(Debug, Parser)]
 #[command(name = "mur", version, propagate_version = true)]
 struct Cli {
@@ -46,6 +53,11 @@ enum Command {
     /// The capsules this node runs; run a script capsule.
     #[command(subcommand)]
     Capsule(capsule::CapsuleCommand),
+    /// Send a task to a capsule of the mesh (A2A message/send through a node).
+    Send(task::SendArgs),
+    /// Show, list and cancel tasks.
+    #[command(subcommand)]
+    Task(task::TaskCommand),
 }
 
 fn main() -> ExitCode {
@@ -61,5 +73,7 @@ fn dispatch(command: Command) -> CliResult {
         Command::Capsules(args) => capsules::run(args),
         Command::Tool(command) => tool::run(command),
         Command::Capsule(command) => capsule::run(command),
+        Command::Send(args) => task::send(args),
+        Command::Task(command) => task::run(command),
     }
 }

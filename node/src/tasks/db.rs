@@ -6,6 +6,7 @@
 //! second would each pay one. Writes go to a single writer thread that commits everything
 //! queued so far in one transaction, and each caller waits for the commit that includes
 //! its write — so an acknowledged write is on disk, and a burst shares one fsync.
+//! Records are stored as CBOR (the protocol crate's codec), read back with a size bound.
 
 use std::path::Path;
 use std::sync::mpsc as std_mpsc;
@@ -18,6 +19,15 @@ use tokio::sync::oneshot;
 use super::record::{RouteRecord, TaskRecord};
 
 const TASKS: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("tasks");
+/// Largest stored record read back (input and result text are bounded by the protocol).
+const RECORD_BYTES_MAX: usize = 4 * murmur_protocol::task::TASK_FRAME_BYTES_MAX;
+
+fn decode<T: serde::de::DeserializeOwned + serde::Serialize>(bytes: &[u8]) -> Option<T> {
+    murmur_protocol::codec::decode("task record", bytes, RECORD_BYTES_MAX)
+        .map_err(|err| tracing::warn!(error = %err, "unreadable task record skipped"))
+        .ok()
+}
+
 const ROUTES: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("routes");
 
 /// Writes queued for the writer thread at most; callers wait when it is full.
@@ -35,6 +45,18 @@ enum Write {
 pub struct TaskDb {
     db: std::sync::Arc<Database>,
     writes: std_mpsc::SyncSender<Write>,
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for TaskDb {
+    /// Lets the writer finish what is queued and release the file (so it can be reopened).
+    fn drop(&mut self) {
+        let (closed, _) = std_mpsc::sync_channel(1);
+        drop(std::mem::replace(&mut self.writes, closed));
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
 }
 
 impl TaskDb {
@@ -55,8 +77,10 @@ impl TaskDb {
         }
         let (writes, queue) = std_mpsc::sync_channel(WRITE_QUEUE_MAX);
         let writer_db = db.clone();
-        std::thread::Builder::new().name("murmur-taskdb".into()).spawn(move || writer(&writer_db, &queue))?;
-        Ok(Self { db, writes })
+        let writer = std::thread::Builder::new()
+            .name("murmur-taskdb".into())
+            .spawn(move || writer(&writer_db, &queue))?;
+        Ok(Self { db, writes, writer: Some(writer) })
     }
 
     /// Stores `record` durably; returns once it is on disk.
@@ -85,7 +109,7 @@ impl TaskDb {
     pub fn route(&self, task: &TaskId) -> anyhow::Result<Option<RouteRecord>> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(ROUTES)?;
-        Ok(table.get(&task.0)?.and_then(|v| serde_json::from_slice(v.value()).ok()))
+        Ok(table.get(&task.0)?.and_then(|v| decode(v.value())))
     }
 
     /// Every stored route.
@@ -95,7 +119,7 @@ impl TaskDb {
         let mut routes = Vec::new();
         for entry in table.iter()? {
             let (_, value) = entry?;
-            if let Ok(route) = serde_json::from_slice(value.value()) {
+            if let Some(route) = decode(value.value()) {
                 routes.push(route);
             }
         }
@@ -109,9 +133,8 @@ impl TaskDb {
         let mut records = Vec::new();
         for entry in table.iter()? {
             let (_, value) = entry?;
-            match serde_json::from_slice::<TaskRecord>(value.value()) {
-                Ok(record) => records.push(record),
-                Err(err) => tracing::warn!(error = %err, "unreadable task record skipped"),
+            if let Some(record) = decode(value.value()) {
+                records.push(record);
             }
         }
         Ok(records)
@@ -121,7 +144,7 @@ impl TaskDb {
     pub fn get(&self, task: &TaskId) -> anyhow::Result<Option<TaskRecord>> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(TASKS)?;
-        Ok(table.get(&task.0)?.and_then(|v| serde_json::from_slice(v.value()).ok()))
+        Ok(table.get(&task.0)?.and_then(|v| decode(v.value())))
     }
 }
 
@@ -154,14 +177,50 @@ fn commit(db: &Database, batch: &[Write]) -> anyhow::Result<()> {
         for write in batch {
             match write {
                 Write::Put(record, _) => {
-                    tasks.insert(&record.task.0, serde_json::to_vec(record.as_ref())?.as_slice())?;
+                    tasks
+                        .insert(&record.task.0, murmur_protocol::codec::encode(record.as_ref()).as_slice())?;
                 }
                 Write::Route(route) => {
-                    routes.insert(&route.task.0, serde_json::to_vec(route)?.as_slice())?;
+                    routes.insert(&route.task.0, murmur_protocol::codec::encode(route).as_slice())?;
                 }
             }
         }
     }
     txn.commit()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tasks::record::Origin;
+
+    #[tokio::test]
+    async fn records_and_routes_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tasks.redb");
+        let task = TaskId::derive("client@x", "m1");
+        {
+            let db = TaskDb::open(&path).unwrap();
+            db.put(TaskRecord::new(task, "echo", "m1", None, "hi".into(), Origin::Client, 5)).await.unwrap();
+            db.put_route(RouteRecord { task, owner: "peer".into(), capsule: "echo".into(), created_ms: 5 });
+            // A durable put after the route commits it too (same writer, in order).
+            db.put(TaskRecord::new(
+                TaskId::derive("client@x", "m2"),
+                "echo",
+                "m2",
+                None,
+                "x".into(),
+                Origin::Client,
+                6,
+            ))
+            .await
+            .unwrap();
+            assert_eq!(db.routes().unwrap().len(), 1);
+        }
+        let db = TaskDb::open(&path).unwrap();
+        assert_eq!(db.get(&task).unwrap().unwrap().input, "hi");
+        assert_eq!(db.all().unwrap().len(), 2);
+        assert_eq!(db.route(&task).unwrap().unwrap().owner, "peer");
+    }
 }
