@@ -319,3 +319,110 @@ pub fn wait_for<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Opt
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Calls JSON-RPC `method` at `url` (a node's A2A endpoint) with `headers`; returns the
+/// whole answer (`result` or `error`).
+pub fn rpc_at(url: &str, method: &str, params: Value, headers: &[(&str, &str)]) -> anyhow::Result<Value> {
+    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(90)).build()?;
+    let body = serde_json::json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
+    let mut request = client.post(url).json(&body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    Ok(request.send()?.json()?)
+}
+
+impl TestNode {
+    /// Calls JSON-RPC `method` on the node's A2A endpoint (`POST /`).
+    pub fn rpc(&self, method: &str, params: Value) -> anyhow::Result<Value> {
+        rpc_at(&format!("{}/", self.api), method, params, &[])
+    }
+
+    /// A2A 1.0 `SendMessage` of `text` to `target` (`mesh://NAME`), with `message_id`;
+    /// blocking (waits for the result) unless `return_immediately`.
+    pub fn send(
+        &self,
+        target: &str,
+        text: &str,
+        message_id: &str,
+        return_immediately: bool,
+    ) -> anyhow::Result<Value> {
+        self.rpc(
+            "SendMessage",
+            serde_json::json!({
+                "tenant": target,
+                "message": { "messageId": message_id, "role": "ROLE_USER", "parts": [{ "text": text }] },
+                "configuration": { "returnImmediately": return_immediately },
+            }),
+        )
+    }
+
+    /// A task as the node reports it (`GetTask`), or the JSON-RPC error.
+    pub fn task(&self, id: &str) -> anyhow::Result<Value> {
+        self.rpc("GetTask", serde_json::json!({ "id": id }))
+    }
+
+    /// The ids of the tasks this node owns or placed (`ListTasks`).
+    pub fn task_ids(&self) -> Vec<String> {
+        self.rpc("ListTasks", serde_json::json!({ "pageSize": 100 }))
+            .ok()
+            .and_then(|v| v["result"]["tasks"].as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|t| t["id"].as_str().map(str::to_owned))
+            .collect()
+    }
+}
+
+/// Writes a capsule manifest `NAME.toml` into `data_dir/capsules` for the guest component
+/// `component`, with `extra` TOML lines appended.
+pub fn install_manifest(data_dir: &Path, name: &str, component: &str, extra: &str) {
+    let capsules = data_dir.join("capsules");
+    std::fs::create_dir_all(&capsules).expect("capsules dir");
+    let text = format!(
+        "name = \"{name}\"\nversion = \"0.1.0\"\nkind = \"tool\"\nartifact = \"{}\"\n{extra}\n",
+        guest(component).display()
+    );
+    std::fs::write(capsules.join(format!("{name}.toml")), text).expect("write manifest");
+}
+
+/// POSTs a JSON-RPC streaming call and reads its server-sent events as `(id, data JSON)`
+/// until `stop` says so (then the connection is dropped) or the stream ends.
+pub fn sse(
+    url: &str,
+    body: Value,
+    headers: &[(&str, &str)],
+    mut stop: impl FnMut(u64, &Value) -> bool,
+) -> anyhow::Result<Vec<(u64, Value)>> {
+    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).build()?;
+    let mut request = client.post(url).header("Accept", "text/event-stream").json(&body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send()?;
+    let content_type =
+        response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    if !content_type.starts_with("text/event-stream") {
+        bail!("not a stream ({content_type}): {}", response.text().unwrap_or_default());
+    }
+    let mut events = Vec::new();
+    let (mut id, mut data) = (0u64, String::new());
+    for line in BufReader::new(response).lines() {
+        let line = line?;
+        if let Some(value) = line.strip_prefix("id:") {
+            id = value.trim().parse().unwrap_or(0);
+        } else if let Some(value) = line.strip_prefix("data:") {
+            data.push_str(value.trim_start());
+        } else if line.is_empty() && !data.is_empty() {
+            let event: Value =
+                serde_json::from_str(&data).with_context(|| format!("event data is not JSON: {data}"))?;
+            data.clear();
+            let done = stop(id, &event);
+            events.push((id, event));
+            if done {
+                break;
+            }
+        }
+    }
+    Ok(events)
+}

@@ -87,5 +87,49 @@ pub fn render(m: &MeshMetrics) -> String {
         "Peers disconnected for lacking admission.",
         &[("", s.peers_refused)],
     );
+    let r = &m.router;
+    metric(
+        "murmur_tasks_routed_total",
+        "counter",
+        "Tasks this node placed, by outcome (failovers: a provider that did not take one).",
+        &[
+            ("outcome=\"submitted\"", r.submitted),
+            ("outcome=\"routed\"", r.routed),
+            ("outcome=\"failover\"", r.failovers),
+            ("outcome=\"rejected\"", r.rejected),
+            ("outcome=\"failed\"", r.failed),
+            ("outcome=\"duplicate\"", r.duplicates),
+        ],
+    );
+    // Every check name the node can refuse with, so each series exists from the start.
+    let checks = [
+        "no_grant",
+        "untrusted_issuer",
+        "bad_signature",
+        "expired",
+        "not_yet_valid",
+        "wrong_capsule",
+        "wrong_artifact",
+        "target_not_allowed",
+        "sender_not_hosted",
+        "not_hosted",
+        "not_accepting",
+    ];
+    let mut refusals: Vec<(String, u64)> = checks
+        .iter()
+        .map(|c| (format!("check=\"{c}\""), m.task_refusals.get(*c).copied().unwrap_or(0)))
+        .collect();
+    for (check, count) in &m.task_refusals {
+        if !checks.contains(&check.as_str()) {
+            refusals.push((format!("check=\"{check}\""), *count));
+        }
+    }
+    let refusals: Vec<(&str, u64)> = refusals.iter().map(|(l, v)| (l.as_str(), *v)).collect();
+    metric(
+        "murmur_task_refusals_total",
+        "counter",
+        "Tasks this node refused before running anything, by failed check.",
+        &refusals,
+    );
     out
 }

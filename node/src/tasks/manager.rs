@@ -51,6 +51,8 @@ pub enum TaskError {
     Refused(#[from] TaskRefusal),
     #[error("capsule `{capsule}` is busy with another task (task_acceptance = single)")]
     Busy { capsule: String },
+    #[error("capsule `{capsule}` has {QUEUE_MAX} tasks queued, its limit")]
+    Overloaded { capsule: String },
     #[error("{0}")]
     Internal(String),
 }
@@ -65,6 +67,7 @@ impl TaskError {
             Self::NotWaiting { .. } => "not_waiting",
             Self::Refused(refusal) => refusal.check(),
             Self::Busy { .. } => "busy",
+            Self::Overloaded { .. } => "overloaded",
             Self::Internal(_) => "internal",
         }
     }
@@ -83,6 +86,7 @@ struct Inner {
     live: Mutex<BTreeMap<TaskId, Arc<Live>>>,
     queues: Mutex<BTreeMap<String, mpsc::Sender<Arc<Live>>>>,
     running: Mutex<BTreeMap<String, usize>>,
+    tickets: std::sync::atomic::AtomicU64,
 }
 
 impl TaskManager {
@@ -97,10 +101,13 @@ impl TaskManager {
                 live: Mutex::new(BTreeMap::new()),
                 queues: Mutex::new(BTreeMap::new()),
                 running: Mutex::new(BTreeMap::new()),
+                tickets: std::sync::atomic::AtomicU64::new(0),
             }),
         };
         let mut records = manager.inner.db.all()?;
-        records.sort_by_key(|r| r.created_ms);
+        records.sort_by_key(|r| (r.ticket, r.created_ms));
+        let last = records.iter().map(|r| r.ticket).max().unwrap_or(0);
+        manager.inner.tickets.store(last, std::sync::atomic::Ordering::Relaxed);
         let now = clock::now().0;
         for mut record in records {
             let requeue = match record.state {
@@ -148,6 +155,9 @@ impl TaskManager {
             TaskAcceptance::Single if self.running(&submit.capsule) + self.queued(&submit.capsule) > 0 => {
                 return Err(TaskError::Busy { capsule: submit.capsule.clone() });
             }
+            _ if self.queued(&submit.capsule) >= QUEUE_MAX => {
+                return Err(TaskError::Overloaded { capsule: submit.capsule.clone() });
+            }
             _ => {}
         }
         let mut record = TaskRecord::new(
@@ -159,12 +169,19 @@ impl TaskManager {
             origin,
             clock::now().0,
         );
+        record.ticket = self.inner.tickets.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         record.trace_id = submit.traceparent.as_deref().and_then(crate::telemetry::trace_id_of);
         record.traceparent.clone_from(&submit.traceparent);
-        self.inner.db.put(record.clone()).await.map_err(|e| TaskError::Internal(format!("{e:#}")))?;
-        let live = Live::new(record);
+        let live = Live::new(record.clone());
+        // Check and insert under one lock: two deliveries of one task accept it once.
+        if let Some(existing) = self.insert_live_new(live.clone()) {
+            return Ok(existing.record().snapshot());
+        }
+        if let Err(err) = self.inner.db.put(record).await {
+            self.inner.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&submit.task);
+            return Err(TaskError::Internal(format!("{err:#}")));
+        }
         let snapshot = live.record().snapshot();
-        self.insert_live(live.clone());
         self.enqueue(live).await;
         Ok(snapshot)
     }
@@ -305,11 +322,15 @@ impl TaskManager {
         self.inner.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(task).cloned()
     }
 
-    fn insert_live(&self, live: Arc<Live>) {
+    /// Inserts `live` unless its task is already there (returning that one instead).
+    /// Past [`LIVE_MAX`] the oldest finished task is forgotten (it stays in the database).
+    fn insert_live_new(&self, live: Arc<Live>) -> Option<Arc<Live>> {
         let task = live.record().task;
         let mut all = self.inner.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(existing) = all.get(&task) {
+            return Some(existing.clone());
+        }
         if all.len() >= LIVE_MAX {
-            // Forget the oldest finished task (it stays in the database).
             let oldest = all
                 .iter()
                 .filter(|(_, l)| l.record().state.is_terminal())
@@ -320,6 +341,11 @@ impl TaskManager {
             }
         }
         all.insert(task, live);
+        None
+    }
+
+    fn insert_live(&self, live: Arc<Live>) {
+        let _ = self.insert_live_new(live);
     }
 
     fn running(&self, capsule: &str) -> usize {
@@ -381,8 +407,9 @@ impl TaskManager {
                 })
                 .clone()
         };
-        if sender.send(live.clone()).await.is_err() {
-            self.update(&live, TaskState::Failed, Some("the capsule's queue is closed".into()), true).await;
+        if sender.try_send(live.clone()).is_err() {
+            self.update(&live, TaskState::Failed, Some("the capsule's queue is full or closed".into()), true)
+                .await;
         }
     }
 

@@ -46,6 +46,10 @@ pub struct TaskRecord {
     pub events: Vec<TaskEvent>,
     pub created_ms: u64,
     pub updated_ms: u64,
+    /// Acceptance order at the owner: queued tasks run (and re-run after a restart) in
+    /// this order.
+    #[serde(default)]
+    pub ticket: u64,
 }
 
 impl TaskRecord {
@@ -75,6 +79,7 @@ impl TaskRecord {
             events: Vec::new(),
             created_ms: now_ms,
             updated_ms: now_ms,
+            ticket: 0,
         };
         record.transition(TaskState::Submitted, None, now_ms);
         record

@@ -1,0 +1,451 @@
+//! Tasks across the mesh with real processes: three `murnode`s on loopback, real guest
+//! components, grants signed with `mur grant sign`.
+//!
+//! Topology: A runs `relay` capsules (senders, with grants of every kind), B runs `ask`
+//! (request-input) capsules, C runs `wordcount`. A is bootstrapped to nothing, B to A, C to
+//! B: A and C meet through the mesh.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use murmur_tests::{TestNode, install_manifest, mur, mur_json, rpc_at, wait_for};
+use serde_json::{Value, json};
+
+const CONVERGE: Duration = Duration::from_secs(30);
+
+/// Fast adverts, so membership changes show within seconds.
+fn config(authorities: &[&str], extra: &str) -> String {
+    let list: Vec<String> = authorities.iter().map(|a| format!("\"{a}\"")).collect();
+    format!(
+        "[adverts]\nrefresh_secs = 1\nttl_secs = 4\n[trust]\nauthorities = [{}]\n{extra}",
+        list.join(", ")
+    )
+}
+
+/// A key file and its public key.
+fn authority(dir: &Path, name: &str) -> (PathBuf, String) {
+    let path = dir.join(format!("{name}.key"));
+    let out = mur(&["key", "gen", "--out", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let shown = mur_json(&["key", "show", path.to_str().unwrap(), "--json"]);
+    (path, shown["public_key"].as_str().unwrap().to_owned())
+}
+
+fn sign(key: &Path, capsule: &str, allow: &str, out: &Path, extra: &[&str]) {
+    let mut args = vec![
+        "grant",
+        "sign",
+        "--key",
+        key.to_str().unwrap(),
+        "--capsule",
+        capsule,
+        "--allow",
+        allow,
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    let out = mur(&args);
+    assert!(out.status.success(), "grant sign: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Starts a node whose data dir holds `manifests` (name, component, extra manifest TOML).
+fn node(toml: &str, manifests: &[(&str, &str, String)], bootstrap: Option<&TestNode>) -> TestNode {
+    let dir = murmur_tests::init_data_dir_with(toml);
+    for (name, component, extra) in manifests {
+        install_manifest(dir.path(), name, component, extra);
+    }
+    let mut args: Vec<String> = murmur_tests::LOOPBACK.iter().map(|s| (*s).to_owned()).collect();
+    if let Some(peer) = bootstrap {
+        args.push("--bootstrap".into());
+        args.push(peer.dial_addrs()[0].clone());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    TestNode::start_owned(dir, &args).expect("node starts")
+}
+
+fn wait_capsules(nodes: &[&TestNode], names: &[&str]) {
+    for node in nodes {
+        wait_for(CONVERGE, "every capsule in the directory", || {
+            let listed = node.capsule_names();
+            names.iter().all(|n| listed.iter().any(|l| l == n)).then_some(())
+        })
+        .unwrap();
+    }
+}
+
+fn result(answer: &Value) -> &Value {
+    assert!(answer.get("error").is_none(), "unexpected error: {answer}");
+    answer.get("result").expect("a result")
+}
+
+fn state(task: &Value) -> &str {
+    task["status"]["state"].as_str().unwrap_or("?")
+}
+
+fn text(task: &Value) -> &str {
+    task["status"]["message"]["parts"][0]["text"].as_str().unwrap_or("")
+}
+
+#[test]
+fn a_task_sent_at_a_runs_on_the_only_node_that_hosts_it_and_never_twice() {
+    let a = node(&config(&[], ""), &[], None);
+    let b = node(&config(&[], ""), &[], Some(&a));
+    let c = node(&config(&[], ""), &[("wordcount", "wordcount", String::new())], Some(&b));
+    wait_capsules(&[&a], &["wordcount"]);
+
+    let answer = a.send("mesh://wordcount", "one two three four", "m-1", false).unwrap();
+    let task = &result(&answer)["task"];
+    assert_eq!(state(task), "TASK_STATE_COMPLETED", "{answer}");
+    assert!(text(task).contains("\"words\":4"), "{answer}");
+    assert_eq!(task["metadata"]["murmur"]["owner"], c.peer_id());
+    assert_eq!(task["artifacts"][0]["parts"][0]["text"], text(task));
+    let id = task["id"].as_str().unwrap().to_owned();
+
+    // The same message again names the same task: nothing runs a second time.
+    let again = a.send("mesh://wordcount", "one two three four", "m-1", false).unwrap();
+    assert_eq!(result(&again)["task"]["id"], id.as_str());
+    assert_eq!(c.task_ids(), vec![id.clone()], "C ran the task once");
+
+    // A asks the owner for it; the 0.3 method name answers in 0.3 shapes.
+    let got = a.rpc("tasks/get", json!({ "id": id })).unwrap();
+    assert_eq!((result(&got)["kind"].as_str(), state(result(&got))), (Some("task"), "completed"));
+    assert!(a.task_ids().contains(&id), "A lists the task it placed");
+
+    // The CLI: prints the task and its result.
+    let out = mur(&["send", "mesh://wordcount", "alpha beta", "--wait", "--node", &a.api]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("completed") && stdout.contains("\"words\":2"), "{stdout}");
+
+    // Errors: unknown task, unknown capsule, bad params, unknown method.
+    let missing = a.task("00000000-0000-0000-0000-000000000001").unwrap();
+    assert_eq!(missing["error"]["code"], -32001, "{missing}");
+    let nowhere = a.send("mesh://nothing-here", "x", "m-2", true).unwrap();
+    assert_eq!(nowhere["error"]["code"], -32031, "{nowhere}");
+    assert!(nowhere["error"]["message"].as_str().unwrap().contains("no live node hosts mesh://nothing-here"));
+    let bad = a.rpc("SendMessage", json!({ "tenant": "wordcount" })).unwrap();
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    let unknown = a.rpc("tasks/explode", json!({})).unwrap();
+    assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
+}
+
+#[test]
+fn grants_are_checked_at_both_ends_and_refused_tasks_never_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (real, real_pub) = authority(dir.path(), "authority");
+    let (rogue, rogue_pub) = authority(dir.path(), "rogue");
+    let grant = |name: &str| dir.path().join(format!("{name}.grant"));
+    sign(&real, "relay-ok", "mesh://wordcount", &grant("relay-ok"), &[]);
+    sign(&real, "relay-narrow", "mesh://echo", &grant("relay-narrow"), &[]);
+    sign(
+        &real,
+        "relay-expired",
+        "mesh://wordcount",
+        &grant("relay-expired"),
+        &["--not-before", "2020-01-01T00:00:00Z", "--valid-for", "1h"],
+    );
+    sign(&rogue, "relay-forged", "mesh://wordcount", &grant("relay-forged"), &[]);
+    sign(&real, "someone-else", "mesh://wordcount", &grant("relay-stolen"), &[]);
+    let manifest = |name: &str, with_grant: bool| {
+        let grant_line =
+            if with_grant { format!("grant = \"{}\"\n", grant(name).display()) } else { String::new() };
+        (name.to_owned(), format!("{grant_line}[capabilities]\nnetwork = {{ allow = [\"mesh://*\"] }}\n"))
+    };
+    let relays: Vec<(String, String)> = vec![
+        manifest("relay-ok", true),
+        manifest("relay-none", false),
+        manifest("relay-narrow", true),
+        manifest("relay-expired", true),
+        manifest("relay-forged", true),
+        (
+            "relay-stolen".to_owned(),
+            format!(
+                "grant = \"{}\"\n[capabilities]\nnetwork = {{ allow = [\"mesh://*\"] }}\n",
+                grant("relay-stolen").display()
+            ),
+        ),
+    ];
+    let manifests: Vec<(&str, &str, String)> =
+        relays.iter().map(|(n, e)| (n.as_str(), "relay", e.clone())).collect();
+    // A (the sender) also trusts the rogue key: its own check passes a forged grant, so
+    // the receiving end is the one that must refuse it.
+    let a = node(&config(&[&real_pub, &rogue_pub], ""), &manifests, None);
+    let c = node(&config(&[&real_pub], ""), &[("wordcount", "wordcount", String::new())], Some(&a));
+    wait_capsules(&[&a], &["wordcount", "relay-ok"]);
+
+    let relay = |capsule: &str, words: &str| {
+        let answer = a
+            .send(
+                &format!("mesh://{capsule}"),
+                &format!("mesh://wordcount {words}"),
+                &format!("{capsule}-1"),
+                false,
+            )
+            .unwrap();
+        result(&answer)["task"].clone()
+    };
+    let ok = relay("relay-ok", "granted words");
+    assert_eq!(state(&ok), "TASK_STATE_COMPLETED", "{ok}");
+    let forwarded: Value = serde_json::from_str(text(&ok)).unwrap();
+    let forwarded_id = forwarded["task_id"].as_str().unwrap().to_owned();
+    let done = wait_for(CONVERGE, "the forwarded task to complete", || {
+        let got = a.task(&forwarded_id).ok()?;
+        (state(&got["result"]) == "TASK_STATE_COMPLETED").then_some(got)
+    })
+    .unwrap();
+    assert!(text(&done["result"]).contains("\"words\":2"), "{done}");
+
+    // Refused at the sending end (nothing leaves A).
+    for (capsule, check) in [
+        ("relay-none", "no_grant"),
+        ("relay-narrow", "target_not_allowed"),
+        ("relay-expired", "expired"),
+        ("relay-stolen", "wrong_capsule"),
+    ] {
+        let task = relay(capsule, "refused words");
+        assert_eq!(state(&task), "TASK_STATE_FAILED", "{capsule}: {task}");
+        assert!(text(&task).contains(&format!("grant check failed ({check})")), "{capsule}: {}", text(&task));
+    }
+    // Refused at the receiving end: C does not trust the rogue authority.
+    let forged = relay("relay-forged", "forged words");
+    assert_eq!(state(&forged), "TASK_STATE_FAILED", "{forged}");
+    assert!(text(&forged).contains("untrusted_issuer"), "{}", text(&forged));
+    assert_eq!(c.metric("murmur_task_refusals_total{check=\"untrusted_issuer\"}"), 1);
+
+    // Only the granted task ever reached wordcount.
+    assert_eq!(c.task_ids(), vec![forwarded_id]);
+}
+
+#[test]
+fn request_input_suspends_a_task_until_a_reply_and_a_slow_reply_fails_it() {
+    let a = node(&config(&[], ""), &[], None);
+    let b = node(
+        &config(&[], ""),
+        &[
+            ("ask", "ask", String::new()),
+            ("ask-fast", "ask", "[lifecycle]\ninput_timeout_secs = 1\n".to_owned()),
+        ],
+        Some(&a),
+    );
+    wait_capsules(&[&a], &["ask", "ask-fast"]);
+
+    let asked = a.send("mesh://ask", "Which branch?", "q-1", false).unwrap();
+    let task = &result(&asked)["task"];
+    assert_eq!((state(task), text(task)), ("TASK_STATE_INPUT_REQUIRED", "Which branch?"), "{asked}");
+    let id = task["id"].as_str().unwrap();
+    // The reply is a message/send naming the task (0.3 shapes), sent to A, routed to B.
+    let reply = a
+        .rpc(
+            "message/send",
+            json!({ "message": { "kind": "message", "messageId": "r-1", "role": "user", "taskId": id,
+                "parts": [{ "kind": "text", "text": "main" }] }, "configuration": { "blocking": true } }),
+        )
+        .unwrap();
+    assert_eq!(
+        (state(result(&reply)), text(result(&reply))),
+        ("completed", "Which branch? -> main"),
+        "{reply}"
+    );
+    // A second reply finds nobody waiting.
+    let late = a
+        .rpc(
+            "message/send",
+            json!({ "message": { "messageId": "r-2", "taskId": id, "parts": [{ "text": "x" }] } }),
+        )
+        .unwrap();
+    assert_eq!(late["error"]["code"], -32004, "{late}");
+
+    let slow = a.send("mesh://ask-fast", "Quick?", "q-2", false).unwrap();
+    let slow_id = result(&slow)["task"]["id"].as_str().unwrap().to_owned();
+    let failed = wait_for(CONVERGE, "the unanswered task to fail", || {
+        let got = a.task(&slow_id).ok()?;
+        (state(&got["result"]) == "TASK_STATE_FAILED").then_some(got)
+    })
+    .unwrap();
+    assert!(text(&failed["result"]).contains("input_timeout_secs"), "{failed}");
+    drop(b);
+}
+
+#[test]
+fn task_acceptance_none_refuses_and_single_takes_one_at_a_time() {
+    let a = node(
+        &config(&[], ""),
+        &[
+            ("echo-none", "echo", "[lifecycle]\ntask_acceptance = \"none\"\n".to_owned()),
+            ("ask-single", "ask", "[lifecycle]\ntask_acceptance = \"single\"\n".to_owned()),
+        ],
+        None,
+    );
+    wait_capsules(&[&a], &["echo-none", "ask-single"]);
+    let none = a.send("mesh://echo-none", "hi", "n-1", false).unwrap();
+    assert!(none["error"]["message"].as_str().unwrap_or("").contains("not_accepting"), "{none}");
+    let first = a.send("mesh://ask-single", "first?", "s-1", false).unwrap();
+    assert_eq!(state(&result(&first)["task"]), "TASK_STATE_INPUT_REQUIRED");
+    let second = a.send("mesh://ask-single", "second?", "s-2", false).unwrap();
+    assert!(second["error"]["message"].as_str().unwrap_or("").contains("busy"), "{second}");
+}
+
+#[test]
+fn a_stream_that_reconnects_resumes_after_the_last_event_it_saw() {
+    let a = node(&config(&[], ""), &[], None);
+    let _b = node(&config(&[], ""), &[("ask", "ask", String::new())], Some(&a));
+    wait_capsules(&[&a], &["ask"]);
+
+    // Stream until the task asks for input, then drop the connection.
+    let events = murmur_tests::sse(
+        &format!("{}/a2a/ask", a.api),
+        json!({ "jsonrpc": "2.0", "id": 7, "method": "message/stream",
+            "params": { "message": { "messageId": "st-1", "parts": [{ "kind": "text", "text": "Color?" }] } } }),
+        &[],
+        |_, event| event["result"]["status"]["state"] == "input-required",
+    )
+    .unwrap();
+    let seqs: Vec<u64> = events.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(seqs, vec![1, 2, 3], "{events:?}");
+    assert_eq!(events[0].1["result"]["kind"], "task");
+    let id = events[0].1["result"]["id"].as_str().unwrap().to_owned();
+
+    // While nobody listens the task moves on.
+    let reply = a
+        .rpc(
+            "message/send",
+            json!({ "message": { "messageId": "st-r", "taskId": id, "parts": [{ "text": "blue" }] } }),
+        )
+        .unwrap();
+    result(&reply);
+    wait_for(CONVERGE, "completion", || {
+        (state(&a.task(&id).ok()?["result"]) == "TASK_STATE_COMPLETED").then_some(())
+    })
+    .unwrap();
+
+    // Resubscribing with the last id seen delivers exactly what was missed.
+    let resumed = murmur_tests::sse(
+        &format!("{}/", a.api),
+        json!({ "jsonrpc": "2.0", "id": 8, "method": "tasks/resubscribe", "params": { "id": id } }),
+        &[("Last-Event-ID", "3")],
+        |_, event| event["result"]["final"] == true,
+    )
+    .unwrap();
+    let kinds: Vec<(u64, String)> = resumed
+        .iter()
+        .map(|(seq, e)| (*seq, e["result"]["kind"].as_str().unwrap_or("?").to_owned()))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![(4, "status-update".into()), (5, "artifact-update".into()), (5, "status-update".into())],
+        "{resumed:?}"
+    );
+    assert_eq!(resumed[1].1["result"]["artifact"]["parts"][0]["text"], "Color? -> blue");
+    // A 1.0 client resubscribing from the start gets the task first, in 1.0 shapes.
+    let from_start = murmur_tests::sse(
+        &format!("{}/", a.api),
+        json!({ "jsonrpc": "2.0", "id": 9, "method": "SubscribeToTask", "params": { "id": id } }),
+        &[("A2A-Version", "1.0")],
+        |_, _| false,
+    )
+    .unwrap();
+    assert_eq!(from_start.len(), 1, "{from_start:?}");
+    assert_eq!(from_start[0].1["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED");
+}
+
+#[test]
+fn a_killed_owner_loses_no_task() {
+    let a = node(&config(&[], ""), &[], None);
+    let b_dir = murmur_tests::init_data_dir_with(&config(&[], ""));
+    install_manifest(b_dir.path(), "ask", "ask", "[lifecycle]\ntask_acceptance = \"queue\"\nworkers = 1\n");
+    install_manifest(b_dir.path(), "wordcount", "wordcount", "");
+    let b_path = b_dir.path().to_path_buf();
+    let bootstrap = a.dial_addrs()[0].clone();
+    let flags = |extra: &[&str]| -> Vec<String> {
+        let mut flags: Vec<String> = murmur_tests::LOOPBACK.iter().map(|s| (*s).to_owned()).collect();
+        flags.extend(["--bootstrap".to_owned(), bootstrap.clone()]);
+        flags.extend(extra.iter().map(|s| (*s).to_owned()));
+        flags
+    };
+    let start_b = || {
+        let flags = flags(&[]);
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        TestNode::start_in(&b_path, &flags).unwrap()
+    };
+    let mut b = start_b();
+    wait_capsules(&[&a], &["ask", "wordcount"]);
+
+    let done = a.send("mesh://wordcount", "kept after a crash", "k-0", false).unwrap();
+    let done_id = result(&done)["task"]["id"].as_str().unwrap().to_owned();
+    // One worker: the first task waits for input (running), the next two queue behind it.
+    let ids: Vec<String> = (1..=3)
+        .map(|i| {
+            let sent = a.send("mesh://ask", &format!("q{i}?"), &format!("k-{i}"), true).unwrap();
+            result(&sent)["task"]["id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    wait_for(CONVERGE, "the first task to ask", || {
+        (state(&result(&a.task(&ids[0]).ok()?)) == "TASK_STATE_INPUT_REQUIRED").then_some(())
+    })
+    .unwrap();
+    assert_eq!(state(result(&a.task(&ids[1]).unwrap())), "TASK_STATE_SUBMITTED");
+
+    b.kill();
+    let b = start_b();
+    // Completed stays completed; the running one failed with a reason; the queued run.
+    let got = |id: &str| {
+        wait_for(CONVERGE, "the restarted owner", || a.task(id).ok().filter(|t| t.get("result").is_some()))
+            .unwrap()
+    };
+    assert_eq!(state(result(&got(&done_id))), "TASK_STATE_COMPLETED");
+    let crashed = got(&ids[0]);
+    assert_eq!(state(result(&crashed)), "TASK_STATE_FAILED");
+    assert!(text(result(&crashed)).contains("restarted"), "{crashed}");
+    wait_for(CONVERGE, "the queued task to run", || {
+        (state(&result(&a.task(&ids[1]).ok()?)) == "TASK_STATE_INPUT_REQUIRED").then_some(())
+    })
+    .unwrap();
+    for (i, id) in ids.iter().enumerate().skip(1) {
+        wait_for(CONVERGE, "input required", || {
+            (state(&result(&a.task(id).ok()?)) == "TASK_STATE_INPUT_REQUIRED").then_some(())
+        })
+        .unwrap();
+        let reply = a.rpc("SendMessage", json!({ "message": { "messageId": format!("kr-{i}"), "taskId": id, "parts": [{ "text": "ok" }] } })).unwrap();
+        assert_eq!(state(&result(&reply)["task"]), "TASK_STATE_COMPLETED", "{reply}");
+    }
+    drop(b);
+}
+
+#[test]
+fn clients_need_loopback_or_a_token_and_cards_describe_the_mesh() {
+    let token = "s3cret-token-for-tests";
+    let a = node(
+        &config(&[], &format!("[api]\nloopback_open = false\ntokens = [\"{token}\"]\n")),
+        &[("echo", "echo", String::new())],
+        None,
+    );
+    let params = json!({ "tenant": "echo", "message": { "messageId": "p-1", "parts": [{ "text": "hi" }] } });
+    let client = reqwest::blocking::Client::new();
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params });
+    let denied = client.post(format!("{}/", a.api)).json(&body).send().unwrap();
+    assert_eq!(denied.status(), 401);
+    let wrong =
+        client.post(format!("{}/", a.api)).bearer_auth("wrong-token-of-16-bytes").json(&body).send().unwrap();
+    assert_eq!(wrong.status(), 401);
+    let answer = rpc_at(
+        &format!("{}/", a.api),
+        "SendMessage",
+        params,
+        &[("Authorization", &format!("Bearer {token}"))],
+    )
+    .unwrap();
+    assert_eq!(result(&answer)["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{answer}");
+
+    // Agent cards are open to all: the node's lists the mesh's capsules as skills.
+    let card = a.get("/.well-known/agent-card.json").unwrap();
+    assert!(card["skills"].as_array().unwrap().iter().any(|s| s["id"] == "echo"), "{card}");
+    assert_eq!(card["capabilities"]["streaming"], true);
+    assert_eq!(card["supportedInterfaces"][0]["protocolBinding"], "JSONRPC");
+    assert!(card["securitySchemes"]["bearer"].is_object());
+    let echo = a.get("/a2a/echo/.well-known/agent-card.json").unwrap();
+    assert_eq!(echo["url"], format!("{}/a2a/echo", a.api));
+    assert_eq!(echo["skills"][0]["id"], "echo");
+    let missing = reqwest::blocking::get(format!("{}/a2a/nope/.well-known/agent-card.json", a.api)).unwrap();
+    assert_eq!(missing.status(), 404);
+}
