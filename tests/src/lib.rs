@@ -137,8 +137,24 @@ impl TestNode {
         Self::launch(&[], data_dir, &args)
     }
 
+    /// Starts a node on an existing data dir with extra environment variables.
+    pub fn start_in_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        let mut args = vec!["--api", "127.0.0.1:0"];
+        args.extend(extra);
+        Self::launch_env(&[], data_dir, &args, env)
+    }
+
     /// Starts `murnode run` through `launcher` (e.g. `ip netns exec NS`), with `extra` flags.
     pub fn launch(launcher: &[String], data_dir: &Path, extra: &[&str]) -> anyhow::Result<Self> {
+        Self::launch_env(launcher, data_dir, extra, &[])
+    }
+
+    fn launch_env(
+        launcher: &[String],
+        data_dir: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let stderr_log = data_dir.join(format!("stderr-{}.log", std::process::id()));
         let stderr = std::fs::File::create(&stderr_log)?;
         let mut args: Vec<&str> =
@@ -156,6 +172,7 @@ impl TestNode {
         let mut child = command
             .args(&args)
             .env("MURNODE_LOG", std::env::var("MURNODE_LOG").unwrap_or_else(|_| "info".into()))
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr)
@@ -425,4 +442,97 @@ pub fn sse(
         }
     }
     Ok(events)
+}
+
+/// A minimal OTLP/HTTP collector on 127.0.0.1 that keeps every JSON export it receives
+/// (nodes export with `OTEL_EXPORTER_OTLP_PROTOCOL=http/json`).
+#[derive(Debug)]
+pub struct OtlpCollector {
+    /// `http://127.0.0.1:PORT`, for `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    pub endpoint: String,
+    exports: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+}
+
+impl OtlpCollector {
+    /// Listens on a free port; serves until the process ends.
+    pub fn start() -> anyhow::Result<Self> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let endpoint = format!("http://{}", listener.local_addr()?);
+        let exports = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = exports.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let sink = sink.clone();
+                std::thread::spawn(move || serve_otlp(stream, &sink));
+            }
+        });
+        Ok(Self { endpoint, exports })
+    }
+
+    /// Every span received so far, as (service.name, span name, trace id hex).
+    pub fn spans(&self) -> Vec<(String, String, String)> {
+        let exports = self.exports.lock().expect("collector lock");
+        let mut spans = Vec::new();
+        for export in exports.iter() {
+            for resource in export["resourceSpans"].as_array().into_iter().flatten() {
+                let service = resource["resource"]["attributes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|a| a["key"] == "service.name")
+                    .and_then(|a| a["value"]["stringValue"].as_str())
+                    .unwrap_or("?")
+                    .to_owned();
+                for scope in resource["scopeSpans"].as_array().into_iter().flatten() {
+                    for span in scope["spans"].as_array().into_iter().flatten() {
+                        spans.push((
+                            service.clone(),
+                            span["name"].as_str().unwrap_or("?").to_owned(),
+                            span["traceId"].as_str().unwrap_or("?").to_lowercase(),
+                        ));
+                    }
+                }
+            }
+        }
+        spans
+    }
+}
+
+fn serve_otlp(stream: std::net::TcpStream, sink: &std::sync::Mutex<Vec<Value>>) {
+    use std::io::{Read, Write};
+    let mut reader = BufReader::new(match stream.try_clone() {
+        Ok(s) => s,
+        Err(_) => return,
+    });
+    let mut writer = stream;
+    loop {
+        let mut length = 0usize;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let header = line.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut body = vec![0u8; length.min(64 << 20)];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        if let Ok(value) = serde_json::from_slice::<Value>(&body) {
+            sink.lock().expect("collector lock").push(value);
+        }
+        let answer = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+        if writer.write_all(answer.as_bytes()).is_err() {
+            return;
+        }
+    }
 }

@@ -449,3 +449,54 @@ fn clients_need_loopback_or_a_token_and_cards_describe_the_mesh() {
     let missing = reqwest::blocking::get(format!("{}/a2a/nope/.well-known/agent-card.json", a.api)).unwrap();
     assert_eq!(missing.status(), 404);
 }
+
+#[test]
+fn a_tasks_spans_on_two_nodes_share_one_trace_id() {
+    let collector = murmur_tests::OtlpCollector::start().unwrap();
+    let env = |service: &'static str| {
+        vec![
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint.clone()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json".to_owned()),
+            ("OTEL_SERVICE_NAME", service.to_owned()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()),
+        ]
+    };
+    let start = |service: &'static str, manifests: &[(&str, &str)], bootstrap: Option<&TestNode>| {
+        let dir = murmur_tests::init_data_dir_with(&config(&[], ""));
+        for (name, component) in manifests {
+            install_manifest(dir.path(), name, component, "");
+        }
+        let mut flags: Vec<String> = murmur_tests::LOOPBACK.iter().map(|s| (*s).to_owned()).collect();
+        if let Some(peer) = bootstrap {
+            flags.extend(["--bootstrap".to_owned(), peer.dial_addrs()[0].clone()]);
+        }
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let env = env(service);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let node = TestNode::start_in_env(dir.path(), &flags, &env).unwrap();
+        (node, dir)
+    };
+    let (a, _a_dir) = start("node-a", &[], None);
+    let (_c, _c_dir) = start("node-c", &[("wordcount", "wordcount")], Some(&a));
+    wait_capsules(&[&a], &["wordcount"]);
+
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let params = json!({ "tenant": "wordcount", "message": { "messageId": "t-1", "parts": [{ "text": "traced words" }] } });
+    let answer = rpc_at(
+        &format!("{}/", a.api),
+        "SendMessage",
+        params,
+        &[("traceparent", &format!("00-{trace_id}-00f067aa0ba902b7-01"))],
+    )
+    .unwrap();
+    assert_eq!(result(&answer)["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{answer}");
+
+    wait_for(CONVERGE, "spans from both nodes in one trace", || {
+        let spans = collector.spans();
+        let on = |service: &str, name: &str| {
+            spans.iter().any(|(s, n, t)| s == service && n == name && t == trace_id)
+        };
+        (on("node-a", "a2a") && on("node-c", "task.accept") && on("node-c", "task.run")).then_some(())
+    })
+    .unwrap();
+}

@@ -380,7 +380,7 @@ async fn send(
             context,
             sender: Sender::Client,
             origin: format!("client@{}", state.tasks.local()),
-            traceparent: Some(trace.child().header()),
+            traceparent: Some(trace.header()),
         })
         .await?;
     let task = view.snapshot.task;

@@ -83,8 +83,10 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    telemetry::init(cli.log_format);
-    exit::finish(dispatch(cli.command))
+    let telemetry = telemetry::init(cli.log_format);
+    let code = exit::finish(dispatch(cli.command));
+    drop(telemetry);
+    code
 }
 
 fn dispatch(command: Command) -> CliResult {

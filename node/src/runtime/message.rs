@@ -107,10 +107,11 @@ impl DirectHttp {
         });
         let mut request = self.client.post(url).json(&body);
         // Every outgoing hop carries the trace on (a new trace when the sender had none).
-        let trace = traceparent
-            .and_then(crate::telemetry::TraceContext::parse)
-            .unwrap_or_else(crate::telemetry::TraceContext::root)
-            .child();
+        let trace = crate::telemetry::current_or(
+            &traceparent
+                .and_then(crate::telemetry::TraceContext::parse)
+                .unwrap_or_else(crate::telemetry::TraceContext::root),
+        );
         request = request.header("traceparent", trace.header());
         let mut response = request.send().await.map_err(|e| format!("cannot reach {url}: {e}"))?;
         let mut bytes = Vec::new();

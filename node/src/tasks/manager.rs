@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use murmur_protocol::task::{Submit, TaskEvent, TaskId, TaskRefusal, TaskSnapshot, TaskState};
 use tokio::sync::{mpsc, oneshot, watch};
+use tracing::Instrument;
 
 use super::db::TaskDb;
 use super::record::{Origin, RouteRecord, TaskRecord};
@@ -425,9 +426,15 @@ impl TaskManager {
     }
 
     async fn execute(&self, live: &Arc<Live>) {
-        let (capsule, input) = {
+        let (capsule, input, span) = {
             let record = live.record();
-            (record.capsule.clone(), record.input.clone())
+            let span = crate::telemetry::task_span(
+                "task.run",
+                &record.task.to_string(),
+                &record.capsule,
+                record.traceparent.as_deref(),
+            );
+            (record.capsule.clone(), record.input.clone(), span)
         };
         self.update(live, TaskState::Working, None, false).await;
         *self
@@ -442,6 +449,7 @@ impl TaskManager {
             .inner
             .runtime
             .run_tool_for_task(&capsule, ToolInput { data: Some(input), log_path: None }, link)
+            .instrument(span)
             .await;
         if let Some(count) =
             self.inner.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_mut(&capsule)

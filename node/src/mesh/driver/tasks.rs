@@ -13,7 +13,7 @@ use murmur_protocol::route::{self, Router, RouterConfig};
 use murmur_protocol::task::{Submit, TaskId, TaskRequest, TaskResponse, TaskSnapshot, check_incoming};
 use murmur_protocol::{NodeId, PublicKey};
 use tokio::sync::{mpsc, oneshot};
-use tracing::{debug, warn};
+use tracing::{Instrument, debug, warn};
 
 use super::Driver;
 use crate::clock;
@@ -187,13 +187,22 @@ impl Driver {
                     Origin::Peer { node: provider.to_string(), capsule: Some(name.clone()) }
                 }
             };
-            tokio::spawn(async move {
-                let outcome = manager
-                    .accept(&request, origin)
-                    .await
-                    .map_err(|err| (err.check().to_owned(), err.to_string()));
-                let _ = reports.send(Report::Local { task, outcome }).await;
-            });
+            let span = crate::telemetry::task_span(
+                "task.accept",
+                &task.to_string(),
+                &request.capsule,
+                request.traceparent.as_deref(),
+            );
+            tokio::spawn(
+                async move {
+                    let outcome = manager
+                        .accept(&request, origin)
+                        .await
+                        .map_err(|err| (err.check().to_owned(), err.to_string()));
+                    let _ = reports.send(Report::Local { task, outcome }).await;
+                }
+                .instrument(span),
+            );
             return;
         }
         if self.tasks.outbound.len() >= OUTBOUND_MAX {
@@ -372,10 +381,22 @@ impl Driver {
         self.tasks.inbound.insert(token, channel);
         let manager = self.tasks.manager.clone();
         let reports = self.tasks.report_tx.clone();
-        tokio::spawn(async move {
-            let response = answer(&manager, from, request).await;
-            let _ = reports.send(Report::Respond { token, response }).await;
-        });
+        let span = match &request {
+            TaskRequest::Submit(s) => crate::telemetry::task_span(
+                "task.accept",
+                &s.task.to_string(),
+                &s.capsule,
+                s.traceparent.as_deref(),
+            ),
+            _ => tracing::Span::none(),
+        };
+        tokio::spawn(
+            async move {
+                let response = answer(&manager, from, request).await;
+                let _ = reports.send(Report::Respond { token, response }).await;
+            }
+            .instrument(span),
+        );
     }
 }
 
