@@ -1,11 +1,14 @@
-//! `murnode demo`: a local mesh on 127.0.0.1, started and exercised step by step.
+//! `murnode demo`: a local mesh on 127.0.0.1 that does real work, step by step.
 //!
-//! It starts three `murnode` processes (this same binary) in a temporary directory, each
-//! declaring example capsules, bootstrapped in a chain, and then shows what the mesh does:
-//! nodes find each other and every node learns every capsule; a capsule added on one node
-//! (config + SIGHUP) reaches the others; a killed node leaves every directory after its
-//! advert's TTL. Each step prints what happened and how long it took. Without `--once` the
-//! nodes keep running for `mur` to explore until Ctrl-C.
+//! It creates an authority key and signs a grant, starts three `murnode` processes (this
+//! same binary) running the example capsules (real WebAssembly components from
+//! `capsules/`, built on first use), bootstrapped in a chain, and then shows what the mesh
+//! does: nodes find each other and learn every capsule; a client's task to
+//! `mesh://wordcount` runs on the node that hosts it; the `relay` capsule on node1 sends a
+//! task to `mesh://wordcount` on node3 because its grant allows it, and is refused before
+//! anything leaves node1 when it tries `mesh://echo`, which its grant does not allow; a task
+//! that asks for input gets it. Each step prints what happened and how long it took.
+//! Without `--once` the nodes keep running for `mur` to explore until Ctrl-C.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -13,12 +16,25 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use serde_json::Value;
+use murmur_protocol::{AllowPattern, Grant, Signed};
+use serde_json::{Value, json};
 
+use crate::clock;
 use crate::exit::{CliError, CliResult};
 
-/// Capsules each demo node declares.
-const CAPSULES: [&[&str]; 3] = [&["echo"], &["wordcount", "summarize"], &["pipeline"]];
+/// Capsules each demo node runs: (name, component, extra manifest lines).
+const CAPSULES: [&[(&str, &str, &str)]; 3] = [
+    &[(
+        "relay",
+        "relay",
+        "grant = \"../../relay.grant\"\n[capabilities]\nnetwork = { allow = [\"mesh://*\"] }\n",
+    )],
+    &[("echo", "echo", ""), ("ask", "ask", "[lifecycle]\ninput_timeout_secs = 120\n")],
+    &[("wordcount", "wordcount", "")],
+];
+
+/// The guest components the demo runs.
+const COMPONENTS: [&str; 4] = ["relay", "echo", "ask", "wordcount"];
 
 /// How long any demo step may take before it counts as failed.
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -30,6 +46,9 @@ pub struct DemoOptions {
     pub once: bool,
     /// Where to put the nodes' data directories (default: a new temporary directory).
     pub dir: Option<PathBuf>,
+    /// Where the example components are (default: this checkout's capsules/, built on
+    /// first use).
+    pub components: Option<PathBuf>,
 }
 
 struct DemoNode {
@@ -38,7 +57,6 @@ struct DemoNode {
     peer_id: String,
     api: String,
     dial: String,
-    data_dir: PathBuf,
 }
 
 impl Drop for DemoNode {
@@ -65,26 +83,98 @@ fn get(url: &str) -> anyhow::Result<Value> {
     Ok(client.get(url).send()?.json()?)
 }
 
-fn config(capsules: &[&str]) -> String {
-    let mut text = String::from(
-        "# murnode demo node: fast refresh so failures show within seconds.\n[adverts]\nrefresh_secs = 1\nttl_secs = 3\n",
-    );
-    for name in capsules {
-        text.push_str(&format!("\n[[capsules]]\nname = \"{name}\"\nversion = \"0.1.0\"\n"));
+/// Calls A2A `method` on a node; returns `result`, or the JSON-RPC error as an error.
+fn rpc(node: &DemoNode, method: &str, params: Value) -> anyhow::Result<Value> {
+    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(90)).build()?;
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
+    let answer: Value = client.post(format!("{}/", node.api)).json(&body).send()?.json()?;
+    if let Some(error) = answer.get("error") {
+        bail!(
+            "{} (check: {})",
+            error["message"].as_str().unwrap_or("?"),
+            error["data"]["check"].as_str().unwrap_or("-")
+        );
     }
-    text
+    Ok(answer["result"].clone())
+}
+
+/// A2A 1.0 `SendMessage`, waiting for the result unless `immediately`; returns the task.
+fn send(node: &DemoNode, target: &str, text: &str, immediately: bool) -> anyhow::Result<Value> {
+    let params = json!({
+        "tenant": target,
+        "message": { "messageId": uuid::Uuid::new_v4().to_string(), "role": "ROLE_USER", "parts": [{ "text": text }] },
+        "configuration": { "returnImmediately": immediately },
+    });
+    Ok(rpc(node, "SendMessage", params)?["task"].clone())
+}
+
+fn state(task: &Value) -> String {
+    let state = task["status"]["state"].as_str().unwrap_or("?");
+    state.strip_prefix("TASK_STATE_").unwrap_or(state).to_lowercase().replace('_', "-")
+}
+
+fn text(task: &Value) -> &str {
+    task["status"]["message"]["parts"][0]["text"].as_str().unwrap_or("")
+}
+
+fn short(peer: &str) -> String {
+    format!("…{}", &peer[peer.len().saturating_sub(8)..])
+}
+
+fn config(authority: &str) -> String {
+    format!(
+        "# murnode demo node: fast adverts so changes show within seconds.\n[adverts]\nrefresh_secs = 1\nttl_secs = 3\n\n[trust]\nauthorities = [\"{authority}\"]\n"
+    )
+}
+
+/// Finds the example components, building them on first use from this checkout.
+fn components(options: &DemoOptions) -> anyhow::Result<PathBuf> {
+    if let Some(dir) = &options.components {
+        return Ok(dir.clone());
+    }
+    let capsules = Path::new(env!("CARGO_MANIFEST_DIR")).join("../capsules");
+    let built = capsules.join("target/wasm32-wasip2/release");
+    let missing = || COMPONENTS.iter().any(|c| !built.join(format!("{c}.wasm")).is_file());
+    if missing() {
+        anyhow::ensure!(
+            capsules.join("build.sh").is_file(),
+            "the example components are not here; pass --components DIR (with {}.wasm)",
+            COMPONENTS.join(".wasm, ")
+        );
+        println!("Building the example capsules (first run only): bash capsules/build.sh");
+        let status = Command::new("bash")
+            .arg(capsules.join("build.sh"))
+            .stdout(Stdio::null())
+            .status()
+            .context("running capsules/build.sh")?;
+        anyhow::ensure!(
+            status.success() && !missing(),
+            "capsules/build.sh failed (it needs `rustup target add wasm32-wasip2`)"
+        );
+    }
+    Ok(built)
 }
 
 fn start(
     exe: &Path,
     dir: &Path,
     name: &str,
-    capsules: &[&str],
+    capsules: &[(&str, &str, &str)],
+    components: &Path,
+    authority: &str,
     bootstrap: Option<&str>,
 ) -> anyhow::Result<DemoNode> {
     let data_dir = dir.join(name);
     crate::data_dir::init(&data_dir)?;
-    std::fs::write(data_dir.join(crate::config::CONFIG_FILE), config(capsules))?;
+    std::fs::write(data_dir.join(crate::config::CONFIG_FILE), config(authority))?;
+    std::fs::create_dir_all(data_dir.join("capsules"))?;
+    for (capsule, component, extra) in capsules {
+        let manifest = format!(
+            "name = \"{capsule}\"\nversion = \"0.1.0\"\nkind = \"tool\"\nartifact = \"{}\"\n{extra}",
+            components.join(format!("{component}.wasm")).display()
+        );
+        std::fs::write(data_dir.join("capsules").join(format!("{capsule}.toml")), manifest)?;
+    }
     let mut command = Command::new(exe);
     command
         .args([
@@ -129,7 +219,6 @@ fn start(
         dial: format!("{addr}/p2p/{peer_id}"),
         api: format!("http://{}", ready["api_addr"].as_str().context("api_addr")?),
         peer_id,
-        data_dir,
     })
 }
 
@@ -160,23 +249,46 @@ pub fn run(options: &DemoOptions) -> CliResult {
             temp.path().to_path_buf()
         }
     };
-    walkthrough(&exe, &dir, options.once).map_err(CliError::failed)
+    let components = components(options).map_err(CliError::failed)?;
+    walkthrough(&exe, &dir, &components, options.once).map_err(CliError::failed)
 }
 
-fn walkthrough(exe: &Path, dir: &Path, once: bool) -> anyhow::Result<()> {
+fn walkthrough(exe: &Path, dir: &Path, components: &Path, once: bool) -> anyhow::Result<()> {
     println!("Murmur demo: a local mesh of three nodes on 127.0.0.1 (data in {})", dir.display());
+    std::fs::create_dir_all(dir)?;
 
-    step(1, "Start three nodes, each bootstrapped only to the previous one.");
+    step(1, "Create an authority key and sign a grant: capsule `relay` may send to mesh://wordcount.");
+    let authority = crate::keyfile::generate();
+    crate::keyfile::create(&dir.join("authority.key"), &authority)?;
+    let now = clock::now();
+    let mut grant = Grant::new("relay", now.0, now, now.plus(24 * 3600 * 1000));
+    grant.network = vec!["mesh://wordcount".parse::<AllowPattern>()?];
+    let signed = Signed::sign(grant, &authority)?;
+    std::fs::write(dir.join("relay.grant"), signed.envelope().encode())?;
+    println!("   authority {}  (every node trusts it)", authority.public());
+    println!("   {}  allows relay → mesh://wordcount, for 24 h", dir.join("relay.grant").display());
+
+    step(2, "Start three nodes, each bootstrapped only to the previous one.");
     let mut nodes: Vec<DemoNode> = Vec::new();
+    let authority_text = authority.public().to_string();
     for (i, capsules) in CAPSULES.iter().enumerate() {
         let bootstrap = nodes.last().map(|n| n.dial.clone());
-        let node = start(exe, dir, &format!("node{}", i + 1), capsules, bootstrap.as_deref())?;
-        println!("   {}  {}  api {}  hosts {}", node.name, node.peer_id, node.api, capsules.join(", "));
+        let node = start(
+            exe,
+            dir,
+            &format!("node{}", i + 1),
+            capsules,
+            components,
+            &authority_text,
+            bootstrap.as_deref(),
+        )?;
+        let names: Vec<&str> = capsules.iter().map(|c| c.0).collect();
+        println!("   {}  {}  api {}  runs {}", node.name, node.peer_id, node.api, names.join(", "));
         nodes.push(node);
     }
 
-    step(2, "Every node discovers the others and learns every capsule (gossip + anti-entropy).");
-    let all: Vec<&str> = CAPSULES.iter().flat_map(|c| c.iter().copied()).collect();
+    step(3, "Every node discovers the others and learns every capsule (gossip + anti-entropy).");
+    let all: Vec<&str> = CAPSULES.iter().flat_map(|c| c.iter().map(|c| c.0)).collect();
     for node in &nodes {
         let took = until("every capsule", || {
             let listed = node.capsules();
@@ -185,40 +297,85 @@ fn walkthrough(exe: &Path, dir: &Path, once: bool) -> anyhow::Result<()> {
         println!("   {} lists all {} capsules after {} ms", node.name, all.len(), took.as_millis());
     }
 
-    step(3, "Add a capsule on node1 (config + SIGHUP); gossip carries it to every node.");
-    std::fs::write(nodes[0].data_dir.join(crate::config::CONFIG_FILE), config(&["echo", "translate"]))?;
-    let sent = Instant::now();
-    signal(&nodes[0], "-HUP")?;
-    until("translate at node3", || nodes[2].capsules().iter().any(|c| c == "translate"))?;
-    println!("   node3 lists `translate` {} ms after the reload", sent.elapsed().as_millis());
+    step(4, "A client asks node1 for mesh://wordcount; only node3 runs it, so the task goes there.");
+    let started = Instant::now();
+    let task = send(&nodes[0], "mesh://wordcount", "the quick brown fox jumps", false)?;
+    anyhow::ensure!(state(&task) == "completed", "the task is {}: {}", state(&task), text(&task));
+    let owner = task["metadata"]["murmur"]["owner"].as_str().unwrap_or("");
+    anyhow::ensure!(owner == nodes[2].peer_id, "the task ran on {owner}, not node3");
+    println!(
+        "   task {} completed on node3 ({}) in {} ms",
+        task["id"].as_str().unwrap_or("?"),
+        short(owner),
+        started.elapsed().as_millis()
+    );
+    println!("   result: {}", text(&task));
 
-    step(4, "Kill node2 (SIGKILL): its capsules leave every directory once its advert's TTL (3 s) passes.");
-    let killed = Instant::now();
-    let mut node2 = nodes.remove(1);
-    node2.child.kill()?;
-    let _ = node2.child.wait();
-    for node in &nodes {
-        until("node2's capsules to expire", || !node.capsules().iter().any(|c| c == "wordcount"))?;
-    }
-    println!("   gone from node1 and node3 after {} ms", killed.elapsed().as_millis());
-    drop(node2);
+    step(5, "Capsule to capsule: `relay` on node1 sends to mesh://wordcount with murmur:message/send.");
+    let relayed = send(&nodes[0], "mesh://relay", "mesh://wordcount hello from the relay capsule", false)?;
+    anyhow::ensure!(state(&relayed) == "completed", "relay: {}", text(&relayed));
+    let forwarded: Value = serde_json::from_str(text(&relayed)).context("relay's result")?;
+    let forwarded_id = forwarded["task_id"].as_str().context("forwarded task id")?.to_owned();
+    println!("   node1 checked relay's grant (trusted issuer, valid, names relay, allows the target): sent");
+    println!(
+        "   node3 checked it again on arrival (and that node1 hosts relay): accepted as task {forwarded_id}"
+    );
+    let done = {
+        let mut found = None;
+        until("the forwarded task to finish", || {
+            found = rpc(&nodes[0], "GetTask", json!({ "id": forwarded_id }))
+                .ok()
+                .filter(|t| state(t) == "completed");
+            found.is_some()
+        })?;
+        found.unwrap_or_default()
+    };
+    println!("   node1 asked its owner for it: {} → {}", state(&done), text(&done));
+
+    step(
+        6,
+        "`relay` tries mesh://echo, which its grant does not allow: refused before anything leaves node1.",
+    );
+    let refused = send(&nodes[0], "mesh://relay", "mesh://echo this must not arrive", false)?;
+    anyhow::ensure!(
+        state(&refused) == "failed" && text(&refused).contains("target_not_allowed"),
+        "expected a refusal, got {}: {}",
+        state(&refused),
+        text(&refused)
+    );
+    println!("   relay's task failed: {}", text(&refused));
+    let echo_tasks = rpc(&nodes[1], "ListTasks", json!({}))?["tasks"]
+        .as_array()
+        .map_or(0, |t| t.iter().filter(|t| t["metadata"]["murmur"]["capsule"] == "echo").count());
+    anyhow::ensure!(echo_tasks == 0, "echo ran {echo_tasks} task(s)");
+    println!("   node2 (which runs echo) received nothing: 0 echo tasks");
+
+    step(7, "A capsule that asks for input: `ask` on node2 waits (input-required) until a reply arrives.");
+    let asked = send(&nodes[0], "mesh://ask", "Which colour should the mesh be?", true)?;
+    let id = asked["id"].as_str().context("task id")?.to_owned();
+    until("the question", || {
+        rpc(&nodes[0], "GetTask", json!({ "id": id })).is_ok_and(|t| state(&t) == "input-required")
+    })?;
+    println!("   task {id} is input-required: \"Which colour should the mesh be?\"");
+    let params = json!({ "message": { "messageId": uuid::Uuid::new_v4().to_string(), "taskId": id, "parts": [{ "text": "blue" }] } });
+    let answered = rpc(&nodes[0], "SendMessage", params)?["task"].clone();
+    anyhow::ensure!(state(&answered) == "completed", "ask: {}", text(&answered));
+    println!("   replied \"blue\" through node1: {} → {}", state(&answered), text(&answered));
 
     println!("\nEvery step behaved as expected.");
     if once {
         return Ok(());
     }
-    println!("\nThe remaining nodes keep running. Try:");
-    for node in &nodes {
-        println!("   mur --node {} peers      mur --node {} capsules", node.api, node.api);
-    }
+    println!("\nThe nodes keep running. Try:");
+    println!("   export MURMUR_NODE={}", nodes[0].api);
+    println!("   mur capsules");
+    println!("   mur send mesh://wordcount \"count these words\" --wait");
+    println!(
+        "   mur send mesh://ask \"Ready?\" --stream        (then, elsewhere: mur send mesh://ask yes --reply-to TASK_ID)"
+    );
+    println!("   mur task ls");
     println!("Press Ctrl-C to stop them.");
     wait_for_interrupt();
-    Ok(())
-}
-
-fn signal(node: &DemoNode, which: &str) -> anyhow::Result<()> {
-    let status = Command::new("kill").arg(which).arg(node.child.id().to_string()).status()?;
-    anyhow::ensure!(status.success(), "kill {which} failed");
     Ok(())
 }
 

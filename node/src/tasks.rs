@@ -231,21 +231,22 @@ impl Tasks {
         }
     }
 
-    /// Events after sequence number `after`, waiting up to `wait` for one; with the task
-    /// now and whether older events were already dropped from the owner's bounded log.
+    /// Events after sequence number `after`, waiting up to `wait` for one (with
+    /// `settled`, until the task is terminal or asks for input); with the task now.
     pub async fn events(
         &self,
         task: &TaskId,
         after: u64,
         wait: Duration,
+        settled: bool,
     ) -> Result<(Vec<TaskEvent>, TaskView), CallError> {
         let owner = self.owner(task).await?;
         if owner == self.local() {
-            let (events, snapshot, _gap) = self.manager.events(task, after, wait).await?;
+            let (events, snapshot, _gap) = self.manager.events(task, after, wait, settled).await?;
             return Ok((events, TaskView { snapshot, owner }));
         }
         let wait_ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
-        match self.ask(owner, TaskRequest::Events { task: *task, after, wait_ms }).await? {
+        match self.ask(owner, TaskRequest::Events { task: *task, after, wait_ms, settled }).await? {
             TaskResponse::Events { events, snapshot, .. } => Ok((events, TaskView { snapshot, owner })),
             other => Err(CallError::Unavailable(format!("unexpected answer from {owner}: {other:?}"))),
         }
@@ -257,7 +258,7 @@ impl Tasks {
         let mut after = 0;
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let (events, view) = self.events(task, after, left.min(Duration::from_secs(5))).await?;
+            let (events, view) = self.events(task, after, left.min(Duration::from_secs(5)), true).await?;
             after = events.last().map_or(after, |e| e.seq).max(after);
             let state = view.snapshot.state;
             if state.is_terminal() || state == TaskState::InputRequired || left.is_zero() {

@@ -197,8 +197,10 @@ pub enum TaskRequest {
     Cancel { task: TaskId },
     /// A follow-up message for a task that asked for input.
     Reply { task: TaskId, text: String },
-    /// Events after sequence number `after`, waiting up to `wait_ms` for one.
-    Events { task: TaskId, after: u64, wait_ms: u32 },
+    /// Events after sequence number `after`, waiting up to `wait_ms` for one — or, with
+    /// `settled`, until the task is terminal or asks for input (one round trip for a
+    /// client that only wants the outcome).
+    Events { task: TaskId, after: u64, wait_ms: u32, settled: bool },
 }
 
 /// A task as its owner reports it.

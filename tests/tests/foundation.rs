@@ -184,5 +184,14 @@ fn the_demo_walkthrough_succeeds_and_exits_cleanly() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("Every step behaved as expected."), "{text}");
-    assert!(text.contains("lists all 4 capsules") && text.contains("lists `translate`"), "{text}");
+    for expected in [
+        "lists all 4 capsules",
+        "completed on node3",
+        "node1 asked its owner for it: completed",
+        "target_not_allowed",
+        "0 echo tasks",
+        "completed → Which colour should the mesh be? -> blue",
+    ] {
+        assert!(text.contains(expected), "missing `{expected}` in:\n{text}");
+    }
 }

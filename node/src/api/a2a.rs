@@ -577,7 +577,7 @@ fn stream(state: Arc<ApiState>, id: Value, dialect: Dialect, view: TaskView, aft
             s.done = view.snapshot.state.is_terminal();
             return Some((out, s));
         }
-        match s.state.tasks.events(&s.task, s.after, Duration::from_secs(5)).await {
+        match s.state.tasks.events(&s.task, s.after, Duration::from_secs(5), false).await {
             Ok((events, view)) => {
                 for event in &events {
                     for item in event_items(&view.snapshot, event, s.dialect) {

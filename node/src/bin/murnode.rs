@@ -43,10 +43,13 @@ enum Command {
     },
     /// Start a local mesh of three nodes and walk through what it does.
     ///
-    /// Starts three murnode processes on 127.0.0.1 in a temporary directory, shows them
-    /// find each other, spread a new capsule and drop a killed node, then leaves the
-    /// survivors running for `mur` until Ctrl-C. With --once it exits after the
-    /// walkthrough, status 0 only if every step behaved as expected.
+    /// Creates an authority key and a grant, starts three murnode processes on 127.0.0.1
+    /// (in a temporary directory) running the example capsules, and shows them find each
+    /// other, route a task to the node that hosts its capsule, let a capsule send to
+    /// another through mesh:// under its grant, refuse a send outside the grant, and serve
+    /// a task that asks for input. Then it leaves the nodes running for `mur` until Ctrl-C.
+    /// With --once it exits after the walkthrough, status 0 only if every step behaved as
+    /// expected.
     Demo {
         /// Exit after the walkthrough.
         #[arg(long)]
@@ -54,6 +57,10 @@ enum Command {
         /// Put the nodes' data directories here instead of a temporary directory.
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
+        /// Where the example components (relay, echo, ask, wordcount .wasm) are; by default
+        /// this checkout's capsules/, built with capsules/build.sh on first use.
+        #[arg(long, value_name = "DIR")]
+        components: Option<PathBuf>,
     },
     /// Run the node until SIGINT or SIGTERM.
     ///
@@ -92,7 +99,9 @@ fn main() -> ExitCode {
 fn dispatch(command: Command) -> CliResult {
     match command {
         Command::Init { data_dir, json } => init(&data_dir, json),
-        Command::Demo { once, dir } => murmur_node::demo::run(&murmur_node::demo::DemoOptions { once, dir }),
+        Command::Demo { once, dir, components } => {
+            murmur_node::demo::run(&murmur_node::demo::DemoOptions { once, dir, components })
+        }
         Command::Run { data_dir, api, listen, bootstrap, no_mdns, json } => {
             let runtime = tokio::runtime::Runtime::new().map_err(CliError::failed)?;
             runtime.block_on(daemon::run(RunOptions { data_dir, api, listen, bootstrap, no_mdns, json }))

@@ -235,24 +235,32 @@ impl TaskManager {
     /// Delivers a follow-up message to a task that asked for input.
     pub fn reply(&self, task: &TaskId, text: String) -> Result<TaskSnapshot, TaskError> {
         let live = self.live(task).ok_or(TaskError::NotFound(*task))?;
-        let state = live.record().state;
-        let waiter = live.input.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-        match waiter {
-            Some(waiter) if state == TaskState::InputRequired => {
-                let _ = waiter.send(text);
-                Ok(live.record().snapshot())
+        let waiter = {
+            let mut input = live.input.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let state = live.record().state;
+            if state != TaskState::InputRequired || input.is_none() {
+                return Err(TaskError::NotWaiting { task: *task, state });
             }
-            _ => Err(TaskError::NotWaiting { task: *task, state }),
+            input.take()
+        };
+        // Working before the tool wakes, so whoever waits for the outcome next does not
+        // see the stale input-required.
+        self.update_now(&live, TaskState::Working, None);
+        if let Some(waiter) = waiter {
+            let _ = waiter.send(text);
         }
+        Ok(live.record().snapshot())
     }
 
-    /// Events after `after`, waiting up to `wait` for one; plus the snapshot and whether
-    /// older events were already dropped.
+    /// Events after `after`, waiting up to `wait` for one (with `settled`: until the task
+    /// is terminal or input-required); plus the snapshot and whether older events were
+    /// already dropped.
     pub async fn events(
         &self,
         task: &TaskId,
         after: u64,
         wait: Duration,
+        settled: bool,
     ) -> Result<(Vec<TaskEvent>, TaskSnapshot, bool), TaskError> {
         let live = self.live(task).ok_or(TaskError::NotFound(*task))?;
         let mut changed = live.changed.subscribe();
@@ -261,13 +269,16 @@ impl TaskManager {
             {
                 let record = live.record();
                 let (events, gap) = record.events_after(after);
-                if !events.is_empty() || record.state.is_terminal() {
+                let settled_now = record.state.is_terminal() || record.state == TaskState::InputRequired;
+                if (settled && settled_now) || (!settled && !events.is_empty()) || record.state.is_terminal()
+                {
                     return Ok((events, record.snapshot(), gap));
                 }
             }
             if tokio::time::timeout_at(deadline, changed.changed()).await.is_err() {
                 let record = live.record();
-                return Ok((Vec::new(), record.snapshot(), false));
+                let (events, gap) = record.events_after(after);
+                return Ok((events, record.snapshot(), gap));
             }
         }
     }
@@ -364,7 +375,8 @@ impl TaskManager {
         queues.get(capsule).map_or(0, |q| QUEUE_MAX - q.capacity())
     }
 
-    async fn update(&self, live: &Live, state: TaskState, message: Option<String>, durable: bool) {
+    /// Moves a task on without waiting for the disk (the next commit stores it).
+    fn update_now(&self, live: &Live, state: TaskState, message: Option<String>) {
         let record = {
             let mut record = live.record();
             if !record.transition(state, message, clock::now().0) {
@@ -373,12 +385,25 @@ impl TaskManager {
             record.clone()
         };
         let seq = record.seq;
-        if durable {
-            if let Err(err) = self.inner.db.put(record).await {
-                tracing::error!(error = %err, "cannot store a task state");
+        self.inner.db.put_eventually(record);
+        live.changed.send_replace(seq);
+    }
+
+    async fn update(&self, live: &Live, state: TaskState, message: Option<String>, durable: bool) {
+        if !durable {
+            self.update_now(live, state, message);
+            return;
+        }
+        let record = {
+            let mut record = live.record();
+            if !record.transition(state, message, clock::now().0) {
+                return;
             }
-        } else {
-            self.inner.db.put_eventually(record);
+            record.clone()
+        };
+        let seq = record.seq;
+        if let Err(err) = self.inner.db.put(record).await {
+            tracing::error!(error = %err, "cannot store a task state");
         }
         live.changed.send_replace(seq);
     }
@@ -491,10 +516,8 @@ impl TaskLink for InputLink {
             self.manager.update(&self.live, TaskState::InputRequired, Some(prompt), true).await;
             let answer = tokio::time::timeout(timeout, rx).await;
             match answer {
-                Ok(Ok(text)) => {
-                    self.manager.update(&self.live, TaskState::Working, None, false).await;
-                    Ok(text)
-                }
+                // `reply` already moved the task back to working.
+                Ok(Ok(text)) => Ok(text),
                 Ok(Err(_)) => Err("the task was canceled while waiting for input".to_owned()),
                 Err(_) => {
                     self.live.input.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();

@@ -424,9 +424,9 @@ async fn answer(manager: &TaskManager, from: NodeId, request: TaskRequest) -> Ta
         TaskRequest::Reply { task, text } => {
             manager.reply(&task, text).map_or_else(refused, TaskResponse::Snapshot)
         }
-        TaskRequest::Events { task, after, wait_ms } => {
+        TaskRequest::Events { task, after, wait_ms, settled } => {
             let wait = Duration::from_millis(u64::from(wait_ms)).min(EVENTS_WAIT_MAX);
-            match manager.events(&task, after, wait).await {
+            match manager.events(&task, after, wait, settled).await {
                 Ok((mut events, snapshot, gap)) => {
                     events.truncate(murmur_protocol::task::TASK_EVENTS_MAX);
                     TaskResponse::Events { events, snapshot, gap }
