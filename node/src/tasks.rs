@@ -124,8 +124,8 @@ impl Tasks {
     /// it is). Returns once its owner accepted it durably.
     pub async fn submit(&self, new: NewTask) -> Result<TaskView, CallError> {
         let task = TaskId::derive(&new.origin, &new.message_id);
-        if let Ok(snapshot) = self.manager.get(&task) {
-            return Ok(TaskView { snapshot, owner: self.local() });
+        if self.manager.owns(&task) {
+            return Ok(TaskView { snapshot: self.manager.get(&task)?, owner: self.local() });
         }
         let request = Submit {
             task,
@@ -241,6 +241,17 @@ impl Tasks {
         settled: bool,
     ) -> Result<(Vec<TaskEvent>, TaskView), CallError> {
         let owner = self.owner(task).await?;
+        self.events_at(owner, task, after, wait, settled).await
+    }
+
+    async fn events_at(
+        &self,
+        owner: NodeId,
+        task: &TaskId,
+        after: u64,
+        wait: Duration,
+        settled: bool,
+    ) -> Result<(Vec<TaskEvent>, TaskView), CallError> {
         if owner == self.local() {
             let (events, snapshot, _gap) = self.manager.events(task, after, wait, settled).await?;
             return Ok((events, TaskView { snapshot, owner }));
@@ -254,11 +265,23 @@ impl Tasks {
 
     /// Waits until the task is terminal or asks for input, or `wait` passes; returns it then.
     pub async fn settle(&self, task: &TaskId, wait: Duration) -> Result<TaskView, CallError> {
+        let owner = self.owner(task).await?;
+        self.settle_at(owner, task, wait).await
+    }
+
+    /// [`Tasks::settle`] for a task whose owner is known.
+    pub async fn settle_at(
+        &self,
+        owner: NodeId,
+        task: &TaskId,
+        wait: Duration,
+    ) -> Result<TaskView, CallError> {
         let deadline = tokio::time::Instant::now() + wait;
         let mut after = 0;
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let (events, view) = self.events(task, after, left.min(Duration::from_secs(5)), true).await?;
+            let (events, view) =
+                self.events_at(owner, task, after, left.min(Duration::from_secs(5)), true).await?;
             after = events.last().map_or(after, |e| e.seq).max(after);
             let state = view.snapshot.state;
             if state.is_terminal() || state == TaskState::InputRequired || left.is_zero() {

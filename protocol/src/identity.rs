@@ -125,6 +125,13 @@ impl From<PublicKey> for KeyBytes {
     }
 }
 
+/// Multihash code of the identity "hash" (the digest is the input itself).
+const IDENTITY_MULTIHASH: u8 = 0x00;
+
+/// libp2p's protobuf encoding of an ed25519 public key, up to the 32 key bytes: field 1
+/// (`KeyType`) = 1 (Ed25519), field 2 (`Data`) of length 32.
+const ED25519_PROTOBUF_PREFIX: [u8; 4] = [0x08, 0x01, 0x12, 0x20];
+
 /// A node's identity: its public key, spelled as a libp2p `PeerId`.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -144,27 +151,36 @@ impl NodeId {
     }
 
     /// The libp2p `PeerId` of this node.
+    ///
+    /// An ed25519 peer id is the identity multihash of the key's protobuf encoding, so it
+    /// is built from the bytes directly: no curve arithmetic (converting through
+    /// libp2p's key type would decompress the point on every call, and ids are formatted
+    /// on hot paths).
     #[must_use]
     pub fn to_peer_id(&self) -> libp2p_identity::PeerId {
-        // Invariant: `PublicKey` only holds bytes that passed curve-point validation.
-        let key = libp2p_identity::ed25519::PublicKey::try_from_bytes(&self.0.0)
-            .expect("NodeId holds a validated ed25519 key");
-        libp2p_identity::PublicKey::from(key).to_peer_id()
+        let mut bytes = [0u8; 2 + ED25519_PROTOBUF_PREFIX.len() + 32];
+        bytes[0] = IDENTITY_MULTIHASH;
+        bytes[1] = (ED25519_PROTOBUF_PREFIX.len() + 32) as u8;
+        bytes[2..6].copy_from_slice(&ED25519_PROTOBUF_PREFIX);
+        bytes[6..].copy_from_slice(&self.0.0);
+        libp2p_identity::PeerId::from_bytes(&bytes)
+            .expect("an identity multihash of 36 bytes is a valid peer id")
     }
 
-    /// The node behind a libp2p `PeerId`, if that id embeds an ed25519 key.
+    /// The node behind a libp2p `PeerId`, if that id embeds an ed25519 key (validated as a
+    /// curve point, once).
     pub fn from_peer_id(peer: &libp2p_identity::PeerId) -> Result<Self, KeyError> {
-        const IDENTITY_MULTIHASH: u64 = 0x00;
         let not_ed25519 = || KeyError::NotEd25519(peer.to_base58());
         let multihash = peer.as_ref();
-        if multihash.code() != IDENTITY_MULTIHASH {
+        if multihash.code() != u64::from(IDENTITY_MULTIHASH) {
             return Err(not_ed25519());
         }
-        let key = libp2p_identity::PublicKey::try_decode_protobuf(multihash.digest())
-            .map_err(|_| not_ed25519())?
-            .try_into_ed25519()
-            .map_err(|_| not_ed25519())?;
-        Ok(Self(PublicKey::from_bytes(key.to_bytes())?))
+        let key = multihash
+            .digest()
+            .strip_prefix(ED25519_PROTOBUF_PREFIX.as_slice())
+            .and_then(|key| <[u8; 32]>::try_from(key).ok())
+            .ok_or_else(not_ed25519)?;
+        Ok(Self(PublicKey::from_bytes(key)?))
     }
 }
 

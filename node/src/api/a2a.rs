@@ -384,8 +384,9 @@ async fn send(
         })
         .await?;
     let task = view.snapshot.task;
-    tracing::info!(task = %task, owner = %view.owner, "task placed");
-    let view = if blocking { settle(state, &task).await? } else { view };
+    tracing::debug!(task = %task, owner = %view.owner, "task placed");
+    let view =
+        if blocking { state.tasks.settle_at(view.owner, &task, BLOCKING_WAIT_MAX).await? } else { view };
     Ok((view, true))
 }
 

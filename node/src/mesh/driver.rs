@@ -35,6 +35,8 @@ const PENDING_MAX: usize = 1024;
 /// What we know about a connected peer beyond the mesh's view.
 #[derive(Debug)]
 struct PeerInfo {
+    /// The peer's node id, decoded once (decoding validates a curve point).
+    node: Option<NodeId>,
     addrs: BTreeSet<Multiaddr>,
     rtt: Option<Duration>,
     last_seen: Instant,
@@ -175,6 +177,7 @@ impl Driver {
             }
             SwarmEvent::ConnectionEstablished { peer_id, endpoint, num_established, .. } => {
                 let info = self.peers.entry(peer_id).or_insert_with(|| PeerInfo {
+                    node: NodeId::from_peer_id(&peer_id).ok(),
                     addrs: BTreeSet::new(),
                     rtt: None,
                     last_seen: Instant::now(),

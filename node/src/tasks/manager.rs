@@ -198,6 +198,13 @@ impl TaskManager {
         }
     }
 
+    /// Whether this node owns `task` (in memory: every task but the oldest finished ones
+    /// past [`LIVE_MAX`]; no disk read, for hot paths).
+    #[must_use]
+    pub fn owns(&self, task: &TaskId) -> bool {
+        self.live(task).is_some()
+    }
+
     /// The full record (for A2A answers with history).
     pub fn record(&self, task: &TaskId) -> Result<TaskRecord, TaskError> {
         if let Some(live) = self.live(task) {

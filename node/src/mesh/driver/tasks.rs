@@ -122,11 +122,10 @@ impl Driver {
 
     fn rtt_ms(&self) -> BTreeMap<NodeId, u32> {
         self.peers
-            .iter()
-            .filter_map(|(peer, info)| {
-                let node = NodeId::from_peer_id(peer).ok()?;
+            .values()
+            .filter_map(|info| {
                 let rtt = info.rtt?;
-                Some((node, u32::try_from(rtt.as_millis()).unwrap_or(u32::MAX)))
+                Some((info.node?, u32::try_from(rtt.as_millis()).unwrap_or(u32::MAX)))
             })
             .collect()
     }
@@ -287,7 +286,11 @@ impl Driver {
         match event {
             request_response::Event::Message { peer, message, .. } => {
                 self.touch(&peer);
-                let Ok(from) = NodeId::from_peer_id(&peer) else { return };
+                let Some(from) =
+                    self.peers.get(&peer).and_then(|p| p.node).or_else(|| NodeId::from_peer_id(&peer).ok())
+                else {
+                    return;
+                };
                 match message {
                     request_response::Message::Request { request, channel, .. } => {
                         self.on_task_request(from, request, channel);
