@@ -129,3 +129,59 @@ fn sync_bytes_are_frozen() {
     check("sync_response", &response.encode());
     assert_eq!(murmur_protocol::sync::SyncResponse::decode(&stored("sync_response")).unwrap(), response);
 }
+
+fn submit() -> task::Submit {
+    task::Submit {
+        task: task::TaskId::derive("12D3KooW/relay", "m-1"),
+        text: "count these words".into(),
+        sender: task::Sender::Capsule { name: "pipeline".into(), grant: grant() },
+        capsule: "wordcount".into(),
+        context: Some("ctx-1".into()),
+        message: "m-1".into(),
+        traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+    }
+}
+
+fn snapshot() -> task::TaskSnapshot {
+    task::TaskSnapshot {
+        seq: 3,
+        task: task::TaskId::derive("client@x", "m-2"),
+        state: task::TaskState::Completed,
+        capsule: "wordcount".into(),
+        context: "ctx-2".into(),
+        message: Some("{\"words\":3}".into()),
+    }
+}
+
+#[test]
+fn task_bytes_are_frozen() {
+    use murmur_protocol::task::{TaskEvent, TaskRequest, TaskResponse, TaskState};
+    let requests = [
+        ("task_submit", TaskRequest::Submit(submit())),
+        ("task_events", TaskRequest::Events { task: snapshot().task, after: 2, wait_ms: 5000, settled: true }),
+        ("task_reply", TaskRequest::Reply { task: snapshot().task, text: "main".into() }),
+    ];
+    for (name, request) in requests {
+        check(name, &request.encode());
+        assert_eq!(TaskRequest::decode(&stored(name)).unwrap(), request);
+    }
+    let responses = [
+        ("task_accepted", TaskResponse::Accepted(snapshot())),
+        ("task_refused", TaskResponse::Refused { check: "untrusted_issuer".into(), reason: "issuer not trusted".into() }),
+        (
+            "task_events_answer",
+            TaskResponse::Events {
+                events: vec![
+                    TaskEvent { seq: 2, text: None, state: TaskState::Working },
+                    TaskEvent { seq: 3, text: Some("{\"words\":3}".into()), state: TaskState::Completed },
+                ],
+                snapshot: snapshot(),
+                gap: false,
+            },
+        ),
+    ];
+    for (name, response) in responses {
+        check(name, &response.encode());
+        assert_eq!(TaskResponse::decode(&stored(name)).unwrap(), response);
+    }
+}

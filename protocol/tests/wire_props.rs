@@ -217,6 +217,51 @@ proptest! {
     }
 
     #[test]
+    fn task_messages_round_trip(text in "\\PC{0,200}", message in "[a-z0-9-]{1,40}", after in any::<u64>(), wait in any::<u32>(), settled in any::<bool>(), key in secret(), grant in grant(), seq in any::<u64>()) {
+        let task = task::TaskId::derive("origin", &message);
+        let signed = Signed::sign(grant, &key).unwrap().into_envelope();
+        let submit = task::Submit {
+            task,
+            text: text.clone(),
+            sender: task::Sender::Capsule { name: "relay".into(), grant: signed },
+            capsule: "echo".into(),
+            context: None,
+            message: message.clone(),
+            traceparent: None,
+        };
+        for request in [
+            task::TaskRequest::Submit(submit),
+            task::TaskRequest::Events { task, after, wait_ms: wait, settled },
+            task::TaskRequest::Reply { task, text: text.clone() },
+            task::TaskRequest::Cancel { task },
+        ] {
+            prop_assert_eq!(task::TaskRequest::decode(&request.encode()).unwrap(), request);
+        }
+        let snapshot = task::TaskSnapshot { seq, task, state: task::TaskState::Working, capsule: "echo".into(), context: message, message: Some(text) };
+        let response = task::TaskResponse::Events { events: vec![task::TaskEvent { seq, text: None, state: task::TaskState::Failed }], snapshot, gap: true };
+        prop_assert_eq!(task::TaskResponse::decode(&response.encode()).unwrap(), response);
+    }
+
+    #[test]
+    fn mutated_task_messages_never_panic(key in secret(), grant in grant(), bit in any::<usize>(), cut in any::<usize>()) {
+        let signed = Signed::sign(grant, &key).unwrap().into_envelope();
+        let submit = task::TaskRequest::Submit(task::Submit {
+            task: task::TaskId::derive("o", "m"),
+            text: "hello".into(),
+            sender: task::Sender::Capsule { name: "relay".into(), grant: signed },
+            capsule: "echo".into(),
+            context: Some("c".into()),
+            message: "m".into(),
+            traceparent: None,
+        })
+        .encode();
+        for mutated in mutations(&submit, bit, cut) {
+            let _ = task::TaskRequest::decode(&mutated);
+            let _ = task::TaskResponse::decode(&mutated);
+        }
+    }
+
+    #[test]
     fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
         if let Ok(env) = Envelope::decode(&bytes) {
             let _ = env.clone().open::<Advert>();
@@ -226,6 +271,8 @@ proptest! {
         let _ = DirectoryDigest::decode(&bytes);
         let _ = sync::SyncRequest::decode(&bytes);
         let _ = sync::SyncResponse::decode(&bytes);
+        let _ = task::TaskRequest::decode(&bytes);
+        let _ = task::TaskResponse::decode(&bytes);
     }
 
     #[test]
