@@ -332,7 +332,7 @@ impl TaskManager {
     #[must_use]
     pub fn routes(&self, limit: usize) -> Vec<RouteRecord> {
         let mut routes = self.inner.db.routes().unwrap_or_default();
-        routes.sort_by(|a, b| b.created_ms.cmp(&a.created_ms));
+        routes.sort_by_key(|r| std::cmp::Reverse(r.created_ms));
         routes.truncate(limit);
         routes
     }
