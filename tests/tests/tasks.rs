@@ -284,6 +284,23 @@ fn task_acceptance_none_refuses_and_single_takes_one_at_a_time() {
     assert_eq!(state(&result(&first)["task"]), "TASK_STATE_INPUT_REQUIRED");
     let second = a.send("mesh://ask-single", "second?", "s-2", false).unwrap();
     assert!(second["error"]["message"].as_str().unwrap_or("").contains("busy"), "{second}");
+
+    // Canceling the waiting task (with the CLI) frees the capsule for the next one.
+    let first_id = result(&first)["task"]["id"].as_str().unwrap().to_owned();
+    let canceled = mur_json(&["task", "cancel", &first_id, "--json", "--node", &a.api]);
+    assert_eq!(canceled["status"]["state"], "TASK_STATE_CANCELED", "{canceled}");
+    // (The canceled run stops a moment after the cancel answers.)
+    let third = wait_for(CONVERGE, "the capsule to be free", || {
+        let answer = a.send("mesh://ask-single", "third?", "s-3", false).ok()?;
+        answer.get("result").is_some().then_some(answer)
+    })
+    .unwrap();
+    assert_eq!(state(&result(&third)["task"]), "TASK_STATE_INPUT_REQUIRED", "{third}");
+    // A finished task cannot be canceled.
+    let again = a.rpc("CancelTask", json!({ "id": first_id })).unwrap();
+    assert_eq!(again["error"]["code"], -32002, "{again}");
+    let listed = mur(&["task", "ls", "--state", "canceled", "--node", &a.api]);
+    assert!(String::from_utf8_lossy(&listed.stdout).contains(&first_id));
 }
 
 #[test]
