@@ -158,7 +158,10 @@ fn task_bytes_are_frozen() {
     use murmur_protocol::task::{TaskEvent, TaskRequest, TaskResponse, TaskState};
     let requests = [
         ("task_submit", TaskRequest::Submit(submit())),
-        ("task_events", TaskRequest::Events { task: snapshot().task, after: 2, wait_ms: 5000, settled: true }),
+        (
+            "task_events",
+            TaskRequest::Events { task: snapshot().task, after: 2, wait_ms: 5000, settled: true },
+        ),
         ("task_reply", TaskRequest::Reply { task: snapshot().task, text: "main".into() }),
     ];
     for (name, request) in requests {
@@ -167,7 +170,10 @@ fn task_bytes_are_frozen() {
     }
     let responses = [
         ("task_accepted", TaskResponse::Accepted(snapshot())),
-        ("task_refused", TaskResponse::Refused { check: "untrusted_issuer".into(), reason: "issuer not trusted".into() }),
+        (
+            "task_refused",
+            TaskResponse::Refused { check: "untrusted_issuer".into(), reason: "issuer not trusted".into() },
+        ),
         (
             "task_events_answer",
             TaskResponse::Events {

@@ -31,13 +31,15 @@ async def v1(base):
     assert "1.0" in versions and "0.3" in versions, versions
     for streaming in (False, True):
         client = await ClientFactory(ClientConfig(streaming=streaming)).create_from_url(base + "/a2a/wordcount")
-        last = None
+        events = []
         async for event in client.send_message(pb.SendMessageRequest(message=message("one two three"))):
-            last = event
+            events.append(str(event))
         await client.close()
-        text = str(last)
-        assert "TASK_STATE_COMPLETED" in text and '\\"words\\":3' in text, text
-        print(f"a2a 1.0 client ({'streaming' if streaming else 'blocking'}): completed, words=3")
+        text = " ".join(events)
+        assert "TASK_STATE_COMPLETED" in events[-1] and '\\"words\\":3' in text, text
+        if streaming:
+            assert len(events) >= 3 and "TASK_STATE_SUBMITTED" in events[0] and "TASK_STATE_WORKING" in text, text
+        print(f"a2a 1.0 client ({'streaming' if streaming else 'blocking'}): {len(events)} event(s), completed, words=3")
 
 
 async def v03(base):

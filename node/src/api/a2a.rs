@@ -225,12 +225,12 @@ async fn dispatch(
     let dialect = call.dialect;
     let outcome = match call.method.as_str() {
         "message/send" | "SendMessage" => {
-            send(&state, tenant, &call, &trace).await.map(|(view, _)| match dialect {
+            send(&state, tenant, &call, &trace, false).await.map(|(view, _)| match dialect {
                 Dialect::V03 => task_json(&view, dialect),
                 Dialect::V1 => json!({ "task": task_json(&view, dialect) }),
             })
         }
-        "message/stream" | "SendStreamingMessage" => match send(&state, tenant, &call, &trace).await {
+        "message/stream" | "SendStreamingMessage" => match send(&state, tenant, &call, &trace, true).await {
             Ok((view, _)) => return stream(state, id, dialect, view, None),
             Err(err) => Err(err),
         },
@@ -334,6 +334,7 @@ async fn send(
     tenant: Option<String>,
     call: &Call,
     trace: &TraceContext,
+    streaming: bool,
 ) -> Result<(TaskView, bool), RpcError> {
     let params = &call.params;
     let message = params
@@ -341,13 +342,15 @@ async fn send(
         .filter(|m| m.is_object())
         .ok_or_else(|| RpcError::params("`params.message` is required"))?;
     let text = message_text(message)?;
-    let blocking = match params["configuration"]["blocking"].as_bool() {
-        Some(blocking) => blocking,
-        None => {
-            call.dialect == Dialect::V1
-                && !params["configuration"]["returnImmediately"].as_bool().unwrap_or(false)
-        }
-    };
+    // A stream never blocks: its events show the task's progress.
+    let blocking = !streaming
+        && match params["configuration"]["blocking"].as_bool() {
+            Some(blocking) => blocking,
+            None => {
+                call.dialect == Dialect::V1
+                    && !params["configuration"]["returnImmediately"].as_bool().unwrap_or(false)
+            }
+        };
     if let Some(task) = message["taskId"].as_str().filter(|t| !t.is_empty()) {
         let task: TaskId =
             task.parse().map_err(|e: murmur_protocol::task::TaskIdError| RpcError::params(e.to_string()))?;
