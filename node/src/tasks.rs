@@ -127,6 +127,11 @@ impl Tasks {
         if self.manager.owns(&task) {
             return Ok(TaskView { snapshot: self.manager.get(&task)?, owner: self.local() });
         }
+        if self.manager.route_of(&task).is_some() {
+            // Sent before (perhaps before a restart that emptied the router's memory): the
+            // same message is the same task, at the owner it went to.
+            return self.get(&task).await;
+        }
         let request = Submit {
             task,
             text: new.text,

@@ -19,8 +19,11 @@
 //! refused for a reason that says nothing ran (`not_hosted`, `not_accepting`). A grant
 //! refusal is final (another node would refuse it too). When the outcome is unknown (the
 //! request went out and no answer came), the task is failed rather than retried: it may
-//! be running at the first node, and task ids are derived from the message, so a client
-//! retrying the same message reaches the same task wherever it was accepted.
+//! be running at the first node. The router remembers that node as the task's *possible*
+//! owner, and a retry of the same message (task ids are derived from the message, so a
+//! retry is the same task) goes to that node alone: it answers with the task if it holds
+//! it (acceptance is idempotent), and whatever else happens the retry fails again rather
+//! than run the task somewhere else. At most once, never twice.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -31,7 +34,8 @@ use crate::time::Millis;
 
 /// Tasks being routed at once (awaiting acceptance).
 pub const PENDING_MAX: usize = 4096;
-/// Routed tasks whose owner this router remembers (oldest forgotten first).
+/// Routed tasks whose owner (or possible owner) this router remembers (oldest forgotten
+/// first).
 pub const ROUTES_MAX: usize = 65_536;
 /// Outputs queued for the driver.
 pub const ROUTER_OUTPUTS_MAX: usize = 8192;
@@ -92,6 +96,18 @@ struct Pending {
     current: NodeId,
     deadline: Millis,
     tried: Vec<String>,
+    /// A retry of a task whose first delivery had an unknown outcome: `current` may hold
+    /// it, so no other node is tried.
+    only: bool,
+}
+
+/// Where a routed task went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placement {
+    /// The node accepted it.
+    Owner(NodeId),
+    /// The request reached the node and no answer came back: it may hold the task.
+    Possible(NodeId),
 }
 
 /// Counters for metrics.
@@ -103,6 +119,8 @@ pub struct RouterStats {
     pub rejected: u64,
     pub failed: u64,
     pub duplicates: u64,
+    /// Retries sent only to a possible owner (an earlier delivery had no answer).
+    pub retries_to_possible_owner: u64,
 }
 
 /// The task router of one node. Call order as for the directory: `handle`, then drain
@@ -112,7 +130,7 @@ pub struct Router {
     config: RouterConfig,
     local: NodeId,
     pending: BTreeMap<TaskId, Pending>,
-    routes: BTreeMap<TaskId, NodeId>,
+    routes: BTreeMap<TaskId, Placement>,
     route_order: VecDeque<TaskId>,
     outputs: VecDeque<Output>,
     stats: RouterStats,
@@ -146,7 +164,7 @@ impl Router {
             Input::Accepted { task, provider } => {
                 if self.pending.get(&task).is_some_and(|p| p.current == provider) {
                     self.pending.remove(&task);
-                    self.remember(task, provider);
+                    self.remember(task, Placement::Owner(provider));
                     self.stats.routed += 1;
                     self.push(Output::Routed { task, owner: provider });
                 }
@@ -164,6 +182,7 @@ impl Router {
             Input::Lost { task, provider, reason } => {
                 if self.pending.get(&task).is_some_and(|p| p.current == provider) {
                     self.pending.remove(&task);
+                    self.remember(task, Placement::Possible(provider));
                     self.stats.failed += 1;
                     self.push(Output::Failed {
                         task,
@@ -189,7 +208,20 @@ impl Router {
     /// The owner of a task this router placed, if remembered.
     #[must_use]
     pub fn owner(&self, task: &TaskId) -> Option<NodeId> {
-        self.routes.get(task).copied()
+        match self.routes.get(task)? {
+            Placement::Owner(node) => Some(*node),
+            Placement::Possible(_) => None,
+        }
+    }
+
+    /// The node that may hold a task whose delivery had no answer, if remembered: a retry
+    /// of the task goes there alone.
+    #[must_use]
+    pub fn possible_owner(&self, task: &TaskId) -> Option<NodeId> {
+        match self.routes.get(task)? {
+            Placement::Possible(node) => Some(*node),
+            Placement::Owner(_) => None,
+        }
     }
 
     /// Whether a task is awaiting acceptance.
@@ -241,22 +273,45 @@ impl Router {
     ) {
         let task = request.task;
         self.stats.submitted += 1;
-        if let Some(owner) = self.routes.get(&task).copied() {
-            // The same message again: it already has an owner.
-            self.stats.duplicates += 1;
-            self.push(Output::Routed { task, owner });
-            return;
-        }
         if self.pending.contains_key(&task) {
             self.stats.duplicates += 1;
             return;
         }
+        let possible = match self.routes.get(&task).copied() {
+            Some(Placement::Owner(owner)) => {
+                // The same message again: it already has an owner.
+                self.stats.duplicates += 1;
+                self.push(Output::Routed { task, owner });
+                return;
+            }
+            Some(Placement::Possible(node)) => Some(node),
+            None => None,
+        };
         if self.pending.len() >= PENDING_MAX {
             self.stats.failed += 1;
             self.push(Output::Failed {
                 task,
                 reason: format!("more than {PENDING_MAX} tasks are being placed; try again"),
             });
+            return;
+        }
+        let deadline = now.plus(self.config.accept_timeout_ms);
+        if let Some(node) = possible {
+            // A retry after an unknown outcome: only the node that may hold it, whether or
+            // not it still advertises the capsule.
+            self.stats.retries_to_possible_owner += 1;
+            self.pending.insert(
+                task,
+                Pending {
+                    request: request.clone(),
+                    candidates: VecDeque::new(),
+                    current: node,
+                    deadline,
+                    tried: Vec::new(),
+                    only: true,
+                },
+            );
+            self.push(Output::Deliver { provider: node, request });
             return;
         }
         let mut candidates: VecDeque<NodeId> =
@@ -270,16 +325,33 @@ impl Router {
             self.push(Output::Failed { task, reason: format!("no live node hosts {target}") });
             return;
         };
-        let deadline = now.plus(self.config.accept_timeout_ms);
         self.pending.insert(
             task,
-            Pending { request: request.clone(), candidates, current: first, deadline, tried: Vec::new() },
+            Pending {
+                request: request.clone(),
+                candidates,
+                current: first,
+                deadline,
+                tried: Vec::new(),
+                only: false,
+            },
         );
         self.push(Output::Deliver { provider: first, request });
     }
 
     fn next_candidate(&mut self, now: Millis, task: TaskId, provider: NodeId, reason: String) {
         let Some(pending) = self.pending.get_mut(&task).filter(|p| p.current == provider) else { return };
+        if pending.only {
+            // The node may still hold the task from the first delivery (a busy node
+            // refuses before it looks): no other node may run it.
+            self.pending.remove(&task);
+            self.stats.failed += 1;
+            self.push(Output::Failed {
+                task,
+                reason: format!("{provider} may hold this task from an earlier delivery that had no answer, and it did not take the retry ({reason}); not placed elsewhere"),
+            });
+            return;
+        }
         pending.tried.push(format!("{provider}: {reason}"));
         match pending.candidates.pop_front() {
             Some(next) => {
@@ -306,6 +378,7 @@ impl Router {
             self.pending.iter().filter(|(_, p)| p.deadline <= now).map(|(t, p)| (*t, p.current)).collect();
         for (task, provider) in late {
             self.pending.remove(&task);
+            self.remember(task, Placement::Possible(provider));
             self.stats.failed += 1;
             self.push(Output::Failed {
                 task,
@@ -314,8 +387,8 @@ impl Router {
         }
     }
 
-    fn remember(&mut self, task: TaskId, owner: NodeId) {
-        if self.routes.insert(task, owner).is_none() {
+    fn remember(&mut self, task: TaskId, placement: Placement) {
+        if self.routes.insert(task, placement).is_none() {
             self.route_order.push_back(task);
             if self.route_order.len() > ROUTES_MAX
                 && let Some(oldest) = self.route_order.pop_front()

@@ -7,6 +7,13 @@
 //! name nodes whose genuine, unexpired advert lists NAME; every bounded structure stays
 //! within its bound. Liveness, after faults stop: within the scenario's bound every live
 //! node holds an advert of every live node and of no node dead longer than an advert lives.
+//!
+//! Tasks have their own oracle, [`TaskOracle`]: grants, at-most-once execution, no lost
+//! acceptances, and every accepted task finishing once faults stop.
+
+mod tasks;
+
+pub use tasks::{Attack, AttackCount, GrantTruth, TaskOracle};
 
 use crate::fxhash::FxHashMap as HashMap;
 

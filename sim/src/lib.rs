@@ -12,7 +12,7 @@
 //! use murmur_sim::{Options, Scenario, Sim};
 //!
 //! let scenario = Scenario { nodes: 10, duration_s: 40, ..Scenario::default() };
-//! let outcome = Sim::new(scenario, Options { seed: 7, canary: false, uncached: false }).run();
+//! let outcome = Sim::new(scenario, Options { seed: 7, canary: false, uncached: false, plant: None }).run();
 //! assert_eq!(outcome.exit_code, 0, "{:?}", outcome.findings);
 //! ```
 //!

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use clap::{Args, Parser, Subcommand};
 use murmur_sim::report::exit;
+use murmur_sim::world::Plant;
 use murmur_sim::{Options, Outcome, Scenario, Sim, Verdict};
 
 /// Deterministic simulation of the Murmur mesh: the real protocol code, thousands of
@@ -16,6 +17,8 @@ use murmur_sim::{Options, Outcome, Scenario, Sim, Verdict};
 ///   murmur-sim run partition --seed 42
 ///   murmur-sim sweep churn --seeds 1..50
 ///   murmur-sim run steady --nodes 2000 --duration 120 --json
+///   murmur-sim sweep task-storm --seeds 1..5
+///   murmur-sim run task-storm --plant retry-lost     # must fail (exit 4)
 ///
 /// SCENARIO is a TOML file, or the name of one in sim/scenarios/.
 /// Exit codes: 0 pass, 2 usage, 3 crash, 4 safety violation, 5 liveness failure,
@@ -63,9 +66,17 @@ struct Common {
     /// Plant a known protocol bug (signature checks skipped) that the checkers must catch.
     #[arg(long)]
     canary: bool,
+    /// Plant a known task bug that a task checker must catch: skip-incoming-check (grant
+    /// checker), retry-lost (executed-twice checker), volatile-accept (lost-task checker).
+    #[arg(long, value_parser = parse_plant)]
+    plant: Option<Plant>,
     /// Print JSON lines instead of text.
     #[arg(long)]
     json: bool,
+}
+
+fn parse_plant(text: &str) -> Result<Plant, String> {
+    text.parse()
 }
 
 fn main() -> ExitCode {
@@ -117,12 +128,15 @@ fn repro(common: &Common, path: &Path, seed: u64) -> String {
     if common.canary {
         line.push_str(" --canary");
     }
+    if let Some(plant) = common.plant {
+        line.push_str(&format!(" --plant {}", plant.name()));
+    }
     line
 }
 
 /// Runs one seed, turning a panic in the protocol code into a `Crash` verdict.
-fn run_one(scenario: &Scenario, seed: u64, canary: bool) -> Outcome {
-    let options = Options { seed, canary, uncached: false };
+fn run_one(scenario: &Scenario, seed: u64, canary: bool, plant: Option<Plant>) -> Outcome {
+    let options = Options { seed, canary, uncached: false, plant };
     let result =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Sim::new(scenario.clone(), options).run()));
     result.unwrap_or_else(|panic| {
@@ -155,7 +169,7 @@ fn run(common: &Common, seed: u64) -> u8 {
             return exit::USAGE;
         }
     };
-    let outcome = run_one(&scenario, seed, common.canary);
+    let outcome = run_one(&scenario, seed, common.canary, common.plant);
     if common.json {
         println!("{}", serde_json::to_string(&outcome).unwrap_or_default());
         if outcome.verdict != Verdict::Pass {
@@ -196,7 +210,7 @@ fn sweep(common: &Common, seeds: &str, jobs: Option<usize>) -> u8 {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&seed) = seeds.get(i) else { break };
-                    let outcome = run_one(&scenario, seed, common.canary);
+                    let outcome = run_one(&scenario, seed, common.canary, common.plant);
                     results.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[i] = Some(outcome);
                 }
             });

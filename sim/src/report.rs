@@ -93,6 +93,76 @@ pub struct Metrics {
     pub liveness_after_faults_ms: Option<u64>,
     pub ed25519_checks: u64,
     pub verify_cache_hits: u64,
+    /// Task traffic, for scenarios with a `[tasks]` section.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<TaskMetrics>,
+}
+
+/// What the task traffic of a run did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TaskMetrics {
+    /// Submissions the workload made (client and agent; agent sends the sending node
+    /// refused included).
+    pub submitted: u64,
+    /// Submissions sent again with the same message id while the first was under way.
+    pub duplicates: u64,
+    /// Failed submissions a client sent again with the same message id.
+    pub retries: u64,
+    /// Router outcomes.
+    pub routed: u64,
+    pub rejected: u64,
+    pub rejected_by_check: BTreeMap<String, u64>,
+    pub failed: u64,
+    /// Deliveries a router moved to the next candidate.
+    pub failovers: u64,
+    /// Submissions a router recognized as already pending or placed.
+    pub router_duplicates: u64,
+    /// Retries a router sent only to the node that may hold the task (an earlier
+    /// delivery had an unknown outcome).
+    pub retries_to_possible_owner: u64,
+    /// Deliveries whose outcome was unknown (timeout, connection closed).
+    pub lost: u64,
+    /// Deliveries that provably never reached the provider (dial failed).
+    pub not_delivered: u64,
+    /// Requests an owner could not decode.
+    pub undecodable: u64,
+    /// Distinct tasks accepted, and how many of them reached a terminal state.
+    pub accepted: u64,
+    pub terminal: u64,
+    /// Accepted by nodes that left for good before finishing them (their disks left too).
+    pub orphaned: u64,
+    /// Deliveries of a task the owner already held, answered as it was.
+    pub idempotent_accepts: u64,
+    pub executions: u64,
+    pub completed: u64,
+    /// Tasks a restarted owner failed because they were running when it crashed.
+    pub failed_on_restart: u64,
+    /// Tasks a restarted owner queued again.
+    pub requeued: u64,
+    /// Crashes of nodes holding unfinished tasks.
+    pub owner_crashes: u64,
+    /// Services moved between nodes.
+    pub moves: u64,
+    /// Agent sends the sending node's grant check refused.
+    pub outgoing_refused: u64,
+    /// Owners' refusals by check.
+    pub refusals: BTreeMap<String, u64>,
+    /// Per flaw, what unauthorized senders sent and how it was refused.
+    pub unauthorized: Vec<AttackMetrics>,
+    /// When every accepted task was terminal, after faults ended and submissions stopped.
+    pub settled_after_ms: Option<u64>,
+}
+
+/// One flaw of unauthorized tasks.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct AttackMetrics {
+    pub flaw: String,
+    pub sent: u64,
+    /// Reached an owner's checks.
+    pub delivered: u64,
+    pub refused: u64,
+    /// Refused with the flaw's intended check.
+    pub refused_intended: u64,
 }
 
 impl Metrics {
@@ -137,6 +207,7 @@ impl Outcome {
         faults: Vec<FaultEffect>,
         converged_at: Option<u64>,
         liveness_gap: String,
+        task_gap: Option<String>,
     ) -> Self {
         metrics.events_per_sec =
             if metrics.wall_ms > 0.0 { metrics.events as f64 / (metrics.wall_ms / 1000.0) } else { 0.0 };
@@ -151,6 +222,15 @@ impl Outcome {
                     "no convergence within {} s after faults ended at {} s: {liveness_gap}",
                     scenario.check.liveness_bound_s,
                     scenario.faults_end_s()
+                )],
+            )
+        } else if let Some(gap) = task_gap {
+            let bound = scenario.tasks.as_ref().map_or(0, |t| t.terminal_bound_s);
+            (
+                Verdict::Liveness,
+                vec![format!(
+                    "tasks did not settle within {bound} s after faults ended and submissions stopped at {} s: {gap}",
+                    scenario.tasks_settle_from_s()
                 )],
             )
         } else if let Some(idle) = faults.iter().find(|f| f.effects == 0) {
@@ -200,6 +280,24 @@ impl Outcome {
             m.messages_per_node_per_sec,
             m.bytes_per_node_per_sec
         );
+        if let Some(t) = &m.tasks {
+            let _ = writeln!(
+                out,
+                "  tasks {} submitted: routed {} rejected {} failed {} (lost {}), failovers {}; accepted {} executed {} completed {}, failed on restart {}, requeued {}; settled after {}",
+                t.submitted,
+                t.routed,
+                t.rejected,
+                t.failed,
+                t.lost,
+                t.failovers,
+                t.accepted,
+                t.executions,
+                t.completed,
+                t.failed_on_restart,
+                t.requeued,
+                t.settled_after_ms.map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms"))
+            );
+        }
         for fault in &self.faults {
             let _ = writeln!(out, "  fault {}: acted {} times", fault.fault, fault.effects);
         }

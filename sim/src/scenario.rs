@@ -3,11 +3,17 @@
 //! A scenario names the mesh (nodes, regions, protocol timings), the network (latency per
 //! region pair, jitter, loss, duplication, bandwidth), the workload (capsule changes), the
 //! faults with their times, and the checks (when faults stop, how long the mesh then has
-//! to converge). Every field has a default; unknown keys are errors. The resolved scenario
+//! to converge). An optional `[tasks]` section adds task traffic: services that accept
+//! tasks, agent capsules that send them under signed grants, and a stream of submissions
+//! (see [`TaskWorkload`]). Every field has a default; unknown keys are errors. The resolved scenario
 //! (defaults and command-line overrides applied) is printed with every failure, so a run
 //! can be reproduced from its seed and that text alone.
 
 use serde::{Deserialize, Serialize};
+
+mod tasks;
+
+pub use tasks::{Exercise, TaskWorkload};
 
 /// A whole scenario.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -25,6 +31,9 @@ pub struct Scenario {
     pub workload: Workload,
     pub faults: Vec<Fault>,
     pub check: CheckParams,
+    /// Task traffic; none when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<TaskWorkload>,
 }
 
 impl Default for Scenario {
@@ -40,6 +49,7 @@ impl Default for Scenario {
             workload: Workload::default(),
             faults: Vec::new(),
             check: CheckParams::default(),
+            tasks: None,
         }
     }
 }
@@ -179,7 +189,10 @@ pub enum Fault {
     Loss { at_s: u64, until_s: u64, loss: f64 },
     /// `count` byzantine nodes join at `at_s` and misbehave every `interval_ms` until
     /// `until_s`: `forger` gossips adverts claiming other nodes' identities; `replayer`
-    /// re-gossips old adverts it captured; `flooder` sends oversized and malformed messages.
+    /// re-gossips old adverts it captured; `flooder` sends oversized and malformed messages;
+    /// `unauthorized_sender` sends tasks straight onto the wire (no sending-side check) with
+    /// no grant, forged, expired, stolen or mismatched grants, or to targets outside its
+    /// grant (needs a `[tasks]` section).
     Byzantine { at_s: u64, until_s: u64, role: ByzantineRole, count: usize, interval_ms: u64 },
 }
 
@@ -190,6 +203,8 @@ pub enum ByzantineRole {
     Forger,
     Replayer,
     Flooder,
+    #[serde(alias = "unauthorized-sender")]
+    UnauthorizedSender,
 }
 
 impl Fault {
@@ -269,6 +284,14 @@ impl Scenario {
         self.check.faults_end_s.unwrap_or_else(|| self.faults.iter().map(Fault::ends_at_s).max().unwrap_or(0))
     }
 
+    /// When the task liveness phase starts: faults over, every initial node started, and no
+    /// more submissions (seconds).
+    #[must_use]
+    pub fn tasks_settle_from_s(&self) -> u64 {
+        let until = self.tasks.as_ref().map_or(0, |t| t.until_s);
+        self.faults_end_s().max(self.topology.join_spread_s).max(until)
+    }
+
     /// Checks the rules a run depends on; each error names its field.
     pub fn validate(&self) -> anyhow::Result<()> {
         let regions = self.network.regions.len();
@@ -302,6 +325,22 @@ impl Scenario {
             {
                 anyhow::ensure!(at_s < until_s, "faults: {} must end after it starts", fault.label());
             }
+            if let Fault::Byzantine { role: ByzantineRole::UnauthorizedSender, .. } = fault {
+                anyhow::ensure!(
+                    self.tasks.as_ref().is_some_and(|t| t.services >= 2 && t.agents >= 1),
+                    "faults: byzantine role unauthorized_sender needs a [tasks] section with at least 2 services and 1 agent"
+                );
+            }
+        }
+        if let Some(tasks) = &self.tasks {
+            tasks.validate(self.nodes)?;
+            let from = self.tasks_settle_from_s();
+            anyhow::ensure!(
+                from + tasks.terminal_bound_s <= self.duration_s,
+                "tasks.terminal_bound_s: tasks settle from {from} s and need {} s more, beyond duration_s = {}",
+                tasks.terminal_bound_s,
+                self.duration_s
+            );
         }
         Ok(())
     }

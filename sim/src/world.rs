@@ -11,7 +11,11 @@ mod byzantine;
 mod faults;
 mod gossip;
 mod net;
+mod owner;
+mod routing;
+mod tasks;
 mod topology;
+mod unauthorized;
 
 use gossip::Message;
 use topology::HEARTBEAT_MS;
@@ -69,6 +73,51 @@ pub struct Options {
     /// Verify every signature in every node, without the shared cache (the naive baseline
     /// the benchmark compares against).
     pub uncached: bool,
+    /// Plant a known task bug that a task checker must catch.
+    pub plant: Option<Plant>,
+}
+
+/// A known bug in how a node drives the task protocol, planted on purpose: each must be
+/// caught by its checker (`sim/tests/tasks.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plant {
+    /// Owners accept tasks without the receiving node's grant check (`check_incoming`).
+    /// Caught by the grant checker (an unauthorized sender is added if the scenario has
+    /// none).
+    SkipIncomingCheck,
+    /// The driver reports a delivery with an unknown outcome (timeout, connection closed)
+    /// as "not delivered", so the router tries another node although the first may have
+    /// accepted. Caught by the executed-twice checker.
+    RetryLost,
+    /// Owners keep accepted tasks in memory only until they finish. Caught by the
+    /// lost-task checker when an owner restarts.
+    VolatileAccept,
+}
+
+impl Plant {
+    /// Every planted bug.
+    pub const ALL: [Self; 3] = [Self::SkipIncomingCheck, Self::RetryLost, Self::VolatileAccept];
+
+    /// The name on the command line (`--plant NAME`).
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::SkipIncomingCheck => "skip-incoming-check",
+            Self::RetryLost => "retry-lost",
+            Self::VolatileAccept => "volatile-accept",
+        }
+    }
+}
+
+impl std::str::FromStr for Plant {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Self::ALL.into_iter().find(|p| p.name() == text).ok_or_else(|| {
+            let names: Vec<&str> = Self::ALL.iter().map(|p| p.name()).collect();
+            format!("unknown plant `{text}` (one of: {})", names.join(", "))
+        })
+    }
 }
 
 type Ix = u32;
@@ -133,6 +182,7 @@ enum Event {
     WorkloadChange,
     WorkloadQuery,
     LivenessCheck,
+    Task(tasks::TaskEvent),
 }
 
 impl Event {
@@ -155,6 +205,7 @@ impl Event {
             Self::WorkloadQuery => (14, 0, 0),
             Self::LivenessCheck => (15, 0, 0),
             Self::Heartbeat { node, .. } => (16, u64::from(*node), 0),
+            Self::Task(event) => event.trace(),
         }
     }
 }
@@ -194,6 +245,8 @@ pub struct Sim {
     next_req: u64,
     converged_at: Option<u64>,
     last_liveness_gap: String,
+    /// Task traffic, when the scenario has a `[tasks]` section.
+    tasks: Option<Box<tasks::TaskWorld>>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -209,6 +262,7 @@ impl Sim {
     /// Sets up a run: nodes, their start times, faults and workload.
     #[must_use]
     pub fn new(mut scenario: Scenario, options: Options) -> Self {
+        tasks::prepare(&mut scenario, options);
         if options.canary
             && !scenario
                 .faults
@@ -248,6 +302,7 @@ impl Sim {
         };
         let seed = options.seed;
         let oracle = Oracle::new(mesh_config.directory.ttl_max_ms, mesh_config.directory.clock_skew_max_ms);
+        let tasks = scenario.tasks.clone().map(|config| Box::new(tasks::TaskWorld::new(config, seed)));
         let mut sim = Self {
             options,
             now: 0,
@@ -274,6 +329,7 @@ impl Sim {
             next_req: 0,
             converged_at: None,
             last_liveness_gap: String::new(),
+            tasks,
             scenario,
         };
         sim.populate();
@@ -292,6 +348,7 @@ impl Sim {
             let at = start_rng.between(0, spread_ms);
             self.schedule(at, Event::Start { node });
         }
+        self.tasks_populate();
         for (i, fault) in self.scenario.faults.clone().iter().enumerate() {
             let (at_s, ends) = match fault {
                 Fault::Crash { at_s, .. } | Fault::MassRestart { at_s, .. } | Fault::Join { at_s, .. } => {
@@ -349,6 +406,9 @@ impl Sim {
         capsules.sort();
         capsules.dedup_by(|a, b| a.name == b.name);
         let id = key.node_id();
+        if let Some(world) = self.tasks.as_deref_mut() {
+            world.add_node(ix, self.options.seed);
+        }
         self.index.insert(id, ix);
         self.nodes.push(Node {
             key,
@@ -528,6 +588,7 @@ impl Sim {
             Event::WorkloadChange => self.workload_change(),
             Event::WorkloadQuery => self.workload_query(),
             Event::LivenessCheck => self.liveness_check(),
+            Event::Task(event) => self.task_event(event),
         }
     }
 
@@ -723,6 +784,7 @@ impl Sim {
             self.metrics.ed25519_checks = stats.ed25519_checks;
             self.metrics.verify_cache_hits = stats.cache_hits;
         }
+        let task_gap = self.tasks_finish();
         let node_seconds = (self.nodes.len().max(1) as f64) * (self.scenario.duration_s.max(1) as f64);
         self.metrics.messages_per_node_per_sec = self.metrics.messages_sent as f64 / node_seconds;
         self.metrics.bytes_per_node_per_sec = self.metrics.bytes_sent as f64 / node_seconds;
@@ -736,6 +798,7 @@ impl Sim {
             self.effects,
             self.converged_at,
             self.last_liveness_gap,
+            task_gap,
         )
     }
 }

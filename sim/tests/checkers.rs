@@ -11,7 +11,7 @@ fn small() -> Scenario {
 
 #[test]
 fn a_healthy_small_mesh_passes() {
-    let outcome = Sim::new(small(), Options { seed: 1, canary: false, uncached: false }).run();
+    let outcome = Sim::new(small(), Options { seed: 1, canary: false, uncached: false, plant: None }).run();
     assert_eq!(outcome.verdict, Verdict::Pass, "{:?}", outcome.findings);
     assert!(outcome.metrics.convergence.adverts > 0);
     assert!(outcome.metrics.queries > 0, "the query checker ran");
@@ -19,7 +19,7 @@ fn a_healthy_small_mesh_passes() {
 
 #[test]
 fn the_canary_is_caught_as_a_safety_violation() {
-    let outcome = Sim::new(small(), Options { seed: 1, canary: true, uncached: false }).run();
+    let outcome = Sim::new(small(), Options { seed: 1, canary: true, uncached: false, plant: None }).run();
     assert_eq!(outcome.verdict, Verdict::Safety);
     assert_eq!(outcome.exit_code, exit::SAFETY);
     assert!(outcome.findings.iter().any(|f| f.contains("forged")), "{:?}", outcome.findings);
@@ -39,7 +39,7 @@ fn an_unmeetable_liveness_bound_is_a_liveness_failure() {
         one_way: false,
     });
     scenario.check.liveness_bound_s = 1;
-    let outcome = Sim::new(scenario, Options { seed: 1, canary: false, uncached: false }).run();
+    let outcome = Sim::new(scenario, Options { seed: 1, canary: false, uncached: false, plant: None }).run();
     assert_eq!(outcome.verdict, Verdict::Liveness, "{:?}", outcome.findings);
     assert_eq!(outcome.exit_code, exit::LIVENESS);
 }
@@ -54,7 +54,7 @@ fn a_fault_that_never_acts_makes_the_run_vacuous() {
         by_region: false,
         one_way: false,
     });
-    let outcome = Sim::new(scenario, Options { seed: 1, canary: false, uncached: false }).run();
+    let outcome = Sim::new(scenario, Options { seed: 1, canary: false, uncached: false, plant: None }).run();
     assert_eq!(outcome.verdict, Verdict::Vacuous, "{:?}", outcome.findings);
     assert_eq!(outcome.exit_code, exit::VACUOUS);
 }
@@ -67,7 +67,7 @@ fn byzantine_actors_are_refused_and_counted() {
     for role in [murmur_sim::scenario::ByzantineRole::Forger, murmur_sim::scenario::ByzantineRole::Flooder] {
         scenario.faults.push(Fault::Byzantine { at_s: 2, until_s: 60, role, count: 1, interval_ms: 500 });
     }
-    let outcome = Sim::new(scenario, Options { seed: 3, canary: false, uncached: false }).run();
+    let outcome = Sim::new(scenario, Options { seed: 3, canary: false, uncached: false, plant: None }).run();
     assert_eq!(outcome.verdict, Verdict::Pass, "{:?}", outcome.findings);
     let m = &outcome.metrics;
     assert!(m.refusals.get("bad_signature").copied().unwrap_or(0) > 0, "forgeries reached and were refused");

@@ -12,7 +12,7 @@ fn scenario(name: &str, nodes: usize) -> Scenario {
 }
 
 fn hash(scenario: &Scenario, seed: u64) -> String {
-    Sim::new(scenario.clone(), Options { seed, canary: false, uncached: false }).run().trace_hash
+    Sim::new(scenario.clone(), Options { seed, canary: false, uncached: false, plant: None }).run().trace_hash
 }
 
 #[test]

@@ -14,7 +14,8 @@ fn shipped_scenarios_pass_at_small_size() {
         let mut scenario = Scenario::parse(&std::fs::read_to_string(&path).unwrap())
             .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
         scenario.nodes = scenario.nodes.min(40);
-        let outcome = Sim::new(scenario, Options { seed: 1, canary: false, uncached: false }).run();
+        let outcome =
+            Sim::new(scenario, Options { seed: 1, canary: false, uncached: false, plant: None }).run();
         assert_eq!(outcome.verdict, Verdict::Pass, "{}: {:?}", path.display(), outcome.findings);
     }
 }

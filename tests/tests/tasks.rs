@@ -398,7 +398,7 @@ fn a_killed_owner_loses_no_task() {
         })
         .collect();
     wait_for(CONVERGE, "the first task to ask", || {
-        (state(&result(&a.task(&ids[0]).ok()?)) == "TASK_STATE_INPUT_REQUIRED").then_some(())
+        (state(result(&a.task(&ids[0]).ok()?)) == "TASK_STATE_INPUT_REQUIRED").then_some(())
     })
     .unwrap();
     assert_eq!(state(result(&a.task(&ids[1]).unwrap())), "TASK_STATE_SUBMITTED");
@@ -415,12 +415,12 @@ fn a_killed_owner_loses_no_task() {
     assert_eq!(state(result(&crashed)), "TASK_STATE_FAILED");
     assert!(text(result(&crashed)).contains("restarted"), "{crashed}");
     wait_for(CONVERGE, "the queued task to run", || {
-        (state(&result(&a.task(&ids[1]).ok()?)) == "TASK_STATE_INPUT_REQUIRED").then_some(())
+        (state(result(&a.task(&ids[1]).ok()?)) == "TASK_STATE_INPUT_REQUIRED").then_some(())
     })
     .unwrap();
     for (i, id) in ids.iter().enumerate().skip(1) {
         wait_for(CONVERGE, "input required", || {
-            (state(&result(&a.task(id).ok()?)) == "TASK_STATE_INPUT_REQUIRED").then_some(())
+            (state(result(&a.task(id).ok()?)) == "TASK_STATE_INPUT_REQUIRED").then_some(())
         })
         .unwrap();
         let reply = a.rpc("SendMessage", json!({ "message": { "messageId": format!("kr-{i}"), "taskId": id, "parts": [{ "text": "ok" }] } })).unwrap();

@@ -88,6 +88,9 @@ struct Inner {
     queues: Mutex<BTreeMap<String, mpsc::Sender<Arc<Live>>>>,
     running: Mutex<BTreeMap<String, usize>>,
     tickets: std::sync::atomic::AtomicU64,
+    /// Whether a finished task was ever dropped from `live` (then an unknown task id may
+    /// still be in the database).
+    evicted: std::sync::atomic::AtomicBool,
 }
 
 impl TaskManager {
@@ -103,6 +106,7 @@ impl TaskManager {
                 queues: Mutex::new(BTreeMap::new()),
                 running: Mutex::new(BTreeMap::new()),
                 tickets: std::sync::atomic::AtomicU64::new(0),
+                evicted: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         let mut records = manager.inner.db.all()?;
@@ -138,6 +142,16 @@ impl TaskManager {
     pub async fn accept(&self, submit: &Submit, origin: Origin) -> Result<TaskSnapshot, TaskError> {
         if let Some(existing) = self.live(&submit.task) {
             return Ok(existing.record().snapshot());
+        }
+        if self.inner.evicted.load(std::sync::atomic::Ordering::Relaxed)
+            && let Some(record) = self
+                .inner
+                .db
+                .get(&submit.task)
+                .map_err(|e| TaskError::Internal(format!("task store: {e:#}")))?
+        {
+            // Finished long ago and no longer in memory: it ran once; it stays that way.
+            return Ok(record.snapshot());
         }
         let installed = self
             .inner
@@ -357,6 +371,7 @@ impl TaskManager {
                 .map(|(t, _)| *t);
             if let Some(oldest) = oldest {
                 all.remove(&oldest);
+                self.inner.evicted.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         }
         all.insert(task, live);

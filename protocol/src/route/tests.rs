@@ -108,6 +108,47 @@ fn lost_and_timed_out_deliveries_fail_rather_than_retry() {
 }
 
 #[test]
+fn a_retry_after_an_unknown_outcome_goes_only_to_the_possible_owner() {
+    let dir = directory(&[(2, 0), (3, 0)]);
+    let mut router = Router::new(key(1).node_id(), RouterConfig { accept_timeout_ms: 1000 });
+    let table = [(2, 1), (3, 2)];
+    let (first, second) = (key(2).node_id(), key(3).node_id());
+    let task = request("m").task;
+    // Delivered to node 2, then no answer: node 2 may hold the task.
+    router.handle(T0, Input::Submit { request: request("m"), pin: None }, &dir, &rtt(&table));
+    drain(&mut router);
+    router.handle(T0, Input::Lost { task, provider: first, reason: "timeout".into() }, &dir, &rtt(&table));
+    drain(&mut router);
+    assert_eq!((router.owner(&task), router.possible_owner(&task)), (None, Some(first)));
+    // The client retries: only node 2 is asked, even though node 3 is as good.
+    router.handle(T0, Input::Submit { request: request("m"), pin: None }, &dir, &rtt(&table));
+    assert_eq!(drain(&mut router), vec![Output::Deliver { provider: first, request: request("m") }]);
+    // Node 2 is busy: the retry fails again instead of moving to node 3.
+    router.handle(
+        T0,
+        Input::NotDelivered { task, provider: first, reason: "busy".into() },
+        &dir,
+        &rtt(&table),
+    );
+    assert!(
+        matches!(&drain(&mut router)[..], [Output::Failed { reason, .. }] if reason.contains("not placed elsewhere"))
+    );
+    // It times out too: still only node 2.
+    router.handle(T0, Input::Submit { request: request("m"), pin: None }, &dir, &rtt(&table));
+    drain(&mut router);
+    router.handle(T0.plus(1000), Input::Tick, &dir, &rtt(&table));
+    assert!(matches!(&drain(&mut router)[..], [Output::Failed { .. }]));
+    // A third try finds node 2 holding it: routed there, and remembered as its owner.
+    router.handle(T0, Input::Submit { request: request("m"), pin: None }, &dir, &rtt(&table));
+    assert!(matches!(&drain(&mut router)[..], [Output::Deliver { provider, .. }] if *provider == first));
+    router.handle(T0, Input::Accepted { task, provider: first }, &dir, &rtt(&table));
+    assert_eq!(drain(&mut router), vec![Output::Routed { task, owner: first }]);
+    assert_eq!(router.owner(&task), Some(first));
+    assert_ne!(router.owner(&task), Some(second));
+    assert_eq!(router.stats().retries_to_possible_owner, 3);
+}
+
+#[test]
 fn grant_refusals_are_final_and_no_provider_is_a_failure() {
     let dir = directory(&[(2, 0), (3, 0)]);
     let mut router = Router::new(key(1).node_id(), RouterConfig::default());

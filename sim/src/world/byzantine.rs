@@ -1,5 +1,6 @@
 //! Byzantine nodes: each runs an honest mesh node for its own identity (so it is connected
-//! and trusted as a relay) and, every interval, misbehaves as its role says.
+//! and trusted as a relay) and, every interval, misbehaves as its role says. The
+//! unauthorized sender's tasks are in `unauthorized`.
 
 use std::sync::Arc;
 
@@ -20,6 +21,7 @@ impl Sim {
             ByzantineRole::Forger => self.forge(ix),
             ByzantineRole::Replayer => self.replay(ix),
             ByzantineRole::Flooder => self.flood_junk(ix),
+            ByzantineRole::UnauthorizedSender => self.send_unauthorized(ix),
         };
         if sent {
             self.effects[fault].effects += 1;
@@ -85,7 +87,7 @@ impl Sim {
 
 /// The same envelope with its `signer` field replaced: a forgery whose signature cannot
 /// verify for the claimed signer.
-fn with_signer(envelope: &Envelope, signer: &[u8; 32]) -> Option<Envelope> {
+pub(super) fn with_signer(envelope: &Envelope, signer: &[u8; 32]) -> Option<Envelope> {
     let mut value: ciborium::Value = ciborium::de::from_reader(envelope.encode().as_slice()).ok()?;
     for (key, field) in value.as_map_mut()? {
         if key.as_text() == Some("signer") {

@@ -87,6 +87,9 @@ impl Sim {
             Fault::Byzantine { role, count, interval_ms, .. } => {
                 for _ in 0..count {
                     let node = self.add_node(Role::Byzantine { role, fault: i });
+                    if role == crate::scenario::ByzantineRole::UnauthorizedSender {
+                        self.equip_unauthorized(node);
+                    }
                     self.start_node(node);
                     self.schedule(self.now + interval_ms, Event::Misbehave { node });
                 }
@@ -135,14 +138,18 @@ impl Sim {
 
     pub(super) fn workload_change(&mut self) {
         let live = self.live_nodes(true);
+        let protect = self.tasks.is_some();
         if !live.is_empty() && !self.capsule_names.is_empty() {
             let node = live[self.workload_rng.below(live.len() as u64) as usize];
             let name =
                 self.capsule_names[self.workload_rng.below(self.capsule_names.len() as u64) as usize].clone();
             let capsules = &mut self.nodes[node as usize].capsules;
             if !capsules.iter().any(|c| c.name == name) {
-                if !capsules.is_empty() {
-                    capsules.remove(0);
+                // Capsules the task workload placed stay where it put them.
+                if let Some(first) =
+                    capsules.iter().position(|c| !(protect && super::tasks::is_task_capsule(&c.name)))
+                {
+                    capsules.remove(first);
                 }
                 capsules.push(HostedCapsule { name, digest: None, version: "1.0.0".into() });
                 capsules.sort();

@@ -2,7 +2,8 @@
 //! bandwidth, partitions (symmetric or one-way) and slow nodes.
 //!
 //! Each directed link draws from its own random stream, so traffic on one link never
-//! shifts the draws of another.
+//! shifts the draws of another; task traffic has streams of its own (`tasklink/A/B`), so
+//! adding tasks to a scenario leaves the draws of its gossip and sync traffic as they were.
 
 use super::{Event, Ix, Sim};
 use crate::rng::SimRng;
@@ -43,6 +44,11 @@ impl Sim {
     /// Sends `size` bytes from `a` to `b`; `event` is what arrives. Applies partitions,
     /// loss, uplink bandwidth, latency, jitter, slowness and duplication.
     pub(super) fn send(&mut self, a: Ix, b: Ix, size: usize, event: Event) {
+        self.send_via(a, b, size, event, Channel::Mesh);
+    }
+
+    /// [`Sim::send`] drawing from `channel`'s streams for the link.
+    pub(super) fn send_via(&mut self, a: Ix, b: Ix, size: usize, event: Event, channel: Channel) {
         self.metrics.messages_sent += 1;
         self.metrics.bytes_sent += size as u64;
         if let Some(p) = self.partition_blocking(a, b) {
@@ -56,7 +62,13 @@ impl Sim {
         let (extra_loss, extra_fault) = self.extra_loss;
         let base = self.base_latency(a, b);
         let seed = self.options.seed;
-        let link = self.links.entry((a, b)).or_insert_with(|| SimRng::stream(seed, &format!("link/{a}/{b}")));
+        let link = match (channel, self.tasks.as_deref_mut()) {
+            (Channel::Task, Some(world)) => world
+                .links
+                .entry((a, b))
+                .or_insert_with(|| SimRng::stream(seed, &format!("tasklink/{a}/{b}"))),
+            _ => self.links.entry((a, b)).or_insert_with(|| SimRng::stream(seed, &format!("link/{a}/{b}"))),
+        };
         if link.chance(loss) {
             self.metrics.lost += 1;
             return;
@@ -90,6 +102,15 @@ impl Sim {
     }
 }
 
+/// Whose random streams a message draws from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Channel {
+    /// Gossip and anti-entropy.
+    Mesh,
+    /// `/murmur/task/1`.
+    Task,
+}
+
 impl Event {
     /// A second copy of a message in flight (network duplication); `None` for events that
     /// are not messages.
@@ -108,6 +129,7 @@ impl Event {
                 response: response.clone(),
                 epoch: *epoch,
             },
+            Self::Task(event) => Self::Task(event.duplicate()?),
             _ => return None,
         })
     }

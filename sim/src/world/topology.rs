@@ -44,6 +44,7 @@ impl Sim {
         let epoch = self.nodes[i].epoch;
         let first_beat = self.now + self.nodes[i].rng.between(1, HEARTBEAT_MS);
         self.schedule(first_beat, Event::Heartbeat { node: ix, epoch });
+        self.tasks_started(ix);
     }
     /// gossipsub's heartbeat, for the mesh only: below D_lo, GRAFT random connected peers up
     /// to D (the peer accepts); above D_hi, PRUNE random mesh peers down to D.
@@ -81,6 +82,7 @@ impl Sim {
         if !self.nodes[i].alive() {
             if for_good {
                 self.nodes[i].gone = true;
+                self.tasks_gone(ix);
             }
             return;
         }
@@ -97,6 +99,7 @@ impl Sim {
         node.syncing.clear();
         node.answering.clear();
         self.oracle.forget_observer(ix);
+        self.tasks_crashed(ix, for_good);
     }
     /// Opens a connection after a round trip, if the target is reachable and has room.
     pub(super) fn dial(&mut self, a: Ix, b: Ix) {
