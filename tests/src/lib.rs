@@ -103,6 +103,8 @@ pub struct TestNode {
     /// `http://127.0.0.1:PORT` of the node's API.
     pub api: String,
     stderr_log: PathBuf,
+    /// Bearer token sent with `get` / `get_text` (for a node reached from another host).
+    pub token: Option<String>,
 }
 
 impl TestNode {
@@ -194,6 +196,7 @@ impl TestNode {
             ready: Value::Null,
             api: String::new(),
             stderr_log,
+            token: None,
         };
         let line = match rx.recv_timeout(READY_TIMEOUT) {
             Ok(Some(Ok(line))) => line,
@@ -226,13 +229,20 @@ impl TestNode {
 
     /// GET a JSON document from the node's API.
     pub fn get(&self, path: &str) -> anyhow::Result<Value> {
-        let response = reqwest::blocking::get(format!("{}{path}", self.api))?;
-        Ok(response.json()?)
+        Ok(self.get_request(path)?.json()?)
     }
 
     /// GET a text document (e.g. `/metrics`).
     pub fn get_text(&self, path: &str) -> anyhow::Result<String> {
-        Ok(reqwest::blocking::get(format!("{}{path}", self.api))?.text()?)
+        Ok(self.get_request(path)?.text()?)
+    }
+
+    fn get_request(&self, path: &str) -> anyhow::Result<reqwest::blocking::Response> {
+        let mut request = reqwest::blocking::Client::new().get(format!("{}{path}", self.api));
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        Ok(request.send()?)
     }
 
     /// Sends `signal` to the process.

@@ -270,15 +270,20 @@ fn nodes_with_no_bootstrap_find_each_other_by_mdns() {
     };
     let mut nodes = Vec::new();
     let mut dirs = Vec::new();
+    // The API is reached from the lab's bridge, not loopback: it takes a token.
+    const TOKEN: &str = "lab-token-0123456789abcdef";
     for i in 0..3 {
-        let dir = murmur_tests::init_data_dir_with(&capsules_toml(&[(&format!("lan{i}"), "1.0.0")]));
+        let config =
+            format!("[api]\ntokens = [\"{TOKEN}\"]\n\n{}", capsules_toml(&[(&format!("lan{i}"), "1.0.0")]));
+        let dir = murmur_tests::init_data_dir_with(&config);
         let api = format!("{}:0", lab.ip(i));
-        let node = TestNode::launch(
+        let mut node = TestNode::launch(
             &lab.launcher(i),
             dir.path(),
             &["--api", &api, "--listen", "/ip4/0.0.0.0/tcp/0"],
         )
         .unwrap();
+        node.token = Some(TOKEN.into());
         nodes.push(node);
         dirs.push(dir);
     }
