@@ -82,8 +82,10 @@ async fn admit(State(state): State<Arc<ApiState>>, request: Request, next: Next)
     if !admitted {
         let message = if bearer.is_some() {
             "the bearer token is not one this node accepts"
+        } else if peer.is_some_and(|ip| ip.is_loopback()) {
+            "this node needs `Authorization: Bearer TOKEN` from every client, on this machine too (api.loopback_open = false; mur: --token or MURMUR_TOKEN)"
         } else {
-            "clients from other machines need `Authorization: Bearer TOKEN` (api.tokens in the node's config)"
+            "clients from other machines need `Authorization: Bearer TOKEN` (api.tokens in the node's config; mur: --token or MURMUR_TOKEN)"
         };
         let mut response = error(StatusCode::UNAUTHORIZED, "unauthorized", message);
         response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));

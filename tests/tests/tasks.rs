@@ -453,6 +453,16 @@ fn clients_need_loopback_or_a_token_and_cards_describe_the_mesh() {
     )
     .unwrap();
     assert_eq!(result(&answer)["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{answer}");
+    // `mur` without a token is refused with the reason; with `--token` it is admitted.
+    let out = murmur_tests::mur(&["send", "echo", "hi", "--wait", "--node", &a.api]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Authorization: Bearer TOKEN"), "{out:?}");
+    let sent = murmur_tests::mur_json(&[
+        "send", "echo", "hi", "--wait", "--json", "--node", &a.api, "--token", token,
+    ]);
+    assert_eq!(sent["status"]["state"], "TASK_STATE_COMPLETED", "{sent}");
+    let listed = murmur_tests::mur_json(&["task", "ls", "--json", "--node", &a.api, "--token", token]);
+    assert!(listed["tasks"].as_array().is_some_and(|t| t.len() == 2), "{listed}");
 
     // Agent cards are open to all: the node's lists the mesh's capsules as skills.
     let card = a.get("/.well-known/agent-card.json").unwrap();

@@ -1,4 +1,5 @@
-//! How `mur` reaches a node's API: `--node URL`, else `$MURMUR_NODE`, else the local node.
+//! How `mur` reaches a node's API: `--node URL`, else `$MURMUR_NODE`, else the local node;
+//! with `--token` (or `$MURMUR_TOKEN`) as a bearer token for a node on another machine.
 
 use std::time::Duration;
 
@@ -23,9 +24,31 @@ pub struct NodeArgs {
     /// The node's API URL.
     #[arg(long = "node", env = "MURMUR_NODE", value_name = "URL", default_value = DEFAULT_NODE_URL, global = true)]
     pub url: String,
+    /// Bearer token for a node that is not on this machine (one of its `api.tokens`).
+    #[arg(long = "token", env = "MURMUR_TOKEN", value_name = "TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
 }
 
 impl NodeArgs {
+    /// An HTTP client for the node: `timeout` per request (none: wait as long as it
+    /// takes), and the bearer token when one is given.
+    pub fn client(&self, timeout: Option<Duration>) -> CliResult<reqwest::blocking::Client> {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(token) = &self.token {
+            let mut value =
+                reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+                    CliError::usage(anyhow::anyhow!("--token: a token is visible ASCII characters"))
+                })?;
+            value.set_sensitive(true);
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
+        reqwest::blocking::Client::builder()
+            .timeout(timeout)
+            .default_headers(headers)
+            .build()
+            .map_err(CliError::failed)
+    }
+
     /// GETs `path` and decodes the JSON answer; an error document becomes the error text.
     pub fn get<T: DeserializeOwned>(&self, path: &str) -> CliResult<T> {
         self.request(reqwest::Method::GET, path, None)
@@ -45,8 +68,7 @@ impl NodeArgs {
         let url = format!("{}{path}", self.url.trim_end_matches('/'));
         // Tools may run up to their deadline (at most 10 minutes); wait a little longer.
         let timeout = if body.is_some() { RUN_TIMEOUT } else { REQUEST_TIMEOUT };
-        let client =
-            reqwest::blocking::Client::builder().timeout(timeout).build().map_err(CliError::failed)?;
+        let client = self.client(Some(timeout))?;
         let mut request = client.request(method, &url);
         if let Some(body) = body {
             request = request.json(body);

@@ -85,10 +85,6 @@ pub enum TaskCommand {
     },
 }
 
-fn client(timeout: Option<Duration>) -> CliResult<reqwest::blocking::Client> {
-    reqwest::blocking::Client::builder().timeout(timeout).build().map_err(CliError::failed)
-}
-
 fn request(node: &NodeArgs, method: &str, params: Value) -> (String, Value) {
     let url = format!("{}/", node.url.trim_end_matches('/'));
     let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
@@ -116,7 +112,8 @@ fn rpc_error(error: &Value) -> CliError {
 /// Calls `method` and returns its result.
 fn call(node: &NodeArgs, method: &str, params: Value) -> CliResult<Value> {
     let (url, body) = request(node, method, params);
-    let response = client(Some(RPC_TIMEOUT))?
+    let response = node
+        .client(Some(RPC_TIMEOUT))?
         .post(&url)
         .header("A2A-Version", "1.0")
         .json(&body)
@@ -215,7 +212,9 @@ pub fn send(args: SendArgs) -> CliResult {
 /// `mur send --stream`: reads the SSE stream, one line per event.
 fn stream(args: &SendArgs, params: Value) -> CliResult {
     let (url, body) = request(&args.node, "SendStreamingMessage", params);
-    let response = client(None)?
+    let response = args
+        .node
+        .client(None)?
         .post(&url)
         .header("A2A-Version", "1.0")
         .header("Accept", "text/event-stream")
