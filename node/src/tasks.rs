@@ -44,6 +44,10 @@ pub struct NewTask {
     /// message id from the same sender names the same task.
     pub origin: String,
     pub traceparent: Option<String>,
+    /// When not zero, an owner on another node answers once the task settles (terminal or
+    /// asking for input) or this long after accepting it, whichever is first, so a caller
+    /// that waits for the outcome saves a round trip. The answer may still be unsettled.
+    pub settle_wait: Duration,
 }
 
 /// A task and the node that owns it.
@@ -140,6 +144,7 @@ impl Tasks {
             context: new.context,
             message: new.message_id,
             traceparent: new.traceparent,
+            settle_wait_ms: u32::try_from(new.settle_wait.as_millis()).unwrap_or(u32::MAX),
         };
         let outcome =
             self.mesh.route(request, new.pin).await.map_err(|e| CallError::Unavailable(format!("{e:#}")))?;

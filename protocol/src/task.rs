@@ -183,6 +183,16 @@ pub struct Submit {
     pub message: String,
     /// W3C trace context of the sender's span.
     pub traceparent: Option<String>,
+    /// When not 0, the owner answers once the task is terminal or asks for input, or this
+    /// many ms after accepting it (at most its events wait), whichever comes first: a
+    /// sender that waits for the outcome needs one round trip, not two. Absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub settle_wait_ms: u32,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+const fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A request on `/murmur/task/1`.

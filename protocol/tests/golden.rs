@@ -139,6 +139,7 @@ fn submit() -> task::Submit {
         context: Some("ctx-1".into()),
         message: "m-1".into(),
         traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+        settle_wait_ms: 0,
     }
 }
 

@@ -228,6 +228,7 @@ proptest! {
             context: None,
             message: message.clone(),
             traceparent: None,
+            settle_wait_ms: wait,
         };
         for request in [
             task::TaskRequest::Submit(submit),
@@ -253,6 +254,7 @@ proptest! {
             context: Some("c".into()),
             message: "m".into(),
             traceparent: None,
+            settle_wait_ms: 0,
         })
         .encode();
         for mutated in mutations(&submit, bit, cut) {

@@ -384,12 +384,17 @@ async fn send(
             sender: Sender::Client,
             origin: format!("client@{}", state.tasks.local()),
             traceparent: Some(trace.header()),
+            settle_wait: if blocking { BLOCKING_WAIT_MAX } else { Duration::ZERO },
         })
         .await?;
     let task = view.snapshot.task;
     tracing::debug!(task = %task, owner = %view.owner, "task placed");
-    let view =
-        if blocking { state.tasks.settle_at(view.owner, &task, BLOCKING_WAIT_MAX).await? } else { view };
+    let settled = view.snapshot.state.is_terminal() || view.snapshot.state == TaskState::InputRequired;
+    let view = if blocking && !settled {
+        state.tasks.settle_at(view.owner, &task, BLOCKING_WAIT_MAX).await?
+    } else {
+        view
+    };
     Ok((view, true))
 }
 

@@ -5,7 +5,9 @@
 //! Why group commit: a durable commit costs an fsync (milliseconds); thousands of tasks a
 //! second would each pay one. Writes go to a single writer thread that commits everything
 //! queued so far in one transaction, and each caller waits for the commit that includes
-//! its write — so an acknowledged write is on disk, and a burst shares one fsync.
+//! its write — so an acknowledged write is on disk, and a burst shares one fsync. A batch
+//! that nobody waits for (intermediate states, routes) commits without an fsync; the next
+//! durable commit, or at the latest one [`FLUSH_AFTER`] later, carries it to disk.
 //! Records are stored as CBOR (the protocol crate's codec), read back with a size bound.
 
 use std::path::Path;
@@ -34,6 +36,8 @@ const ROUTES: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("routes")
 pub const WRITE_QUEUE_MAX: usize = 8192;
 /// Records committed in one transaction at most.
 pub const BATCH_MAX: usize = 1024;
+/// Longest a write nobody waits for stays in memory only.
+pub const FLUSH_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
 enum Write {
     Put(Box<TaskRecord>, Option<oneshot::Sender<Result<(), String>>>),
@@ -86,11 +90,17 @@ impl TaskDb {
     /// Stores `record` durably; returns once it is on disk.
     pub async fn put(&self, record: TaskRecord) -> anyhow::Result<()> {
         let (tx, rx) = oneshot::channel();
-        let writes = self.writes.clone();
-        // The queue is bounded; a full queue blocks a worker thread, not the runtime.
-        tokio::task::spawn_blocking(move || writes.send(Write::Put(Box::new(record), Some(tx))))
-            .await?
-            .map_err(|_| anyhow::anyhow!("the task database writer stopped"))?;
+        let stopped = || anyhow::anyhow!("the task database writer stopped");
+        match self.writes.try_send(Write::Put(Box::new(record), Some(tx))) {
+            Ok(()) => {}
+            Err(std_mpsc::TrySendError::Full(write)) => {
+                // The queue is bounded; a full queue blocks a blocking-pool thread, not
+                // the runtime.
+                let writes = self.writes.clone();
+                tokio::task::spawn_blocking(move || writes.send(write)).await?.map_err(|_| stopped())?;
+            }
+            Err(std_mpsc::TrySendError::Disconnected(_)) => return Err(stopped()),
+        }
         rx.await.map_err(|_| anyhow::anyhow!("the task database writer stopped"))?.map_err(anyhow::Error::msg)
     }
 
@@ -149,7 +159,29 @@ impl TaskDb {
 }
 
 fn writer(db: &Database, queue: &std_mpsc::Receiver<Write>) {
-    while let Ok(first) = queue.recv() {
+    // Since when commits have been in memory only (none: everything is on disk).
+    let mut undurable_since: Option<std::time::Instant> = None;
+    loop {
+        let first = match undurable_since {
+            None => match queue.recv() {
+                Ok(write) => write,
+                Err(_) => return,
+            },
+            Some(since) => match queue.recv_timeout(FLUSH_AFTER.saturating_sub(since.elapsed())) {
+                Ok(write) => write,
+                Err(timeout_or_closed) => {
+                    // Idle (or closing) with writes in memory only: carry them to disk.
+                    if let Err(err) = commit(db, &[], true) {
+                        tracing::error!(error = %format!("{err:#}"), "task database flush failed");
+                    }
+                    undurable_since = None;
+                    if timeout_or_closed == std_mpsc::RecvTimeoutError::Disconnected {
+                        return;
+                    }
+                    continue;
+                }
+            },
+        };
         let mut batch = vec![first];
         while batch.len() < BATCH_MAX {
             match queue.try_recv() {
@@ -157,9 +189,16 @@ fn writer(db: &Database, queue: &std_mpsc::Receiver<Write>) {
                 Err(_) => break,
             }
         }
-        let result = commit(db, &batch).map_err(|e| format!("{e:#}"));
-        if let Err(err) = &result {
-            tracing::error!(error = %err, "task database commit failed");
+        let waited_for = batch.iter().any(|w| matches!(w, Write::Put(_, Some(_))));
+        let overdue = undurable_since.is_some_and(|since| since.elapsed() >= FLUSH_AFTER);
+        let durable = waited_for || overdue;
+        let result = commit(db, &batch, durable).map_err(|e| format!("{e:#}"));
+        match &result {
+            Err(err) => tracing::error!(error = %err, "task database commit failed"),
+            Ok(()) if durable => undurable_since = None,
+            Ok(()) => {
+                undurable_since.get_or_insert_with(std::time::Instant::now);
+            }
         }
         for write in batch {
             if let Write::Put(_, Some(reply)) = write {
@@ -169,8 +208,11 @@ fn writer(db: &Database, queue: &std_mpsc::Receiver<Write>) {
     }
 }
 
-fn commit(db: &Database, batch: &[Write]) -> anyhow::Result<()> {
-    let txn = db.begin_write()?;
+/// Commits `batch` in one transaction: on disk when it returns if `durable`, else with the
+/// next durable commit.
+fn commit(db: &Database, batch: &[Write], durable: bool) -> anyhow::Result<()> {
+    let mut txn = db.begin_write()?;
+    txn.set_durability(if durable { redb::Durability::Immediate } else { redb::Durability::None })?;
     {
         let mut tasks = txn.open_table(TASKS)?;
         let mut routes = txn.open_table(ROUTES)?;
@@ -222,5 +264,31 @@ mod tests {
         assert_eq!(db.get(&task).unwrap().unwrap().input, "hi");
         assert_eq!(db.all().unwrap().len(), 2);
         assert_eq!(db.route(&task).unwrap().unwrap().owner, "peer");
+    }
+
+    #[tokio::test]
+    async fn writes_nobody_waits_for_reach_the_disk_when_idle_and_at_close() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tasks.redb");
+        let task = TaskId::derive("client@x", "m1");
+        let route = |n: &str| RouteRecord {
+            task: TaskId::derive("client@x", n),
+            owner: "peer".into(),
+            capsule: "echo".into(),
+            created_ms: 5,
+        };
+        {
+            let db = TaskDb::open(&path).unwrap();
+            db.put_eventually(TaskRecord::new(task, "echo", "m1", None, "hi".into(), Origin::Client, 5));
+            db.put_route(route("r1"));
+            // Readable at once (committed in memory), on disk after FLUSH_AFTER.
+            tokio::time::sleep(FLUSH_AFTER + std::time::Duration::from_millis(300)).await;
+            assert_eq!(db.routes().unwrap().len(), 1);
+            db.put_route(route("r2"));
+            // Closing carries the last one to disk.
+        }
+        let db = TaskDb::open(&path).unwrap();
+        assert_eq!(db.get(&task).unwrap().unwrap().input, "hi");
+        assert_eq!(db.routes().unwrap().len(), 2);
     }
 }

@@ -76,6 +76,7 @@ impl MessageRouter for NodeRouter {
                     sender: Sender::Capsule { name: name.clone(), grant },
                     origin: format!("{}/{name}", tasks.local()),
                     traceparent: Some(trace.header()),
+                    settle_wait: std::time::Duration::ZERO,
                 })
                 .await
                 .map_err(|err| format!("{target}: {err}"))?;

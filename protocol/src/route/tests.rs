@@ -31,6 +31,7 @@ fn request(message: &str) -> Submit {
         context: None,
         message: message.into(),
         traceparent: None,
+        settle_wait_ms: 0,
     }
 }
 

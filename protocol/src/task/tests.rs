@@ -46,6 +46,7 @@ fn submit(sender: Sender, capsule: &str) -> Submit {
         context: None,
         message: "m".into(),
         traceparent: None,
+        settle_wait_ms: 0,
     }
 }
 

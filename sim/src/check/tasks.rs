@@ -400,6 +400,7 @@ mod tests {
             context: None,
             message: message.into(),
             traceparent: None,
+            settle_wait_ms: 0,
         }
     }
 

@@ -466,6 +466,7 @@ impl Sim {
             context: None,
             message,
             traceparent: None,
+            settle_wait_ms: 0,
         };
         world.stats.submitted += 1;
         let pin = pin.map(|p| self.nodes[p as usize].id);
@@ -519,6 +520,7 @@ impl Sim {
             context: None,
             message,
             traceparent: None,
+            settle_wait_ms: 0,
         };
         self.submit_fresh(host, request, None);
     }

@@ -85,6 +85,7 @@ impl Sim {
             context: None,
             message,
             traceparent: None,
+            settle_wait_ms: 0,
         };
         world.oracle.attack_sent(request.task, attack);
         let provider = self.nodes[host as usize].id;

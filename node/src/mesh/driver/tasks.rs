@@ -415,10 +415,21 @@ async fn answer(manager: &TaskManager, from: NodeId, request: TaskRequest) -> Ta
                 murmur_protocol::task::Sender::Capsule { name, .. } => Some(name.clone()),
                 murmur_protocol::task::Sender::Client => None,
             };
-            manager
-                .accept(&submit, Origin::Peer { node: from.to_string(), capsule })
-                .await
-                .map_or_else(refused, TaskResponse::Accepted)
+            let accepted =
+                match manager.accept(&submit, Origin::Peer { node: from.to_string(), capsule }).await {
+                    Ok(snapshot) => snapshot,
+                    Err(err) => return refused(err),
+                };
+            if submit.settle_wait_ms == 0 || accepted.state.is_terminal() {
+                return TaskResponse::Accepted(accepted);
+            }
+            // The sender waits for the outcome: answer when the task settles (or the wait
+            // ends), in this one round trip. Accepted either way.
+            let wait = Duration::from_millis(u64::from(submit.settle_wait_ms)).min(EVENTS_WAIT_MAX);
+            match manager.events(&submit.task, 0, wait, true).await {
+                Ok((_, settled, _)) => TaskResponse::Accepted(settled),
+                Err(_) => TaskResponse::Accepted(accepted),
+            }
         }
         TaskRequest::Get { task } => manager.get(&task).map_or_else(refused, TaskResponse::Snapshot),
         TaskRequest::Cancel { task } => {
