@@ -91,12 +91,24 @@ struct Inner {
     /// Whether a finished task was ever dropped from `live` (then an unknown task id may
     /// still be in the database).
     evicted: std::sync::atomic::AtomicBool,
+    /// Tasks held in memory at most ([`LIVE_MAX`] but in tests).
+    live_max: usize,
 }
 
 impl TaskManager {
     /// Opens the task database and recovers: tasks that were running fail (the node
     /// restarted under them), queued tasks are queued again.
     pub async fn open(path: &std::path::Path, runtime: Runtime) -> anyhow::Result<Self> {
+        Self::open_with_live_max(path, runtime, LIVE_MAX).await
+    }
+
+    /// [`TaskManager::open`] holding at most `live_max` tasks in memory (tests use a small
+    /// number to exercise eviction).
+    pub async fn open_with_live_max(
+        path: &std::path::Path,
+        runtime: Runtime,
+        live_max: usize,
+    ) -> anyhow::Result<Self> {
         let db = TaskDb::open(path)?;
         let manager = Self {
             inner: Arc::new(Inner {
@@ -107,6 +119,7 @@ impl TaskManager {
                 running: Mutex::new(BTreeMap::new()),
                 tickets: std::sync::atomic::AtomicU64::new(0),
                 evicted: std::sync::atomic::AtomicBool::new(false),
+                live_max: live_max.max(1),
             }),
         };
         let mut records = manager.inner.db.all()?;
@@ -363,14 +376,22 @@ impl TaskManager {
         if let Some(existing) = all.get(&task) {
             return Some(existing.clone());
         }
-        if all.len() >= LIVE_MAX {
-            let oldest = all
+        if all.len() >= self.inner.live_max {
+            // One pass drops the oldest tenth of the finished tasks, so the scan is paid
+            // once per tenth of the limit, not on every insert.
+            let mut finished: Vec<(u64, TaskId)> = all
                 .iter()
-                .filter(|(_, l)| l.record().state.is_terminal())
-                .min_by_key(|(_, l)| l.record().updated_ms)
-                .map(|(t, _)| *t);
-            if let Some(oldest) = oldest {
-                all.remove(&oldest);
+                .filter_map(|(t, l)| {
+                    let record = l.record();
+                    record.state.is_terminal().then_some((record.updated_ms, *t))
+                })
+                .collect();
+            let evict = (self.inner.live_max / 10).max(1).min(finished.len());
+            if evict > 0 {
+                finished.select_nth_unstable(evict - 1);
+                for (_, task) in &finished[..evict] {
+                    all.remove(task);
+                }
                 self.inner.evicted.store(true, std::sync::atomic::Ordering::Relaxed);
             }
         }

@@ -1,0 +1,80 @@
+//! The task manager with a real `echo` component (run `bash capsules/build.sh` first;
+//! `tests/run.sh` does): what happens when more tasks finish than it holds in memory.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use murmur_node::runtime::{CapsuleManifest, DirectHttp, Runtime, RuntimeOptions};
+use murmur_node::store::ArtifactStore;
+use murmur_node::tasks::{Origin, TaskManager};
+use murmur_protocol::task::{Sender, Submit, TaskId, TaskState};
+
+fn wasm(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../capsules/target/wasm32-wasip2/release")
+        .join(format!("{name}.wasm"));
+    assert!(path.is_file(), "{} is missing: run `bash capsules/build.sh`", path.display());
+    path
+}
+
+fn submit(message: &str, text: &str) -> Submit {
+    Submit {
+        task: TaskId::derive("client@test", message),
+        text: text.into(),
+        sender: Sender::Client,
+        capsule: "echo".into(),
+        context: None,
+        message: message.into(),
+        traceparent: None,
+        settle_wait_ms: 0,
+    }
+}
+
+async fn finish(manager: &TaskManager, task: &TaskId) -> TaskState {
+    let (_, snapshot, _) = manager.events(task, 0, Duration::from_secs(10), true).await.unwrap();
+    snapshot.state
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_tasks_beyond_the_memory_limit_are_dropped_in_batches_and_never_run_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(ArtifactStore::open(&dir.path().join("store")).unwrap());
+    let runtime = Runtime::new(
+        RuntimeOptions { data_dir: dir.path().to_path_buf(), pooling: false },
+        store,
+        Arc::new(DirectHttp::new().unwrap()),
+    )
+    .unwrap();
+    let manifest = format!(
+        "name = \"echo\"\nversion = \"1.0.0\"\nkind = \"tool\"\nartifact = \"{}\"\n",
+        wasm("echo").display()
+    );
+    runtime.install(CapsuleManifest::parse(&manifest, Path::new("/"), dir.path()).unwrap()).unwrap();
+    let manager = TaskManager::open_with_live_max(&dir.path().join("tasks.redb"), runtime, 20).await.unwrap();
+
+    // Twenty finished tasks fill memory.
+    let first: Vec<Submit> = (0..20).map(|i| submit(&format!("m{i}"), &format!("first {i}"))).collect();
+    for s in &first {
+        manager.accept(s, Origin::Client).await.unwrap();
+        assert_eq!(finish(&manager, &s.task).await, TaskState::Completed);
+    }
+    assert!(first.iter().all(|s| manager.owns(&s.task)));
+
+    // The twenty-first drops the oldest tenth (two) of the finished ones from memory.
+    let extra = submit("m-extra", "extra");
+    manager.accept(&extra, Origin::Client).await.unwrap();
+    let dropped: Vec<&Submit> = first.iter().filter(|s| !manager.owns(&s.task)).collect();
+    assert_eq!(dropped.len(), 2, "a batch of two was dropped");
+    assert_eq!(dropped[0].task, first[0].task, "the oldest went first");
+
+    // A dropped task is still on disk: asked for, it is there; sent again, it is answered
+    // as it was (completed, with its first text) instead of being accepted and run again.
+    for s in dropped {
+        assert_eq!(manager.get(&s.task).unwrap().state, TaskState::Completed);
+        let again = manager.accept(&submit(&s.message, "second text"), Origin::Client).await.unwrap();
+        assert_eq!(again.state, TaskState::Completed, "not queued a second time");
+        assert!(again.message.as_deref().unwrap_or_default().contains(&s.text), "{again:?}");
+        assert!(!manager.owns(&s.task), "answered from disk, not brought back to run");
+    }
+}
