@@ -5,6 +5,7 @@
 //! Nothing here decides how the mesh behaves.
 
 pub mod api;
+pub mod bundle;
 pub mod cli;
 pub mod clock;
 pub mod config;

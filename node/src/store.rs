@@ -12,10 +12,14 @@
 //! the layout. Every write goes to a temporary file, is fsynced and renamed (see
 //! `fsutil`), blobs before the index that names them, so a crash leaves either the old
 //! store or the new one. Blobs are verified against their digest whenever they are read.
+//! Writers are serialized within a process and, through a lock on `DIR/store/.lock`, across
+//! processes (`mur artifact add` and `mur bundle import` next to a running node).
 
 use std::collections::BTreeSet;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use anyhow::{Context, bail};
 use murmur_protocol::Digest;
@@ -140,6 +144,13 @@ struct Index {
     manifests: Vec<Descriptor>,
 }
 
+/// Proof that the store's write lock is held (see [`ArtifactStore::lock`]).
+#[derive(Debug)]
+pub struct WriteGuard<'a> {
+    _guard: MutexGuard<'a, ()>,
+    _file: File,
+}
+
 /// The store. Writers are serialized; readers see a consistent index.
 #[derive(Debug)]
 pub struct ArtifactStore {
@@ -175,7 +186,7 @@ impl ArtifactStore {
         if content.len() as u64 > CONTENT_BYTES_MAX {
             bail!("content is {} bytes, more than the {CONTENT_BYTES_MAX} a store accepts", content.len());
         }
-        let _guard = self.write.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _lock = self.write_lock()?;
         let content_digest = self.put_blob(content)?;
         let config = serde_json::to_vec(meta)?;
         let config_digest = self.put_blob(&config)?;
@@ -188,22 +199,183 @@ impl ArtifactStore {
         };
         let manifest_bytes = serde_json::to_vec(&manifest)?;
         let manifest_digest = self.put_blob(&manifest_bytes)?;
-        let mut index = self.read_index()?;
-        index.manifests.retain(|d| d.annotations.get(REF_NAME) != Some(&reference(meta)));
-        if index.manifests.len() >= ARTIFACTS_MAX {
-            bail!("the store holds {ARTIFACTS_MAX} artifacts, its limit");
-        }
-        let mut entry = descriptor(MANIFEST_MEDIA_TYPE, manifest_digest, manifest_bytes.len() as u64);
-        entry.annotations.insert(REF_NAME.into(), reference(meta));
-        index.manifests.push(entry);
-        index.manifests.sort_by(|a, b| a.annotations.get(REF_NAME).cmp(&b.annotations.get(REF_NAME)));
-        self.write_index(&index)?;
+        self.index_entry(meta, manifest_digest, manifest_bytes.len() as u64)?;
         Ok(Stored {
             meta: meta.clone(),
             manifest: manifest_digest,
             content: content_digest,
             size: content.len() as u64,
         })
+    }
+
+    /// Names `manifest` (already stored, with every blob it references) as `name@version`,
+    /// replacing what that name@version was. The manifest must be a Murmur artifact whose
+    /// metadata says that name and version, and its content must verify.
+    pub fn index_artifact(
+        &self,
+        _lock: &WriteGuard<'_>,
+        name: &str,
+        version: &str,
+        manifest: &Digest,
+    ) -> anyhow::Result<Stored> {
+        let size =
+            self.blob_size(manifest).with_context(|| format!("manifest {manifest} is not in the store"))?;
+        let stored = self.load(&descriptor(MANIFEST_MEDIA_TYPE, *manifest, size))?;
+        stored.meta.validate().with_context(|| format!("manifest {manifest}: its metadata"))?;
+        if stored.meta.name != name || stored.meta.version != version {
+            bail!(
+                "manifest {manifest} describes {}@{}, not {name}@{version}",
+                stored.meta.name,
+                stored.meta.version
+            );
+        }
+        if stored.size > CONTENT_BYTES_MAX {
+            bail!("{name}@{version}: content is {} bytes, more than {CONTENT_BYTES_MAX}", stored.size);
+        }
+        self.verify_blob(&stored.content, stored.size)?;
+        self.index_entry(&stored.meta, *manifest, size)?;
+        Ok(stored)
+    }
+
+    /// Writes the index with `meta`'s reference pointing at `manifest` (the write lock held).
+    fn index_entry(&self, meta: &ArtifactMeta, manifest: Digest, size: u64) -> anyhow::Result<()> {
+        let mut index = self.read_index()?;
+        index.manifests.retain(|d| d.annotations.get(REF_NAME) != Some(&reference(meta)));
+        if index.manifests.len() >= ARTIFACTS_MAX {
+            bail!("the store holds {ARTIFACTS_MAX} artifacts, its limit");
+        }
+        let mut entry = descriptor(MANIFEST_MEDIA_TYPE, manifest, size);
+        entry.annotations.insert(REF_NAME.into(), reference(meta));
+        index.manifests.push(entry);
+        index.manifests.sort_by(|a, b| a.annotations.get(REF_NAME).cmp(&b.annotations.get(REF_NAME)));
+        self.write_index(&index)
+    }
+
+    /// The blobs an artifact consists of, manifest first: (digest, size) of the manifest,
+    /// its config and its content.
+    pub fn blobs_of(&self, stored: &Stored) -> anyhow::Result<Vec<(Digest, u64)>> {
+        let manifest_size = self.blob_size(&stored.manifest).context("manifest missing")?;
+        let manifest: Manifest =
+            serde_json::from_slice(&self.read_blob(&stored.manifest, METADATA_BYTES_MAX)?)?;
+        let mut blobs =
+            vec![(stored.manifest, manifest_size), (manifest.config.digest.parse()?, manifest.config.size)];
+        for layer in &manifest.layers {
+            blobs.push((layer.digest.parse()?, layer.size));
+        }
+        Ok(blobs)
+    }
+
+    /// The OCI index (`index.json`) naming exactly `artifacts`, as a layout holding only
+    /// them (a bundle) writes it.
+    pub fn index_json_for(&self, artifacts: &[Stored]) -> anyhow::Result<Vec<u8>> {
+        let mut manifests = Vec::new();
+        for stored in artifacts {
+            let size = self.blob_size(&stored.manifest).context("manifest missing")?;
+            let mut entry = descriptor(MANIFEST_MEDIA_TYPE, stored.manifest, size);
+            entry.annotations.insert(REF_NAME.into(), reference(&stored.meta));
+            manifests.push(entry);
+        }
+        let index = Index { schema_version: 2, media_type: INDEX_MEDIA_TYPE.into(), manifests };
+        Ok(serde_json::to_vec_pretty(&index)?)
+    }
+
+    /// The size of blob `digest`, if the store has it.
+    #[must_use]
+    pub fn blob_size(&self, digest: &Digest) -> Option<u64> {
+        std::fs::metadata(self.blob_path(digest)).ok().filter(std::fs::Metadata::is_file).map(|m| m.len())
+    }
+
+    /// Opens blob `digest` for reading (the caller verifies what it reads).
+    pub fn open_blob(&self, digest: &Digest) -> anyhow::Result<File> {
+        File::open(self.blob_path(digest)).with_context(|| format!("blob {digest} is missing from the store"))
+    }
+
+    /// Hashes blob `digest` on disk, in pieces, and checks it is `size` bytes of it.
+    pub fn verify_blob(&self, digest: &Digest, size: u64) -> anyhow::Result<()> {
+        let mut file = self.open_blob(digest)?;
+        let (found, len) = hash_reader(&mut file, None)?;
+        if len != size || found != *digest {
+            bail!("blob {digest} is corrupt in the store ({len} bytes hashing to {found})");
+        }
+        Ok(())
+    }
+
+    /// Receives the next `size` bytes of `reader` as blob `digest`: hashed as they stream
+    /// into a new file in `staging` (same file system as the store), fsynced, and kept only
+    /// when the bytes match. Returns the staged file, or `None` when the store already has
+    /// the blob (the bytes are still read and checked). [`ArtifactStore::adopt`] moves
+    /// staged blobs into the store.
+    pub fn receive_blob(
+        &self,
+        reader: &mut dyn Read,
+        digest: &Digest,
+        size: u64,
+        staging: &Path,
+    ) -> anyhow::Result<Option<PathBuf>> {
+        if self.blob_size(digest) == Some(size) {
+            let (found, len) = hash_reader(&mut reader.take(size), None)?;
+            if len != size || found != *digest {
+                bail!("blob {digest}: its bytes hash to {found} ({len} bytes), not to its name");
+            }
+            return Ok(None);
+        }
+        let path = staging.join(digest.hex());
+        let result = (|| {
+            let mut file = OpenOptions::new().write(true).create_new(true).open(&path)?;
+            let (found, len) = hash_reader(&mut reader.take(size), Some(&mut file))?;
+            if len != size {
+                bail!("blob {digest}: {len} bytes arrived, {size} were declared");
+            }
+            if found != *digest {
+                bail!("blob {digest}: its bytes hash to {found}, not to its name");
+            }
+            file.sync_all()?;
+            Ok(())
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&path);
+        }
+        result.map(|()| Some(path))
+    }
+
+    /// Moves blobs staged by [`ArtifactStore::receive_blob`] into the store (each was
+    /// verified and fsynced), then fsyncs the blob directory.
+    pub fn adopt(&self, _lock: &WriteGuard<'_>, staged: &[(PathBuf, Digest)]) -> anyhow::Result<()> {
+        let dir = self.root.join("blobs/sha256");
+        for (path, digest) in staged {
+            std::fs::rename(path, self.blob_path(digest))
+                .with_context(|| format!("cannot move blob {digest} into the store"))?;
+        }
+        File::open(&dir)?.sync_all()?;
+        Ok(())
+    }
+
+    /// A directory for staging blobs, emptied of whatever an interrupted import left.
+    pub fn staging(&self, _lock: &WriteGuard<'_>) -> anyhow::Result<PathBuf> {
+        let dir = self.root.join(".import");
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).context("cannot clear the store's staging directory")?;
+        }
+        std::fs::create_dir_all(&dir)?;
+        Ok(dir)
+    }
+
+    /// The write lock: this process's writers, then other processes' (`store/.lock`). Held
+    /// by whoever changes the store in several steps (a bundle import).
+    pub fn lock(&self) -> anyhow::Result<WriteGuard<'_>> {
+        self.write_lock()
+    }
+
+    fn write_lock(&self) -> anyhow::Result<WriteGuard<'_>> {
+        let guard = self.write.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.root.join(".lock"))
+            .context("cannot open the store's lock file")?;
+        file.lock().context("cannot lock the store")?;
+        Ok(WriteGuard { _guard: guard, _file: file })
     }
 
     /// Every artifact, sorted by name then version.
@@ -247,7 +419,7 @@ impl ArtifactStore {
     /// Removes every version of `name` from the index; unreferenced blobs are deleted.
     /// Returns whether anything was removed.
     pub fn remove(&self, name: &str) -> anyhow::Result<bool> {
-        let _guard = self.write.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _lock = self.write_lock()?;
         let mut index = self.read_index()?;
         let before = index.manifests.len();
         let prefix = format!("{name}:");
@@ -345,6 +517,52 @@ impl ArtifactStore {
         }
         Ok(())
     }
+}
+
+/// Reads an artifact manifest (`manifest`, bytes) and its config (found by `blob`): the
+/// metadata, validated, and every blob the manifest references (config, then content),
+/// with their declared sizes. Nothing is read from or written to a store.
+pub fn parse_artifact(
+    manifest: &[u8],
+    blob: &dyn Fn(&Digest) -> Option<Vec<u8>>,
+) -> anyhow::Result<(ArtifactMeta, Vec<(Digest, u64)>)> {
+    let manifest: Manifest = serde_json::from_slice(manifest).context("not an OCI artifact manifest")?;
+    if manifest.artifact_type != ARTIFACT_TYPE || manifest.config.media_type != CONFIG_MEDIA_TYPE {
+        bail!("not a Murmur artifact (artifactType {})", manifest.artifact_type);
+    }
+    let config_digest: Digest = manifest.config.digest.parse()?;
+    let config = blob(&config_digest).with_context(|| format!("its config {config_digest} is missing"))?;
+    let meta: ArtifactMeta =
+        serde_json::from_slice(&config).context("its config is not artifact metadata")?;
+    meta.validate()?;
+    let layer = manifest.layers.first().context("the manifest has no content layer")?;
+    if manifest.layers.len() != 1 || layer.size > CONTENT_BYTES_MAX {
+        bail!("an artifact has one content layer of at most {CONTENT_BYTES_MAX} bytes");
+    }
+    Ok((meta, vec![(config_digest, manifest.config.size), (layer.digest.parse()?, layer.size)]))
+}
+
+/// Reads `reader` to its end in 64 KiB pieces, hashing, and copying to `out` when given.
+/// Returns the digest and the length.
+pub fn hash_reader(reader: &mut dyn Read, mut out: Option<&mut dyn Write>) -> anyhow::Result<(Digest, u64)> {
+    use sha2::Digest as _;
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut len = 0u64;
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(err) => return Err(err.into()),
+        };
+        hasher.update(&buf[..n]);
+        if let Some(out) = out.as_deref_mut() {
+            out.write_all(&buf[..n])?;
+        }
+        len += n as u64;
+    }
+    Ok((Digest(hasher.finalize().into()), len))
 }
 
 fn descriptor(media_type: &str, digest: Digest, size: u64) -> Descriptor {

@@ -37,6 +37,7 @@
 //! ```
 
 pub mod advert;
+pub mod catalog;
 pub mod cert;
 pub mod codec;
 pub mod digest;

@@ -47,6 +47,10 @@ pub enum DocKind {
     /// Closed-mesh admission of one node ([`crate::NodeCert`]), signed by an authority.
     #[serde(rename = "node-cert")]
     NodeCert,
+    /// The table of contents of an artifact bundle ([`crate::catalog::Catalog`]), signed
+    /// by a publisher.
+    #[serde(rename = "catalog")]
+    Catalog,
 }
 
 impl DocKind {
@@ -57,6 +61,7 @@ impl DocKind {
             Self::NodeAdvert => "node-advert",
             Self::Grant => "grant",
             Self::NodeCert => "node-cert",
+            Self::Catalog => "catalog",
         }
     }
 }
@@ -132,7 +137,13 @@ impl Envelope {
     /// Decodes an envelope from the wire. The signature is not checked here: see
     /// [`Envelope::open`].
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-        decode_versioned("envelope", bytes, ENVELOPE_BYTES_MAX, ENVELOPE_VERSION, |e: &Self| e.0.v)
+        Self::decode_bounded(bytes, ENVELOPE_BYTES_MAX)
+    }
+
+    /// [`Envelope::decode`] for documents that travel outside gossip and may be larger
+    /// (a bundle's catalog): at most `len_max` bytes.
+    pub fn decode_bounded(bytes: &[u8], len_max: usize) -> Result<Self, DecodeError> {
+        decode_versioned("envelope", bytes, len_max, ENVELOPE_VERSION, |e: &Self| e.0.v)
     }
 
     /// The canonical bytes of this envelope.
