@@ -1,5 +1,6 @@
 //! The `mur` client's commands. Each module owns one noun (`mur key …`, `mur grant …`).
 
+pub mod artifact;
 pub mod capsule;
 pub mod capsules;
 pub mod cert;

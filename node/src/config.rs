@@ -137,13 +137,14 @@ impl Default for RawAdverts {
 #[serde(deny_unknown_fields, default)]
 pub struct RawTrust {
     pub authorities: Vec<String>,
+    pub publishers: Vec<String>,
     pub closed: bool,
     pub cert: String,
 }
 
 impl Default for RawTrust {
     fn default() -> Self {
-        Self { authorities: Vec::new(), closed: false, cert: "node.cert".into() }
+        Self { authorities: Vec::new(), publishers: Vec::new(), closed: false, cert: "node.cert".into() }
     }
 }
 
@@ -210,6 +211,8 @@ pub struct AdvertConfig {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TrustConfig {
     pub authorities: Vec<PublicKey>,
+    /// Keys trusted to sign artifact bundles' catalogs.
+    pub publishers: Vec<PublicKey>,
     pub closed: bool,
     /// Absolute path of this node's certificate.
     pub cert: PathBuf,
@@ -318,6 +321,12 @@ impl Config {
             .iter()
             .filter_map(|text| text.parse().map_err(|e| err("trust.authorities", format!("{e}"))).ok())
             .collect();
+        let publishers: Vec<PublicKey> = raw
+            .trust
+            .publishers
+            .iter()
+            .filter_map(|text| text.parse().map_err(|e| err("trust.publishers", format!("{e}"))).ok())
+            .collect();
         if raw.trust.closed && raw.trust.authorities.is_empty() {
             err("trust.closed", "a closed mesh needs at least one key in trust.authorities".into());
         }
@@ -366,6 +375,7 @@ impl Config {
             },
             trust: TrustConfig {
                 authorities,
+                publishers,
                 closed: raw.trust.closed,
                 cert: data_dir.join(&raw.trust.cert),
             },

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use murmur_node::cli::{capsule, capsules, cert, grant, key, peers, task, tool};
+use murmur_node::cli::{artifact, capsule, capsules, cert, grant, key, peers, task, tool};
 use murmur_node::exit::{self, CliResult};
 
 /// The Murmur client: keys, grants, and (with a running node) the mesh.
@@ -22,6 +22,11 @@ use murmur_node::exit::{self, CliResult};
 ///   mur send mesh://ask "Which branch?" --stream
 ///   mur task ls --state input-required
 ///   mur send mesh://ask "main" --reply-to TASK_ID
+///
+/// Move artifacts into a network with no connection to ours (on a USB stick):
+///   mur artifact add wordcount.wasm --name wordcount --version 1.0.0 --kind tool
+///   mur bundle export wordcount@1.0.0 --sign-key publisher.key -o tools.bundle
+///   mur bundle import tools.bundle        # on the other side; trust.publishers decides
 ///
 /// Exit codes: 0 ok, 1 failed (e.g. an invalid grant), 2 usage or input error,
 /// 3 `mur send --wait|--stream`: the task ended failed, canceled or rejected.
@@ -58,6 +63,12 @@ enum Command {
     /// Show, list and cancel tasks.
     #[command(subcommand)]
     Task(task::TaskCommand),
+    /// Add, list, show and remove artifacts in a node's store.
+    #[command(subcommand)]
+    Artifact(artifact::ArtifactCommand),
+    /// Carry artifacts between networks as one signed file: export, verify, import.
+    #[command(subcommand)]
+    Bundle(artifact::BundleCommand),
 }
 
 fn main() -> ExitCode {
@@ -75,5 +86,7 @@ fn dispatch(command: Command) -> CliResult {
         Command::Capsule(command) => capsule::run(command),
         Command::Send(args) => task::send(args),
         Command::Task(command) => task::run(command),
+        Command::Artifact(command) => artifact::run(command),
+        Command::Bundle(command) => artifact::run_bundle(command),
     }
 }
