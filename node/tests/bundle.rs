@@ -302,3 +302,54 @@ fn an_import_interrupted_midway_converges_when_run_again() {
     assert!(!root.join(".import").exists(), "staging is cleared");
     assert_eq!(store.list().unwrap().len(), originals.len());
 }
+
+/// The OCI image-layout specification's rules, checked on an extracted bundle: no OCI
+/// tool installs here from the package registries, so the test applies the rules itself.
+#[test]
+fn an_extracted_bundle_is_a_valid_oci_image_layout() {
+    use murmur_protocol::Digest;
+    let dir = tempfile::tempdir().unwrap();
+    let (bundle_path, _) = exported(dir.path());
+    let files: std::collections::BTreeMap<String, Vec<u8>> = entries(&bundle_path).into_iter().collect();
+    let json = |name: &str| -> serde_json::Value { serde_json::from_slice(&files[name]).unwrap() };
+
+    // `oci-layout`: the layout version.
+    assert_eq!(json("oci-layout")["imageLayoutVersion"], "1.0.0");
+    // Every blob is named by the SHA-256 of its bytes (`blobs/<alg>/<encoded>`).
+    let blobs: Vec<(&String, &Vec<u8>)> = files.iter().filter(|(n, _)| n.starts_with("blobs/")).collect();
+    for (name, bytes) in &blobs {
+        assert_eq!(**name, format!("blobs/sha256/{}", Digest::of(bytes).hex()), "content-addressed");
+    }
+    let blob = |descriptor: &serde_json::Value| -> Vec<u8> {
+        let digest = descriptor["digest"].as_str().unwrap();
+        let hex = digest.strip_prefix("sha256:").expect("sha256 digests");
+        assert!(hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        let bytes =
+            files.get(&format!("blobs/sha256/{hex}")).unwrap_or_else(|| panic!("{digest} is in the layout"));
+        assert_eq!(descriptor["size"].as_u64(), Some(bytes.len() as u64), "descriptor size");
+        assert!(descriptor["mediaType"].is_string());
+        bytes.clone()
+    };
+    // `index.json`: an image index whose descriptors resolve; each manifest's config and
+    // layers resolve too.
+    let index = json("index.json");
+    assert_eq!(index["schemaVersion"], 2);
+    assert_eq!(index["mediaType"], "application/vnd.oci.image.index.v1+json");
+    let manifests = index["manifests"].as_array().unwrap();
+    assert_eq!(manifests.len(), 2);
+    let mut referenced = std::collections::BTreeSet::new();
+    for descriptor in manifests {
+        assert_eq!(descriptor["mediaType"], "application/vnd.oci.image.manifest.v1+json");
+        assert!(
+            descriptor["annotations"]["org.opencontainers.image.ref.name"].as_str().unwrap().contains(':')
+        );
+        let manifest: serde_json::Value = serde_json::from_slice(&blob(descriptor)).unwrap();
+        assert_eq!(manifest["schemaVersion"], 2);
+        referenced.insert(descriptor["digest"].as_str().unwrap().to_owned());
+        for part in std::iter::once(&manifest["config"]).chain(manifest["layers"].as_array().unwrap()) {
+            blob(part);
+            referenced.insert(part["digest"].as_str().unwrap().to_owned());
+        }
+    }
+    assert_eq!(referenced.len(), blobs.len(), "every blob is referenced, none is missing");
+}

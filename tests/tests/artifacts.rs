@@ -174,3 +174,85 @@ fn a_tampered_bundle_is_refused_and_the_store_stays_empty() {
     let blobs = std::fs::read_dir(target.path().join("store/blobs/sha256")).unwrap().count();
     assert_eq!(blobs, 0, "no blob was written");
 }
+
+#[test]
+fn an_import_killed_midway_converges_when_run_again() {
+    let work = tempfile::tempdir().unwrap();
+    let (key, public) = publisher(work.path());
+    let source = init_data_dir();
+    // 64 MiB of content: an import takes long enough to be killed in the middle.
+    let component = work.path().join("big.wasm");
+    let bytes: Vec<u8> =
+        (0..64u32 * 1024 * 1024).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    std::fs::write(&component, &bytes).unwrap();
+    let out = mur(&[
+        "artifact",
+        "add",
+        component.to_str().unwrap(),
+        "--name",
+        "big",
+        "--version",
+        "1.0.0",
+        "--kind",
+        "tool",
+        "--data-dir",
+        dir_arg(source.path()),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let bundle = work.path().join("big.bundle");
+    let out = mur(&[
+        "bundle",
+        "export",
+        "big",
+        "--sign-key",
+        &key,
+        "-o",
+        bundle.to_str().unwrap(),
+        "--data-dir",
+        dir_arg(source.path()),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let target = init_data_dir();
+    trust(target.path(), &public);
+    let staging = target.path().join("store/.import");
+    let mut child = std::process::Command::new(murmur_tests::bin("mur"))
+        .args(["bundle", "import", bundle.to_str().unwrap(), "--data-dir", dir_arg(target.path())])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Kill it once a blob is being staged.
+    let started = std::time::Instant::now();
+    while !std::fs::read_dir(&staging).is_ok_and(|mut d| d.next().is_some()) {
+        assert!(started.elapsed() < std::time::Duration::from_secs(60), "the import never staged a blob");
+        assert!(child.try_wait().unwrap().is_none(), "the import finished before it could be killed");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let listed = mur_json(&["artifact", "ls", "--data-dir", dir_arg(target.path()), "--json"]);
+    assert!(listed["artifacts"].as_array().unwrap().is_empty(), "nothing indexed by the killed import");
+
+    let imported = mur_json(&[
+        "bundle",
+        "import",
+        bundle.to_str().unwrap(),
+        "--data-dir",
+        dir_arg(target.path()),
+        "--json",
+    ]);
+    assert_eq!(imported["artifacts"][0], "big@1.0.0");
+    assert!(!staging.exists(), "staging cleared");
+    let shown = mur_json(&["artifact", "show", "big", "--data-dir", dir_arg(target.path()), "--json"]);
+    assert_eq!(shown["size"], 64 * 1024 * 1024);
+    let again = mur_json(&[
+        "bundle",
+        "import",
+        bundle.to_str().unwrap(),
+        "--data-dir",
+        dir_arg(target.path()),
+        "--json",
+    ]);
+    assert_eq!(again["blobs_written"], 0);
+}
