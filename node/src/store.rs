@@ -234,7 +234,11 @@ impl ArtifactStore {
             bail!("{name}@{version}: content is {} bytes, more than {CONTENT_BYTES_MAX}", stored.size);
         }
         if self.blob_size(&stored.content) != Some(stored.size) {
-            bail!("{name}@{version}: content {} is not in the store at {} bytes", stored.content, stored.size);
+            bail!(
+                "{name}@{version}: content {} is not in the store at {} bytes",
+                stored.content,
+                stored.size
+            );
         }
         self.index_entry(&stored.meta, *manifest, size)?;
         Ok(stored)

@@ -48,6 +48,7 @@ pub mod limits;
 pub mod mesh;
 pub mod names;
 pub mod peer_url;
+pub mod pull;
 pub mod route;
 pub mod signed;
 pub mod sync;
