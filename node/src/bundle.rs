@@ -205,7 +205,7 @@ fn keep_small(
         return check_blob(blob, found, len);
     }
     let mut bytes = Vec::with_capacity(usize::try_from(blob.size).unwrap_or(0));
-    reader.read_to_end(&mut bytes)?;
+    reader.take(blob.size + 1).read_to_end(&mut bytes)?;
     check_blob(blob, Digest::of(&bytes), bytes.len() as u64)?;
     if let Some(copy) = copy {
         copy.clone_from(&bytes);
@@ -266,12 +266,14 @@ fn walk(
             bail!("the first entry is `{name}`, not the catalog `{CATALOG_ENTRY}`");
         }
         regular(&first, &name)?;
-        let size = first.header().size()?;
-        if size > (CATALOG_BYTES_MAX + 1024) as u64 {
-            bail!("the catalog declares {size} bytes, more than {}", CATALOG_BYTES_MAX + 1024);
+        // `size()` is the entry's real length (a PAX record may override the header's).
+        let size = first.size();
+        let limit = (CATALOG_BYTES_MAX + 1024) as u64;
+        if size > limit {
+            bail!("the catalog declares {size} bytes, more than {limit}");
         }
         let mut bytes = Vec::new();
-        first.read_to_end(&mut bytes)?;
+        (&mut first).take(limit).read_to_end(&mut bytes)?;
         verify_catalog(&bytes, publishers)
             .map_err(|e| anyhow::anyhow!("catalog refused ({}): {e}", e.reason()))?
     };
@@ -293,14 +295,14 @@ fn walk(
         if !seen.insert(name.clone()) {
             bail!("`{name}` appears twice");
         }
-        let size = entry.header().size()?;
+        let size = entry.size();
         match name.as_str() {
             "oci-layout" | "index.json" => {
                 if size > LAYOUT_FILE_BYTES_MAX {
                     bail!("`{name}` declares {size} bytes, more than {LAYOUT_FILE_BYTES_MAX}");
                 }
                 let mut bytes = Vec::new();
-                entry.read_to_end(&mut bytes)?;
+                (&mut entry).take(LAYOUT_FILE_BYTES_MAX).read_to_end(&mut bytes)?;
                 let json: serde_json::Value =
                     serde_json::from_slice(&bytes).with_context(|| format!("`{name}` is not JSON"))?;
                 if name == "oci-layout" && json["imageLayoutVersion"] != "1.0.0" {

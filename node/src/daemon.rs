@@ -101,7 +101,7 @@ pub async fn run(options: RunOptions) -> CliResult {
     let mesh = mesh::start(&key, &config, hosted, cert, manager.clone(), stop_rx)
         .await
         .context("cannot start networking")?;
-    let tasks = Tasks::new(manager, mesh.handle.clone());
+    let tasks = Tasks::new(manager.clone(), mesh.handle.clone());
     router.attach(tasks.clone());
     let state = Arc::new(ApiState {
         peer_id: peer_id.clone(),
@@ -139,6 +139,10 @@ pub async fn run(options: RunOptions) -> CliResult {
         .context("API server failed")?;
     let _ = stop_tx.send(true);
     let _ = mesh.task.await;
+    // Writes nobody waited for (`working`, routes) reach the disk before the process ends.
+    if let Err(err) = manager.flush().await {
+        tracing::error!(error = %format!("{err:#}"), "task database flush at shutdown failed");
+    }
     info!("node stopped");
     Ok(())
 }

@@ -353,3 +353,36 @@ fn an_extracted_bundle_is_a_valid_oci_image_layout() {
     }
     assert_eq!(referenced.len(), blobs.len(), "every blob is referenced, none is missing");
 }
+
+/// A PAX `size` record overrides the ustar header's size: the importer bounds by the real
+/// length, so a large entry disguised behind a small header is refused before it is read.
+#[test]
+fn a_pax_size_record_cannot_smuggle_a_large_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bundle_path, _) = exported(dir.path());
+    let all = entries(&bundle_path);
+    let path = dir.path().join("pax.tar");
+    let mut out = tar::Builder::new(std::fs::File::create(&path).unwrap());
+    for (name, bytes) in &all {
+        if name == "index.json" {
+            let big = vec![b' '; 2 * 1024 * 1024];
+            out.append_pax_extensions([("size", big.len().to_string().as_bytes())]).unwrap();
+            let mut header = tar::Header::new_ustar();
+            header.set_path(name).unwrap();
+            header.set_size(2);
+            header.set_mode(0o644);
+            header.set_cksum();
+            out.append(&header, big.as_slice()).unwrap();
+        } else {
+            let mut header = tar::Header::new_ustar();
+            header.set_path(name).unwrap();
+            header.set_size(bytes.len() as u64);
+            header.set_mode(0o644);
+            header.set_cksum();
+            out.append(&header, bytes.as_slice()).unwrap();
+        }
+    }
+    out.finish().unwrap();
+    drop(out);
+    import_refused(&path, &dir.path().join("store"), "more than 1048576");
+}

@@ -42,6 +42,8 @@ pub const FLUSH_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 enum Write {
     Put(Box<TaskRecord>, Option<oneshot::Sender<Result<(), String>>>),
     Route(RouteRecord),
+    /// Make everything committed so far durable, then answer.
+    Flush(oneshot::Sender<Result<(), String>>),
 }
 
 /// The task database.
@@ -108,6 +110,17 @@ impl TaskDb {
     /// loss a crash turns into "failed: node restarted" anyway).
     pub fn put_eventually(&self, record: TaskRecord) {
         let _ = self.writes.try_send(Write::Put(Box::new(record), None));
+    }
+
+    /// Makes every write so far durable (the node calls this when it stops: a reference
+    /// cycle through the runtime keeps the database from being dropped).
+    pub async fn flush(&self) -> anyhow::Result<()> {
+        let (tx, rx) = oneshot::channel();
+        let writes = self.writes.clone();
+        tokio::task::spawn_blocking(move || writes.send(Write::Flush(tx)))
+            .await?
+            .map_err(|_| anyhow::anyhow!("the task database writer stopped"))?;
+        rx.await.map_err(|_| anyhow::anyhow!("the task database writer stopped"))?.map_err(anyhow::Error::msg)
     }
 
     /// Stores where a task sent from here went, with the next commit.
@@ -189,7 +202,7 @@ fn writer(db: &Database, queue: &std_mpsc::Receiver<Write>) {
                 Err(_) => break,
             }
         }
-        let waited_for = batch.iter().any(|w| matches!(w, Write::Put(_, Some(_))));
+        let waited_for = batch.iter().any(|w| matches!(w, Write::Put(_, Some(_)) | Write::Flush(_)));
         let overdue = undurable_since.is_some_and(|since| since.elapsed() >= FLUSH_AFTER);
         let durable = waited_for || overdue;
         let result = commit(db, &batch, durable).map_err(|e| format!("{e:#}"));
@@ -201,7 +214,7 @@ fn writer(db: &Database, queue: &std_mpsc::Receiver<Write>) {
             }
         }
         for write in batch {
-            if let Write::Put(_, Some(reply)) = write {
+            if let Write::Put(_, Some(reply)) | Write::Flush(reply) = write {
                 let _ = reply.send(result.clone());
             }
         }
@@ -225,6 +238,7 @@ fn commit(db: &Database, batch: &[Write], durable: bool) -> anyhow::Result<()> {
                 Write::Route(route) => {
                     routes.insert(&route.task.0, murmur_protocol::codec::encode(route).as_slice())?;
                 }
+                Write::Flush(_) => {}
             }
         }
     }
@@ -285,10 +299,12 @@ mod tests {
             tokio::time::sleep(FLUSH_AFTER + std::time::Duration::from_millis(300)).await;
             assert_eq!(db.routes().unwrap().len(), 1);
             db.put_route(route("r2"));
+            db.flush().await.unwrap();
+            db.put_route(route("r3"));
             // Closing carries the last one to disk.
         }
         let db = TaskDb::open(&path).unwrap();
         assert_eq!(db.get(&task).unwrap().unwrap().input, "hi");
-        assert_eq!(db.routes().unwrap().len(), 2);
+        assert_eq!(db.routes().unwrap().len(), 3);
     }
 }

@@ -150,6 +150,11 @@ impl TaskManager {
         Ok(manager)
     }
 
+    /// Makes every task write so far durable (call when the node stops).
+    pub async fn flush(&self) -> anyhow::Result<()> {
+        self.inner.db.flush().await
+    }
+
     /// Accepts a task for a capsule this node runs (idempotent: the same task id returns
     /// the task as it is). The acceptance is durable before this returns.
     pub async fn accept(&self, submit: &Submit, origin: Origin) -> Result<TaskSnapshot, TaskError> {

@@ -379,6 +379,7 @@ impl Driver {
             let _ = self.swarm.behaviour_mut().task.send_response(channel, response);
             return;
         }
+        let arrived = std::time::Instant::now();
         self.tasks.next_token = self.tasks.next_token.wrapping_add(1);
         let token = self.tasks.next_token;
         self.tasks.inbound.insert(token, channel);
@@ -395,7 +396,7 @@ impl Driver {
         };
         tokio::spawn(
             async move {
-                let response = answer(&manager, from, request).await;
+                let response = answer(&manager, from, request, arrived).await;
                 let _ = reports.send(Report::Respond { token, response }).await;
             }
             .instrument(span),
@@ -403,8 +404,13 @@ impl Driver {
     }
 }
 
-/// The owner's answer to a peer's task request.
-async fn answer(manager: &TaskManager, from: NodeId, request: TaskRequest) -> TaskResponse {
+/// The owner's answer to a peer's task request, which arrived at `arrived`.
+async fn answer(
+    manager: &TaskManager,
+    from: NodeId,
+    request: TaskRequest,
+    arrived: std::time::Instant,
+) -> TaskResponse {
     let refused = |err: TaskError| match err {
         TaskError::NotFound(_) => TaskResponse::NotFound,
         other => TaskResponse::Refused { check: other.check().to_owned(), reason: other.to_string() },
@@ -424,8 +430,18 @@ async fn answer(manager: &TaskManager, from: NodeId, request: TaskRequest) -> Ta
                 return TaskResponse::Accepted(accepted);
             }
             // The sender waits for the outcome: answer when the task settles (or the wait
-            // ends), in this one round trip. Accepted either way.
-            let wait = Duration::from_millis(u64::from(submit.settle_wait_ms)).min(EVENTS_WAIT_MAX);
+            // ends), in this one round trip. Accepted either way. The wait ends a second
+            // before the sender's request timeout, counted from the request's arrival (the
+            // durable acceptance may have taken a while): an accepted task must never
+            // look lost.
+            let budget = crate::mesh::TASK_REQUEST_TIMEOUT
+                .saturating_sub(arrived.elapsed())
+                .saturating_sub(Duration::from_secs(1));
+            let wait =
+                Duration::from_millis(u64::from(submit.settle_wait_ms)).min(EVENTS_WAIT_MAX).min(budget);
+            if wait.is_zero() {
+                return TaskResponse::Accepted(accepted);
+            }
             match manager.events(&submit.task, 0, wait, true).await {
                 Ok((_, settled, _)) => TaskResponse::Accepted(settled),
                 Err(_) => TaskResponse::Accepted(accepted),
