@@ -100,9 +100,15 @@ pub fn export(
 
     let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = out.file_name().and_then(|n| n.to_str()).context("the output needs a file name")?;
-    let tmp = dir.join(format!(".{name}.partial-{}", std::process::id()));
+    // A fresh name, created exclusively: never follows a link someone left in its place.
+    let nonce: u64 = rand::random();
+    let tmp = dir.join(format!(".{name}.partial-{}-{nonce:016x}", std::process::id()));
     let result = (|| {
-        let file = File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .with_context(|| format!("cannot create {}", tmp.display()))?;
         let mut tar = tar::Builder::new(BufWriter::with_capacity(1 << 20, file));
         append(&mut tar, CATALOG_ENTRY, envelope.len() as u64, &mut envelope.as_slice())?;
         let layout = br#"{"imageLayoutVersion":"1.0.0"}"#;
@@ -121,6 +127,7 @@ pub fn export(
         let file = writer.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
         std::fs::rename(&tmp, out).with_context(|| format!("cannot write {}", out.display()))?;
+        File::open(dir)?.sync_all()?;
         Ok(())
     })();
     if result.is_err() {
@@ -170,12 +177,13 @@ pub fn import(
             Ok(())
         })?;
         check_artifacts(catalog.doc(), &small)?;
+        let artifacts: Vec<(String, String, Digest)> =
+            catalog.doc().artifacts.iter().map(|a| (a.name.clone(), a.version.clone(), a.manifest)).collect();
+        // Everything that could refuse the bundle is checked before the store changes: a
+        // name@version already present as another artifact, the store's limit.
+        store.check_index(&lock, &artifacts)?;
         store.adopt(&lock, &staged)?;
-        for artifact in &catalog.doc().artifacts {
-            store
-                .index_artifact(&lock, &artifact.name, &artifact.version, &artifact.manifest)
-                .with_context(|| format!("{}@{}", artifact.name, artifact.version))?;
-        }
+        store.index_artifacts(&lock, &artifacts)?;
         Ok(report(&catalog, staged.len()))
     })();
     let _ = std::fs::remove_dir_all(&staging);

@@ -208,40 +208,82 @@ impl ArtifactStore {
         })
     }
 
-    /// Names `manifest` (already stored, with every blob it references) as `name@version`,
-    /// replacing what that name@version was. The manifest must be a Murmur artifact whose
-    /// metadata says that name and version, and its content must be present at its size
-    /// (its bytes were verified when they were received, and are on every read).
-    pub fn index_artifact(
+    /// Checks that `artifacts` (name, version, manifest digest) can be indexed: none would
+    /// re-point a name@version the store already has at another manifest (remove it first),
+    /// and the store's limit holds. Changes nothing.
+    pub fn check_index(
         &self,
         _lock: &WriteGuard<'_>,
-        name: &str,
-        version: &str,
-        manifest: &Digest,
-    ) -> anyhow::Result<Stored> {
-        let size =
-            self.blob_size(manifest).with_context(|| format!("manifest {manifest} is not in the store"))?;
-        let stored = self.load(&descriptor(MANIFEST_MEDIA_TYPE, *manifest, size))?;
-        stored.meta.validate().with_context(|| format!("manifest {manifest}: its metadata"))?;
-        if stored.meta.name != name || stored.meta.version != version {
+        artifacts: &[(String, String, Digest)],
+    ) -> anyhow::Result<()> {
+        let index = self.read_index()?;
+        let mut new = 0;
+        for (name, version, manifest) in artifacts {
+            let reference = format!("{name}:{version}");
+            match index.manifests.iter().find(|d| d.annotations.get(REF_NAME) == Some(&reference)) {
+                Some(existing) if existing.digest != manifest.to_string() => bail!(
+                    "the store already has {name}@{version} as another artifact (manifest {}); `mur artifact rm {name}` first to replace it",
+                    existing.digest
+                ),
+                Some(_) => {}
+                None => new += 1,
+            }
+        }
+        if index.manifests.len() + new > ARTIFACTS_MAX {
             bail!(
-                "manifest {manifest} describes {}@{}, not {name}@{version}",
-                stored.meta.name,
-                stored.meta.version
+                "the store holds {} artifacts; {new} more would pass its limit of {ARTIFACTS_MAX}",
+                index.manifests.len()
             );
         }
-        if stored.size > CONTENT_BYTES_MAX {
-            bail!("{name}@{version}: content is {} bytes, more than {CONTENT_BYTES_MAX}", stored.size);
+        Ok(())
+    }
+
+    /// Names each manifest (already stored, with every blob it references) as its
+    /// name@version, in one index write. Each must be a Murmur artifact whose metadata says
+    /// that name and version, with its content present at its size (the bytes were
+    /// verified when they were received, and are on every read).
+    pub fn index_artifacts(
+        &self,
+        _lock: &WriteGuard<'_>,
+        artifacts: &[(String, String, Digest)],
+    ) -> anyhow::Result<Vec<Stored>> {
+        let mut index = self.read_index()?;
+        let mut stored_all = Vec::new();
+        for (name, version, manifest) in artifacts {
+            let size = self
+                .blob_size(manifest)
+                .with_context(|| format!("manifest {manifest} is not in the store"))?;
+            let stored = self.load(&descriptor(MANIFEST_MEDIA_TYPE, *manifest, size))?;
+            stored.meta.validate().with_context(|| format!("manifest {manifest}: its metadata"))?;
+            if stored.meta.name != *name || stored.meta.version != *version {
+                bail!(
+                    "manifest {manifest} describes {}@{}, not {name}@{version}",
+                    stored.meta.name,
+                    stored.meta.version
+                );
+            }
+            if stored.size > CONTENT_BYTES_MAX || self.blob_size(&stored.content) != Some(stored.size) {
+                bail!(
+                    "{name}@{version}: content {} is not in the store at {} bytes",
+                    stored.content,
+                    stored.size
+                );
+            }
+            index.manifests.retain(|d| d.annotations.get(REF_NAME) != Some(&reference(&stored.meta)));
+            let mut entry = descriptor(MANIFEST_MEDIA_TYPE, *manifest, size);
+            entry.annotations.insert(REF_NAME.into(), reference(&stored.meta));
+            index.manifests.push(entry);
+            stored_all.push(stored);
         }
-        if self.blob_size(&stored.content) != Some(stored.size) {
+        if index.manifests.len() > ARTIFACTS_MAX {
             bail!(
-                "{name}@{version}: content {} is not in the store at {} bytes",
-                stored.content,
-                stored.size
+                "the store would hold {} artifacts, more than its limit of {ARTIFACTS_MAX}",
+                index.manifests.len()
             );
         }
-        self.index_entry(&stored.meta, *manifest, size)?;
-        Ok(stored)
+        index.manifests.sort_by(|a, b| a.annotations.get(REF_NAME).cmp(&b.annotations.get(REF_NAME)));
+        self.write_index(&index)?;
+        Ok(stored_all)
     }
 
     /// Writes the index with `meta`'s reference pointing at `manifest` (the write lock held).
@@ -310,8 +352,8 @@ impl ArtifactStore {
     /// Receives the next `size` bytes of `reader` as blob `digest`: hashed as they stream
     /// into a new file in `staging` (same file system as the store), fsynced, and kept only
     /// when the bytes match. Returns the staged file, or `None` when the store already has
-    /// the blob (the bytes are still read and checked). [`ArtifactStore::adopt`] moves
-    /// staged blobs into the store.
+    /// a good copy of the blob (the bytes are still read and checked; a damaged copy is
+    /// replaced). [`ArtifactStore::adopt`] moves staged blobs into the store.
     pub fn receive_blob(
         &self,
         reader: &mut dyn Read,
@@ -319,7 +361,7 @@ impl ArtifactStore {
         size: u64,
         staging: &Path,
     ) -> anyhow::Result<Option<PathBuf>> {
-        if self.blob_size(digest) == Some(size) {
+        if self.blob_size(digest) == Some(size) && self.verify_blob(digest, size).is_ok() {
             let (found, len) = hash_reader(&mut reader.take(size), None)?;
             if len != size || found != *digest {
                 bail!("blob {digest}: its bytes hash to {found} ({len} bytes), not to its name");

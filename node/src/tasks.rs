@@ -128,7 +128,7 @@ impl Tasks {
     /// it is). Returns once its owner accepted it durably.
     pub async fn submit(&self, new: NewTask) -> Result<TaskView, CallError> {
         let task = TaskId::derive(&new.origin, &new.message_id);
-        if self.manager.owns(&task) {
+        if self.manager.holds(&task) {
             return Ok(TaskView { snapshot: self.manager.get(&task)?, owner: self.local() });
         }
         if self.manager.route_of(&task).is_some() {

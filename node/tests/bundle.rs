@@ -386,3 +386,30 @@ fn a_pax_size_record_cannot_smuggle_a_large_entry() {
     drop(out);
     import_refused(&path, &dir.path().join("store"), "more than 1048576");
 }
+
+/// A trusted publisher cannot silently re-point a name@version this store already has, and
+/// a damaged local copy of a blob is replaced by the bundle's verified one.
+#[test]
+fn an_import_never_replaces_an_existing_version_and_repairs_damaged_blobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bundle_path, originals) = exported(dir.path());
+    let root = dir.path().join("target");
+    let store = ArtifactStore::open(&root).unwrap();
+    store.add(&meta("echo", "1.0.0"), b"a different echo").unwrap();
+    let before = snapshot(&root);
+    let err = bundle::import(&store, &bundle_path, &trusted(), &mut |_, _| {}).unwrap_err();
+    assert!(format!("{err:#}").contains("already has echo@1.0.0 as another artifact"), "{err:#}");
+    assert_eq!(snapshot(&root), before, "nothing changed, wordcount@2.1.0 included");
+
+    let fresh = dir.path().join("fresh");
+    let store = ArtifactStore::open(&fresh).unwrap();
+    bundle::import(&store, &bundle_path, &trusted(), &mut |_, _| {}).unwrap();
+    let content = fresh.join("blobs/sha256").join(originals[0].content.hex());
+    let mut damaged = std::fs::read(&content).unwrap();
+    damaged[10] ^= 0xff;
+    std::fs::write(&content, &damaged).unwrap();
+    assert!(store.content(&originals[0]).is_err());
+    let report = bundle::import(&store, &bundle_path, &trusted(), &mut |_, _| {}).unwrap();
+    assert_eq!(report.blobs_written, 1, "only the damaged blob is written again");
+    assert!(store.content(&originals[0]).is_ok());
+}

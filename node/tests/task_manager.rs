@@ -76,5 +76,6 @@ async fn finished_tasks_beyond_the_memory_limit_are_dropped_in_batches_and_never
         assert_eq!(again.state, TaskState::Completed, "not queued a second time");
         assert!(again.message.as_deref().unwrap_or_default().contains(&s.text), "{again:?}");
         assert!(!manager.owns(&s.task), "answered from disk, not brought back to run");
+        assert!(manager.holds(&s.task), "still held, on disk");
     }
 }

@@ -78,8 +78,8 @@ pub enum Input {
 pub enum Output {
     /// Ask `provider` for chunk `index`: `len` bytes at `offset` of the blob.
     Request { provider: NodeId, index: u32, offset: u64, len: u64 },
-    /// The bytes last received for chunk `index` are good: write them at its offset.
-    Write { index: u32 },
+    /// The bytes `provider` sent for chunk `index` are good: write those at its offset.
+    Write { index: u32, provider: NodeId },
     /// `provider` served bad bytes or failed too often: it is out of this pull.
     Penalize { provider: NodeId, reason: String },
     /// Every chunk is written.
@@ -88,20 +88,24 @@ pub enum Output {
     Stalled { missing: usize },
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Chunk {
     Missing,
-    /// Asked of these providers, each since then.
-    Asked(Vec<(NodeId, Millis)>),
+    /// Requests for it are out (this many).
+    Asked(u16),
     Written,
+}
+
+/// One request sent and not yet answered, failed or timed out.
+#[derive(Clone, Copy, Debug)]
+struct Request {
+    since: Millis,
 }
 
 #[derive(Clone, Debug, Default)]
 struct Provider {
-    in_flight: usize,
     /// Smoothed answer time (ms); unknown providers count as 0 so they get tried.
     latency_ms: u64,
-    strikes: u32,
     served: u64,
 }
 
@@ -125,9 +129,19 @@ pub struct Pull {
     chunk_size: u64,
     expected: Vec<Digest>,
     chunks: Vec<Chunk>,
+    /// Every request out, by (provider, chunk): the in-flight counts are derived from it,
+    /// so an answer that lost a hedge still counts until it arrives, fails or times out.
+    outstanding: BTreeMap<(NodeId, u32), Request>,
     providers: BTreeMap<NodeId, Provider>,
+    /// Strikes per provider, kept across removal and return.
+    strikes: BTreeMap<NodeId, u32>,
     dropped: BTreeSet<NodeId>,
+    /// Chunks never asked yet start at this index; chunks asked and returned to missing
+    /// are in `retry`. Scheduling never scans the whole chunk list.
+    cursor: usize,
+    retry: BTreeSet<u32>,
     written: usize,
+    now: Millis,
     outputs: VecDeque<Output>,
     stalled_reported: bool,
     done_reported: bool,
@@ -168,9 +182,14 @@ impl Pull {
             chunk_size,
             chunks: vec![Chunk::Missing; count],
             expected,
+            outstanding: BTreeMap::new(),
             providers: BTreeMap::new(),
+            strikes: BTreeMap::new(),
             dropped: BTreeSet::new(),
+            cursor: 0,
+            retry: BTreeSet::new(),
             written: 0,
+            now: Millis(0),
             outputs: VecDeque::new(),
             stalled_reported: false,
             done_reported: false,
@@ -195,6 +214,7 @@ impl Pull {
 
     /// Feeds one input at time `now`, then schedules what it can.
     pub fn handle(&mut self, now: Millis, input: Input) {
+        self.now = self.now.max(now);
         match input {
             Input::AddProvider(node) => {
                 if !self.dropped.contains(&node) {
@@ -205,7 +225,7 @@ impl Pull {
             Input::RemoveProvider(node) => self.remove(&node),
             Input::Chunk { provider, index, digest, len } => self.arrived(now, provider, index, digest, len),
             Input::Failed { provider, index, .. } => {
-                if self.release(&provider, index) {
+                if self.release(&provider, index).is_some() {
                     self.stats.failures += 1;
                     self.strike(&provider, "failed requests");
                 }
@@ -220,17 +240,19 @@ impl Pull {
         self.outputs.pop_front()
     }
 
-    /// When the pull next needs a tick (the earliest hedge or timeout).
+    /// When the pull next needs a tick: the earliest timeout, or a hedge still to come.
+    /// Never a moment already passed, so a driver that sleeps until then never spins.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
-        self.chunks
+        self.outstanding
             .iter()
-            .filter_map(|c| match c {
-                Chunk::Asked(asked) => asked.iter().map(|(_, since)| *since).min(),
-                _ => None,
+            .flat_map(|((_, index), r)| {
+                let hedge = r.since.plus(self.config.hedge_after_ms);
+                let hedgeable = self.chunks[*index as usize] == Chunk::Asked(1) && hedge > self.now;
+                [Some(r.since.plus(self.config.timeout_ms)), hedgeable.then_some(hedge)]
             })
+            .flatten()
             .min()
-            .map(|since| since.plus(self.config.hedge_after_ms.min(self.config.timeout_ms)))
     }
 
     /// Whether every chunk is written.
@@ -251,6 +273,18 @@ impl Pull {
         &self.dropped
     }
 
+    /// Requests out to `provider` now.
+    #[must_use]
+    pub fn in_flight_to(&self, provider: &NodeId) -> usize {
+        self.outstanding.range((*provider, 0)..=(*provider, u32::MAX)).count()
+    }
+
+    /// Requests out now, to every provider.
+    #[must_use]
+    pub fn in_flight(&self) -> usize {
+        self.outstanding.len()
+    }
+
     /// Counters.
     #[must_use]
     pub const fn stats(&self) -> &PullStats {
@@ -258,70 +292,59 @@ impl Pull {
     }
 
     fn arrived(&mut self, now: Millis, provider: NodeId, index: u32, digest: Digest, len: u64) {
-        let Some(since) = self.asked_since(&provider, index) else {
-            // Not asked of it, or answered already by another (a hedge that lost).
+        let Some(request) = self.release(&provider, index) else {
+            // Never asked of it, or it timed out, or its provider was removed.
             self.stats.late_answers += 1;
             return;
         };
-        self.release(&provider, index);
         let (_, expected_len) = self.range(index);
-        if digest != self.expected[index as usize] || len != expected_len {
+        let good = digest == self.expected[index as usize] && len == expected_len;
+        if self.chunks[index as usize] == Chunk::Written && good {
+            // A hedge that lost: the chunk is written already.
+            self.stats.late_answers += 1;
+            return;
+        }
+        if !good {
             self.stats.bad_chunks += 1;
             self.drop_provider(provider, format!("chunk {index}: bytes that do not match the chunk list"));
             return;
         }
         if let Some(p) = self.providers.get_mut(&provider) {
-            let took = now.0.saturating_sub(since.0);
+            let took = now.0.saturating_sub(request.since.0);
             p.latency_ms = if p.served == 0 { took } else { (p.latency_ms * 3 + took) / 4 };
             p.served += 1;
         }
-        // Other providers asked for the same chunk (hedges) no longer count against it.
-        if let Chunk::Asked(asked) = &self.chunks[index as usize] {
-            for (other, _) in asked.clone() {
-                if let Some(p) = self.providers.get_mut(&other) {
-                    p.in_flight = p.in_flight.saturating_sub(1);
-                }
-            }
-        }
         self.chunks[index as usize] = Chunk::Written;
+        self.retry.remove(&index);
         self.written += 1;
         self.stats.bytes_written += len;
-        self.push(Output::Write { index });
+        self.push(Output::Write { index, provider });
         if self.is_done() && !self.done_reported {
             self.done_reported = true;
             self.push(Output::Done);
         }
     }
 
-    fn asked_since(&self, provider: &NodeId, index: u32) -> Option<Millis> {
-        match self.chunks.get(index as usize)? {
-            Chunk::Asked(asked) => asked.iter().find(|(p, _)| p == provider).map(|(_, since)| *since),
-            _ => None,
+    /// Forgets the request to `provider` for `index`; returns it if there was one. An
+    /// unwritten chunk with no request left is missing again.
+    fn release(&mut self, provider: &NodeId, index: u32) -> Option<Request> {
+        let request = self.outstanding.remove(&(*provider, index))?;
+        if let Some(Chunk::Asked(n)) = self.chunks.get(index as usize).copied() {
+            if n <= 1 {
+                self.chunks[index as usize] = Chunk::Missing;
+                self.retry.insert(index);
+            } else {
+                self.chunks[index as usize] = Chunk::Asked(n - 1);
+            }
         }
-    }
-
-    /// Forgets that `provider` was asked for `index`; returns whether it had been.
-    fn release(&mut self, provider: &NodeId, index: u32) -> bool {
-        let Some(Chunk::Asked(asked)) = self.chunks.get_mut(index as usize) else { return false };
-        let before = asked.len();
-        asked.retain(|(p, _)| p != provider);
-        if asked.len() == before {
-            return false;
-        }
-        if asked.is_empty() {
-            self.chunks[index as usize] = Chunk::Missing;
-        }
-        if let Some(p) = self.providers.get_mut(provider) {
-            p.in_flight = p.in_flight.saturating_sub(1);
-        }
-        true
+        Some(request)
     }
 
     fn strike(&mut self, provider: &NodeId, what: &str) {
-        let Some(p) = self.providers.get_mut(provider) else { return };
-        p.strikes += 1;
-        if p.strikes >= self.config.strikes_max {
-            let strikes = p.strikes;
+        let strikes = self.strikes.entry(*provider).or_default();
+        *strikes += 1;
+        if *strikes >= self.config.strikes_max {
+            let strikes = *strikes;
             self.drop_provider(*provider, format!("{strikes} {what}"));
         }
     }
@@ -333,32 +356,25 @@ impl Pull {
         self.remove(&provider);
     }
 
+    /// A provider gone: its requests will not be answered (or are not wanted).
     fn remove(&mut self, provider: &NodeId) {
         self.providers.remove(provider);
-        for index in 0..self.chunks.len() {
-            if let Chunk::Asked(asked) = &mut self.chunks[index] {
-                asked.retain(|(p, _)| p != provider);
-                if asked.is_empty() {
-                    self.chunks[index] = Chunk::Missing;
-                }
-            }
+        let mine: Vec<u32> =
+            self.outstanding.range((*provider, 0)..=(*provider, u32::MAX)).map(|((_, i), _)| *i).collect();
+        for index in mine {
+            self.release(provider, index);
         }
     }
 
     fn expire(&mut self, now: Millis) {
-        let timeout = self.config.timeout_ms;
-        let mut late = Vec::new();
-        for (index, chunk) in self.chunks.iter().enumerate() {
-            if let Chunk::Asked(asked) = chunk {
-                for (provider, since) in asked {
-                    if now.0.saturating_sub(since.0) >= timeout {
-                        late.push((*provider, u32::try_from(index).unwrap_or(u32::MAX)));
-                    }
-                }
-            }
-        }
+        let late: Vec<(NodeId, u32)> = self
+            .outstanding
+            .iter()
+            .filter(|(_, r)| now.0.saturating_sub(r.since.0) >= self.config.timeout_ms)
+            .map(|(key, _)| *key)
+            .collect();
         for (provider, index) in late {
-            if self.release(&provider, index) {
+            if self.release(&provider, index).is_some() {
                 self.stats.timeouts += 1;
                 self.strike(&provider, "timeouts");
             }
@@ -369,64 +385,77 @@ impl Pull {
     fn pick(&self, except: &[NodeId]) -> Option<NodeId> {
         self.providers
             .iter()
-            .filter(|(node, p)| p.in_flight < self.config.per_provider && !except.contains(node))
-            .min_by_key(|(node, p)| (p.in_flight, p.latency_ms, **node))
-            .map(|(node, _)| *node)
+            .map(|(node, p)| (node, p, self.in_flight_to(node)))
+            .filter(|(node, _, n)| *n < self.config.per_provider && !except.contains(node))
+            .min_by_key(|(node, p, n)| (*n, p.latency_ms, **node))
+            .map(|(node, _, _)| *node)
     }
 
-    fn in_flight(&self) -> usize {
-        self.providers.values().map(|p| p.in_flight).sum()
-    }
-
-    fn ask(&mut self, now: Millis, provider: NodeId, index: u32) {
-        if self.outputs.len() >= PULL_OUTPUTS_MAX {
-            return;
+    fn ask(&mut self, now: Millis, provider: NodeId, index: u32) -> bool {
+        if self.outputs.len() >= PULL_OUTPUTS_MAX || self.outstanding.contains_key(&(provider, index)) {
+            return false;
         }
         let (offset, len) = self.range(index);
-        match &mut self.chunks[index as usize] {
-            Chunk::Asked(asked) => asked.push((provider, now)),
-            slot => *slot = Chunk::Asked(vec![(provider, now)]),
-        }
-        if let Some(p) = self.providers.get_mut(&provider) {
-            p.in_flight += 1;
-        }
+        self.chunks[index as usize] = match self.chunks[index as usize] {
+            Chunk::Asked(n) => Chunk::Asked(n.saturating_add(1)),
+            _ => Chunk::Asked(1),
+        };
+        self.retry.remove(&index);
+        self.outstanding.insert((provider, index), Request { since: now });
         self.stats.requests += 1;
         self.push(Output::Request { provider, index, offset, len });
+        true
+    }
+
+    /// The next chunk that needs a request: one returned to missing first, then the next
+    /// never asked.
+    fn next_missing(&mut self) -> Option<u32> {
+        if let Some(&index) = self.retry.iter().next() {
+            return Some(index);
+        }
+        while self.cursor < self.chunks.len() {
+            let index = self.cursor;
+            if self.chunks[index] == Chunk::Missing {
+                return u32::try_from(index).ok();
+            }
+            self.cursor += 1;
+        }
+        None
     }
 
     fn schedule(&mut self, now: Millis) {
-        // Missing chunks first, lowest index first (the file fills from the front).
-        for index in 0..self.chunks.len() {
-            if self.in_flight() >= self.config.in_flight_max {
-                break;
-            }
-            if self.chunks[index] != Chunk::Missing {
-                continue;
-            }
+        while self.in_flight() < self.config.in_flight_max {
+            let Some(index) = self.next_missing() else { break };
             let Some(provider) = self.pick(&[]) else { break };
-            self.ask(now, provider, u32::try_from(index).unwrap_or(u32::MAX));
+            if !self.ask(now, provider, index) {
+                break;
+            }
         }
-        // Then hedges: requests open too long, asked again of another provider with room.
-        for index in 0..self.chunks.len() {
+        // Hedges: a chunk with one request open too long is asked of another provider.
+        let slow: Vec<(NodeId, u32)> = self
+            .outstanding
+            .iter()
+            .filter(|((_, index), r)| {
+                self.chunks[*index as usize] == Chunk::Asked(1)
+                    && now.0.saturating_sub(r.since.0) >= self.config.hedge_after_ms
+            })
+            .map(|(key, _)| *key)
+            .collect();
+        for (first, index) in slow {
             if self.in_flight() >= self.config.in_flight_max {
                 break;
             }
-            let Chunk::Asked(asked) = &self.chunks[index] else { continue };
-            let slow = asked.len() == 1 && now.0.saturating_sub(asked[0].1.0) >= self.config.hedge_after_ms;
-            if !slow {
-                continue;
+            let Some(provider) = self.pick(&[first]) else { continue };
+            if self.ask(now, provider, index) {
+                self.stats.hedges += 1;
             }
-            let except: Vec<NodeId> = asked.iter().map(|(p, _)| *p).collect();
-            let Some(provider) = self.pick(&except) else { continue };
-            self.stats.hedges += 1;
-            self.ask(now, provider, u32::try_from(index).unwrap_or(u32::MAX));
         }
         if self.is_done() {
             if !self.done_reported {
                 self.done_reported = true;
                 self.push(Output::Done);
             }
-        } else if self.providers.is_empty() && self.in_flight() == 0 && !self.stalled_reported {
+        } else if self.providers.is_empty() && !self.stalled_reported {
             self.stalled_reported = true;
             self.push(Output::Stalled { missing: self.missing() });
         }

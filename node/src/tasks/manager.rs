@@ -93,6 +93,8 @@ struct Inner {
     evicted: std::sync::atomic::AtomicBool,
     /// Tasks held in memory at most ([`LIVE_MAX`] but in tests).
     live_max: usize,
+    /// Size of `live` at which the next eviction pass runs (at least `live_max`).
+    scan_at: std::sync::atomic::AtomicUsize,
 }
 
 impl TaskManager {
@@ -120,6 +122,7 @@ impl TaskManager {
                 tickets: std::sync::atomic::AtomicU64::new(0),
                 evicted: std::sync::atomic::AtomicBool::new(false),
                 live_max: live_max.max(1),
+                scan_at: std::sync::atomic::AtomicUsize::new(0),
             }),
         };
         let mut records = manager.inner.db.all()?;
@@ -235,6 +238,15 @@ impl TaskManager {
     #[must_use]
     pub fn owns(&self, task: &TaskId) -> bool {
         self.live(task).is_some()
+    }
+
+    /// Whether this node holds `task`: in memory, or (once finished tasks were dropped from
+    /// memory) in its database. A disk read only after an eviction.
+    #[must_use]
+    pub fn holds(&self, task: &TaskId) -> bool {
+        self.owns(task)
+            || (self.inner.evicted.load(std::sync::atomic::Ordering::Relaxed)
+                && matches!(self.inner.db.get(task), Ok(Some(_))))
     }
 
     /// The full record (for A2A answers with history).
@@ -381,9 +393,11 @@ impl TaskManager {
         if let Some(existing) = all.get(&task) {
             return Some(existing.clone());
         }
-        if all.len() >= self.inner.live_max {
-            // One pass drops the oldest tenth of the finished tasks, so the scan is paid
-            // once per tenth of the limit, not on every insert.
+        let scan_at = self.inner.live_max.max(self.inner.scan_at.load(std::sync::atomic::Ordering::Relaxed));
+        if all.len() >= scan_at {
+            // One pass drops the oldest tenth of the finished tasks. When few have
+            // finished, the next pass waits until a tenth more tasks arrived, so the scan
+            // is paid once per tenth of the limit, never on every insert.
             let mut finished: Vec<(u64, TaskId)> = all
                 .iter()
                 .filter_map(|(t, l)| {
@@ -399,6 +413,8 @@ impl TaskManager {
                 }
                 self.inner.evicted.store(true, std::sync::atomic::Ordering::Relaxed);
             }
+            let next = all.len() + (self.inner.live_max / 10).max(1);
+            self.inner.scan_at.store(next, std::sync::atomic::Ordering::Relaxed);
         }
         all.insert(task, live);
         None

@@ -54,7 +54,7 @@ fn two_providers_share_the_chunks_and_every_chunk_is_written_once() {
             p.handle(now, good(&p, provider, index));
             for output in drain(&mut p) {
                 match output {
-                    Output::Write { index } => written.push(index),
+                    Output::Write { index, .. } => written.push(index),
                     Output::Request { provider, index, .. } => p.handle(now, good(&p, provider, index)),
                     _ => {}
                 }
@@ -108,7 +108,7 @@ fn a_silent_provider_times_out_and_its_late_answer_is_ignored() {
     assert!(drain(&mut p).is_empty());
     assert_eq!(p.stats().late_answers, 1);
     p.handle(T0.plus(1002), good(&p, retried[0].0, 0));
-    assert_eq!(drain(&mut p), vec![Output::Write { index: 0 }, Output::Done]);
+    assert_eq!(drain(&mut p), vec![Output::Write { index: 0, provider: retried[0].0 }, Output::Done]);
 }
 
 #[test]
@@ -129,9 +129,13 @@ fn a_slow_request_is_hedged_with_another_provider_and_the_first_good_answer_wins
     assert_eq!(requests(&drain(&mut p)), vec![(fast, 0)], "chunk 0 hedged with the fast provider");
     assert_eq!(p.stats().hedges, 1);
     p.handle(T0.plus(510), good(&p, fast, 0));
-    assert_eq!(drain(&mut p), vec![Output::Write { index: 0 }, Output::Done]);
+    assert_eq!(drain(&mut p), vec![Output::Write { index: 0, provider: fast }, Output::Done]);
+    // The slow request still counts against its provider until it is answered.
+    assert_eq!(p.in_flight_to(&slow), 1);
+    assert!(p.poll_timeout().is_some_and(|t| t > T0.plus(510)), "a future moment, never one passed");
     p.handle(T0.plus(900), good(&p, slow, 0));
     assert!(drain(&mut p).is_empty(), "the slow answer is ignored");
+    assert_eq!(p.in_flight(), 0);
 }
 
 #[test]
@@ -199,16 +203,17 @@ proptest! {
             for output in drain(p) {
                 match output {
                     Output::Request { provider, index, .. } => open.push((provider, index)),
-                    Output::Write { index } => {
+                    Output::Write { index, .. } => {
                         prop_assert!(last_good.get(&index).copied().unwrap_or(false), "chunk {} written from bad bytes", index);
                         prop_assert!(written.insert(index), "chunk {} written twice", index);
                     }
                     _ => {}
                 }
             }
-            let per: BTreeMap<NodeId, usize> = p.providers.iter().map(|(n, v)| (*n, v.in_flight)).collect();
-            prop_assert!(per.values().all(|n| *n <= p.config.per_provider));
+            let providers: Vec<NodeId> = p.providers.keys().copied().collect();
+            prop_assert!(providers.iter().all(|n| p.in_flight_to(n) <= p.config.per_provider));
             prop_assert!(p.in_flight() <= p.config.in_flight_max);
+            prop_assert!(p.poll_timeout().is_none_or(|t| t > p.now || p.in_flight() > 0));
             Ok(())
         };
         p.handle(now, Input::AddProvider(node(1)));
