@@ -373,6 +373,8 @@ async fn send(
         other => other.map(str::to_owned),
     };
     let (capsule, pin) = target(tenant, params)?;
+    // One deadline for the whole blocking call: the owner's settle wait counts toward it.
+    let started = tokio::time::Instant::now();
     let view = state
         .tasks
         .submit(NewTask {
@@ -391,7 +393,7 @@ async fn send(
     tracing::debug!(task = %task, owner = %view.owner, "task placed");
     let settled = view.snapshot.state.is_terminal() || view.snapshot.state == TaskState::InputRequired;
     let view = if blocking && !settled {
-        state.tasks.settle_at(view.owner, &task, BLOCKING_WAIT_MAX).await?
+        state.tasks.settle_at(view.owner, &task, BLOCKING_WAIT_MAX.saturating_sub(started.elapsed())).await?
     } else {
         view
     };
@@ -427,7 +429,11 @@ async fn list(state: &ApiState, params: &Value, dialect: Dialect) -> Result<Valu
         .collect();
     let total = all.len();
     let tasks: Vec<Value> = all.iter().skip(offset).take(page_size).map(|v| task_json(v, dialect)).collect();
-    let next = if offset + page_size < total { (offset + page_size).to_string() } else { String::new() };
+    let next = if offset.saturating_add(page_size) < total {
+        (offset + page_size).to_string()
+    } else {
+        String::new()
+    };
     Ok(json!({ "tasks": tasks, "nextPageToken": next, "pageSize": page_size, "totalSize": total }))
 }
 

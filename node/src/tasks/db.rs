@@ -232,6 +232,16 @@ fn commit(db: &Database, batch: &[Write], durable: bool) -> anyhow::Result<()> {
         for write in batch {
             match write {
                 Write::Put(record, _) => {
+                    // Writes of one task may reach the queue out of order (they are queued
+                    // after the record's lock is released): never let an older state
+                    // replace a newer one.
+                    let stored_seq = tasks
+                        .get(&record.task.0)?
+                        .and_then(|v| decode::<TaskRecord>(v.value()))
+                        .map(|r| r.seq);
+                    if stored_seq.is_some_and(|seq| seq > record.seq) {
+                        continue;
+                    }
                     tasks
                         .insert(&record.task.0, murmur_protocol::codec::encode(record.as_ref()).as_slice())?;
                 }
@@ -278,6 +288,20 @@ mod tests {
         assert_eq!(db.get(&task).unwrap().unwrap().input, "hi");
         assert_eq!(db.all().unwrap().len(), 2);
         assert_eq!(db.route(&task).unwrap().unwrap().owner, "peer");
+    }
+
+    #[tokio::test]
+    async fn an_older_state_never_replaces_a_newer_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = TaskDb::open(&dir.path().join("tasks.redb")).unwrap();
+        let task = TaskId::derive("client@x", "m1");
+        let mut record = TaskRecord::new(task, "echo", "m1", None, "hi".into(), Origin::Client, 5);
+        let submitted = record.clone();
+        record.transition(murmur_protocol::task::TaskState::Canceled, Some("canceled".into()), 6);
+        db.put(record).await.unwrap();
+        // The acceptance's write arrives late.
+        db.put(submitted).await.unwrap();
+        assert_eq!(db.get(&task).unwrap().unwrap().state, murmur_protocol::task::TaskState::Canceled);
     }
 
     #[tokio::test]

@@ -273,11 +273,21 @@ impl TaskManager {
     /// Cancels a task that has not started, or that waits for input.
     pub async fn cancel(&self, task: &TaskId) -> Result<TaskSnapshot, TaskError> {
         let live = self.live(task).ok_or(TaskError::NotFound(*task))?;
-        let state = live.record().state;
-        if !matches!(state, TaskState::Submitted | TaskState::InputRequired) {
-            return Err(TaskError::NotCancelable { task: *task, state });
+        // Checked and changed under one lock: a worker starting the task at the same
+        // moment either starts it (and the cancel is refused) or finds it canceled.
+        let changed = self
+            .update_if(
+                &live,
+                &[TaskState::Submitted, TaskState::InputRequired],
+                TaskState::Canceled,
+                Some("canceled by request".into()),
+                true,
+            )
+            .await
+            .map_err(|e| TaskError::Internal(format!("the cancel could not be stored: {e:#}")))?;
+        if !changed {
+            return Err(TaskError::NotCancelable { task: *task, state: live.record().state });
         }
-        self.update(&live, TaskState::Canceled, Some("canceled by request".into()), true).await;
         // A tool waiting for input is released (its wait fails and the run stops).
         live.input.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
         Ok(live.record().snapshot())
@@ -292,11 +302,14 @@ impl TaskManager {
             if state != TaskState::InputRequired || input.is_none() {
                 return Err(TaskError::NotWaiting { task: *task, state });
             }
+            // Working before the tool wakes, so whoever waits for the outcome next does
+            // not see the stale input-required; checked and changed under the record's
+            // lock, so a cancel in between wins and the reply is refused.
+            if !self.update_now_if(&live, &[TaskState::InputRequired], TaskState::Working, None) {
+                return Err(TaskError::NotWaiting { task: *task, state: live.record().state });
+            }
             input.take()
         };
-        // Working before the tool wakes, so whoever waits for the outcome next does not
-        // see the stale input-required.
-        self.update_now(&live, TaskState::Working, None);
         if let Some(waiter) = waiter {
             let _ = waiter.send(text);
         }
@@ -441,16 +454,62 @@ impl TaskManager {
 
     /// Moves a task on without waiting for the disk (the next commit stores it).
     fn update_now(&self, live: &Live, state: TaskState, message: Option<String>) {
+        self.update_now_if(live, &[], state, message);
+    }
+
+    /// Moves the task to `state` only if it is in one of `from` (any non-terminal state
+    /// when `from` is empty), checked and changed under the record's lock; stored with
+    /// the next commit. Returns whether it moved.
+    fn update_now_if(
+        &self,
+        live: &Live,
+        from: &[TaskState],
+        state: TaskState,
+        message: Option<String>,
+    ) -> bool {
         let record = {
             let mut record = live.record();
+            if !from.is_empty() && !from.contains(&record.state) {
+                return false;
+            }
             if !record.transition(state, message, clock::now().0) {
-                return;
+                return false;
             }
             record.clone()
         };
         let seq = record.seq;
         self.inner.db.put_eventually(record);
         live.changed.send_replace(seq);
+        true
+    }
+
+    /// [`TaskManager::update_now_if`], durable: returns once the change is on disk (or
+    /// with the error that kept it off).
+    async fn update_if(
+        &self,
+        live: &Live,
+        from: &[TaskState],
+        state: TaskState,
+        message: Option<String>,
+        durable: bool,
+    ) -> anyhow::Result<bool> {
+        if !durable {
+            return Ok(self.update_now_if(live, from, state, message));
+        }
+        let record = {
+            let mut record = live.record();
+            if !from.is_empty() && !from.contains(&record.state) {
+                return Ok(false);
+            }
+            if !record.transition(state, message, clock::now().0) {
+                return Ok(false);
+            }
+            record.clone()
+        };
+        let seq = record.seq;
+        let stored = self.inner.db.put(record).await;
+        live.changed.send_replace(seq);
+        stored.map(|()| true)
     }
 
     async fn update(&self, live: &Live, state: TaskState, message: Option<String>, durable: bool) {
@@ -507,9 +566,6 @@ impl TaskManager {
         loop {
             let next = queue.lock().await.recv().await;
             let Some(live) = next else { return };
-            if live.record().state != TaskState::Submitted {
-                continue; // canceled while queued
-            }
             self.execute(&live).await;
         }
     }
@@ -525,7 +581,11 @@ impl TaskManager {
             );
             (record.capsule.clone(), record.input.clone(), span)
         };
-        self.update(live, TaskState::Working, None, false).await;
+        // Submitted → working under the record's lock: a task canceled while queued (or at
+        // this very moment) never starts.
+        if !self.update_now_if(live, &[TaskState::Submitted], TaskState::Working, None) {
+            return;
+        }
         *self
             .inner
             .running
@@ -547,19 +607,34 @@ impl TaskManager {
         }
         let (state, message) = match outcome {
             Ok(run) if run.result.status == "passed" => {
-                (TaskState::Completed, run.result.data.or(run.result.summary))
+                (TaskState::Completed, run.result.data.or(run.result.summary).map(cut_result))
             }
             Ok(run) => (
                 TaskState::Failed,
                 run.result
                     .summary
                     .or(run.result.data)
+                    .map(cut_result)
                     .or(Some(format!("the tool reported {}", run.result.status))),
             ),
             Err(err) => (TaskState::Failed, Some(err.to_string())),
         };
         self.update(live, state, message, true).await;
     }
+}
+
+/// Largest result or failure text a task keeps; longer text is cut (a terminal task's text
+/// travels twice in an `events` answer, within `/murmur/task/1`'s 1 MiB frames).
+pub const RESULT_BYTES_MAX: usize = 256 * 1024;
+
+fn cut_result(mut text: String) -> String {
+    if text.len() > RESULT_BYTES_MAX {
+        let total = text.len();
+        let cut = (0..=RESULT_BYTES_MAX).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+        text.truncate(cut);
+        text.push_str(&format!("… [cut: {total} bytes in all]"));
+    }
+    text
 }
 
 /// Connects a running tool's `request-input` to its task.
@@ -575,16 +650,27 @@ impl TaskLink for InputLink {
 
     fn request_input(&self, prompt: String, timeout: Duration) -> TaskInputFuture<'_> {
         Box::pin(async move {
-            let (tx, rx) = oneshot::channel();
+            let (tx, mut rx) = oneshot::channel();
             *self.live.input.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tx);
-            self.manager.update(&self.live, TaskState::InputRequired, Some(prompt), true).await;
-            let answer = tokio::time::timeout(timeout, rx).await;
-            match answer {
+            let asked = self
+                .manager
+                .update_if(&self.live, &[TaskState::Working], TaskState::InputRequired, Some(prompt), true)
+                .await;
+            if !matches!(asked, Ok(true)) {
+                self.live.input.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+                return Err(
+                    "the task is no longer running (canceled) or its question could not be stored".to_owned()
+                );
+            }
+            tokio::select! {
                 // `reply` already moved the task back to working.
-                Ok(Ok(text)) => Ok(text),
-                Ok(Err(_)) => Err("the task was canceled while waiting for input".to_owned()),
-                Err(_) => {
-                    self.live.input.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+                answer = &mut rx => answer.map_err(|_| "the task was canceled while waiting for input".to_owned()),
+                () = tokio::time::sleep(timeout) => {
+                    let waiting = self.live.input.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+                    if waiting.is_none() {
+                        // A reply took the waiter just as the time ran out: it is on its way.
+                        return rx.await.map_err(|_| "the task was canceled while waiting for input".to_owned());
+                    }
                     Err(format!(
                         "no input arrived within lifecycle.input_timeout_secs ({} s)",
                         timeout.as_secs()

@@ -120,7 +120,7 @@ impl TaskRecord {
     pub fn events_after(&self, after: u64) -> (Vec<TaskEvent>, bool) {
         let events: Vec<TaskEvent> = self.events.iter().filter(|e| e.seq > after).cloned().collect();
         let oldest_kept = self.events.first().map_or(self.seq + 1, |e| e.seq);
-        (events, after + 1 < oldest_kept)
+        (events, after.saturating_add(1) < oldest_kept)
     }
 }
 
