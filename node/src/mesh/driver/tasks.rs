@@ -396,7 +396,16 @@ impl Driver {
         };
         tokio::spawn(
             async move {
-                let response = answer(&manager, from, request, arrived).await;
+                // Whatever happens in `answer`, the peer gets an answer and the inbound
+                // slot is released.
+                let response = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(answer(
+                    &manager, from, request, arrived,
+                )))
+                .await
+                .unwrap_or_else(|_| TaskResponse::Refused {
+                    check: "internal".into(),
+                    reason: "the owner failed while answering this request".into(),
+                });
                 let _ = reports.send(Report::Respond { token, response }).await;
             }
             .instrument(span),
