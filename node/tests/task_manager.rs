@@ -79,3 +79,35 @@ async fn finished_tasks_beyond_the_memory_limit_are_dropped_in_batches_and_never
         assert!(manager.holds(&s.task), "still held, on disk");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_task_capsule_never_accepts_two_even_when_they_arrive_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(ArtifactStore::open(&dir.path().join("store")).unwrap());
+    let runtime = Runtime::new(
+        RuntimeOptions { data_dir: dir.path().to_path_buf(), pooling: false },
+        store,
+        Arc::new(DirectHttp::new().unwrap()),
+    )
+    .unwrap();
+    let manifest = format!(
+        "name = \"echo\"\nversion = \"1.0.0\"\nkind = \"tool\"\nartifact = \"{}\"\n[lifecycle]\ntask_acceptance = \"single\"\n",
+        wasm("echo").display()
+    );
+    runtime.install(CapsuleManifest::parse(&manifest, Path::new("/"), dir.path()).unwrap()).unwrap();
+    let manager = TaskManager::open(&dir.path().join("tasks.redb"), runtime).await.unwrap();
+    // Both pass the early check before either is stored: only one may be accepted.
+    let (first_submit, second_submit) = (submit("a", "one"), submit("b", "two"));
+    let (a, b) = tokio::join!(
+        manager.accept(&first_submit, Origin::Client),
+        manager.accept(&second_submit, Origin::Client),
+    );
+    let accepted = [a.is_ok(), b.is_ok()].iter().filter(|ok| **ok).count();
+    assert_eq!(accepted, 1, "{a:?} {b:?}");
+    let refused = a.err().or(b.err()).expect("one was refused");
+    assert_eq!(refused.check(), "busy");
+    // A repeat of the accepted one is answered as it is, after its acceptance is stored.
+    let first = if manager.owns(&submit("a", "").task) { "a" } else { "b" };
+    let again = manager.accept(&submit(first, "ignored"), Origin::Client).await.unwrap();
+    assert_eq!(again.task, submit(first, "").task);
+}

@@ -20,18 +20,37 @@ pub const LIVE_MAX: usize = 100_000;
 /// Tasks waiting in one capsule's queue.
 pub const QUEUE_MAX: usize = 4096;
 
+/// What [`TaskManager::insert_checked`] did.
+enum Insert {
+    Inserted,
+    Existing(Arc<Live>),
+    Busy,
+}
+
 /// A task in memory, with what its waiters need.
 #[derive(Debug)]
 struct Live {
     record: Mutex<TaskRecord>,
     changed: watch::Sender<u64>,
     input: Mutex<Option<oneshot::Sender<String>>>,
+    /// Whether its acceptance is on disk: `None` while the write is under way.
+    stored: watch::Sender<Option<bool>>,
 }
 
 impl Live {
-    fn new(record: TaskRecord) -> Arc<Self> {
+    fn new(record: TaskRecord, stored: Option<bool>) -> Arc<Self> {
         let (changed, _) = watch::channel(record.seq);
-        Arc::new(Self { record: Mutex::new(record), changed, input: Mutex::new(None) })
+        let (stored, _) = watch::channel(stored);
+        Arc::new(Self { record: Mutex::new(record), changed, input: Mutex::new(None), stored })
+    }
+
+    /// Waits until the acceptance is on disk; false when storing it failed.
+    async fn wait_stored(&self) -> bool {
+        let mut stored = self.stored.subscribe();
+        match stored.wait_for(Option::is_some).await {
+            Ok(state) => *state == Some(true),
+            Err(_) => false,
+        }
     }
 
     fn record(&self) -> std::sync::MutexGuard<'_, TaskRecord> {
@@ -144,7 +163,7 @@ impl TaskManager {
                 TaskState::Submitted => true,
                 _ => false,
             };
-            let live = Live::new(record);
+            let live = Live::new(record, Some(true));
             manager.insert_live(live.clone());
             if requeue {
                 manager.enqueue(live).await;
@@ -162,7 +181,7 @@ impl TaskManager {
     /// the task as it is). The acceptance is durable before this returns.
     pub async fn accept(&self, submit: &Submit, origin: Origin) -> Result<TaskSnapshot, TaskError> {
         if let Some(existing) = self.live(&submit.task) {
-            return Ok(existing.record().snapshot());
+            return Self::accepted_already(&existing).await;
         }
         if self.inner.evicted.load(std::sync::atomic::Ordering::Relaxed)
             && let Some(record) = self
@@ -184,6 +203,7 @@ impl TaskManager {
         if !matches!(installed.manifest.kind, CapsuleKind::Tool | CapsuleKind::Driver) {
             return Err(TaskRefusal::NotAccepting { capsule: submit.capsule.clone() }.into());
         }
+        let single = installed.manifest.lifecycle.task_acceptance == TaskAcceptance::Single;
         match installed.manifest.lifecycle.task_acceptance {
             TaskAcceptance::None => {
                 return Err(TaskRefusal::NotAccepting { capsule: submit.capsule.clone() }.into());
@@ -208,18 +228,34 @@ impl TaskManager {
         record.ticket = self.inner.tickets.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         record.trace_id = submit.traceparent.as_deref().and_then(crate::telemetry::trace_id_of);
         record.traceparent.clone_from(&submit.traceparent);
-        let live = Live::new(record.clone());
-        // Check and insert under one lock: two deliveries of one task accept it once.
-        if let Some(existing) = self.insert_live_new(live.clone()) {
-            return Ok(existing.record().snapshot());
+        let live = Live::new(record.clone(), None);
+        // Check and insert under one lock: two deliveries of one task accept it once, and
+        // a `single` capsule never holds two unfinished tasks.
+        match self.insert_checked(live.clone(), single.then_some(submit.capsule.as_str())) {
+            Insert::Inserted => {}
+            Insert::Existing(existing) => return Self::accepted_already(&existing).await,
+            Insert::Busy => return Err(TaskError::Busy { capsule: submit.capsule.clone() }),
         }
         if let Err(err) = self.inner.db.put(record).await {
             self.inner.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&submit.task);
+            live.stored.send_replace(Some(false));
             return Err(TaskError::Internal(format!("{err:#}")));
         }
+        live.stored.send_replace(Some(true));
         let snapshot = live.record().snapshot();
         self.enqueue(live).await;
         Ok(snapshot)
+    }
+
+    /// The answer to a repeated delivery: the task as it is, once its acceptance is on
+    /// disk (a repeat never hears "accepted" before the first delivery could).
+    async fn accepted_already(existing: &Live) -> Result<TaskSnapshot, TaskError> {
+        if !existing.wait_stored().await {
+            return Err(TaskError::Internal(
+                "this task's acceptance could not be stored; send it again".into(),
+            ));
+        }
+        Ok(existing.record().snapshot())
     }
 
     /// The task now.
@@ -401,10 +437,27 @@ impl TaskManager {
     /// Inserts `live` unless its task is already there (returning that one instead).
     /// Past [`LIVE_MAX`] the oldest finished task is forgotten (it stays in the database).
     fn insert_live_new(&self, live: Arc<Live>) -> Option<Arc<Live>> {
+        match self.insert_checked(live, None) {
+            Insert::Existing(existing) => Some(existing),
+            Insert::Inserted | Insert::Busy => None,
+        }
+    }
+
+    /// Inserts `live` unless its task is there already, or (`single` names its capsule) the
+    /// capsule has an unfinished task: checked and inserted under the map's lock.
+    fn insert_checked(&self, live: Arc<Live>, single: Option<&str>) -> Insert {
         let task = live.record().task;
         let mut all = self.inner.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(existing) = all.get(&task) {
-            return Some(existing.clone());
+            return Insert::Existing(existing.clone());
+        }
+        if let Some(capsule) = single
+            && all.values().any(|l| {
+                let record = l.record();
+                record.capsule == capsule && !record.state.is_terminal()
+            })
+        {
+            return Insert::Busy;
         }
         let scan_at = self.inner.live_max.max(self.inner.scan_at.load(std::sync::atomic::Ordering::Relaxed));
         if all.len() >= scan_at {
@@ -430,7 +483,7 @@ impl TaskManager {
             self.inner.scan_at.store(next, std::sync::atomic::Ordering::Relaxed);
         }
         all.insert(task, live);
-        None
+        Insert::Inserted
     }
 
     fn insert_live(&self, live: Arc<Live>) {
