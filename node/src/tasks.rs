@@ -308,7 +308,7 @@ impl Tasks {
             .manager
             .list(state)
             .into_iter()
-            .map(|r| (r.created_ms, TaskView { snapshot: r.snapshot(), owner: local }))
+            .map(|(created, snapshot)| (created, TaskView { snapshot, owner: local }))
             .collect();
         let routes = self.manager.routes(LIST_REMOTE_MAX);
         let asks = routes.iter().map(|route| async move {

@@ -17,6 +17,8 @@ use crate::runtime::{CapsuleKind, Runtime, TaskInputFuture, TaskLink};
 
 /// Tasks kept in memory (the database keeps all; older finished ones are dropped first).
 pub const LIVE_MAX: usize = 100_000;
+/// Routes (tasks placed on other nodes) kept in memory for listing, newest first.
+pub const RECENT_ROUTES_MAX: usize = 1024;
 /// Tasks waiting in one capsule's queue.
 pub const QUEUE_MAX: usize = 4096;
 
@@ -114,6 +116,8 @@ struct Inner {
     live_max: usize,
     /// Size of `live` at which the next eviction pass runs (at least `live_max`).
     scan_at: std::sync::atomic::AtomicUsize,
+    /// The newest routes, newest first (for listing without reading every route).
+    recent_routes: Mutex<std::collections::VecDeque<RouteRecord>>,
 }
 
 impl TaskManager {
@@ -142,8 +146,14 @@ impl TaskManager {
                 evicted: std::sync::atomic::AtomicBool::new(false),
                 live_max: live_max.max(1),
                 scan_at: std::sync::atomic::AtomicUsize::new(0),
+                recent_routes: Mutex::new(std::collections::VecDeque::new()),
             }),
         };
+        let mut routes = manager.inner.db.routes()?;
+        routes.sort_by_key(|r| std::cmp::Reverse(r.created_ms));
+        routes.truncate(RECENT_ROUTES_MAX);
+        *manager.inner.recent_routes.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            routes.into();
         let mut records = manager.inner.db.all()?;
         records.sort_by_key(|r| (r.ticket, r.created_ms));
         let last = records.iter().map(|r| r.ticket).max().unwrap_or(0);
@@ -293,17 +303,27 @@ impl TaskManager {
         self.inner.db.get(task).ok().flatten().ok_or(TaskError::NotFound(*task))
     }
 
-    /// Every task in memory, newest first, optionally in one state.
+    /// Every task in memory as (created ms, snapshot), newest first, optionally in one
+    /// state. Only the snapshot is copied (not the input text or the event log).
     #[must_use]
-    pub fn list(&self, state: Option<TaskState>) -> Vec<TaskRecord> {
-        let live = self.inner.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut records: Vec<TaskRecord> = live
+    pub fn list(&self, state: Option<TaskState>) -> Vec<(u64, TaskSnapshot)> {
+        let live: Vec<Arc<Live>> = self
+            .inner
+            .live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .values()
-            .map(|l| l.record().clone())
-            .filter(|r| state.is_none_or(|s| r.state == s))
+            .cloned()
             .collect();
-        records.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then(a.task.cmp(&b.task)));
-        records
+        let mut found: Vec<(u64, TaskSnapshot)> = live
+            .iter()
+            .filter_map(|l| {
+                let record = l.record();
+                state.is_none_or(|s| record.state == s).then(|| (record.created_ms, record.snapshot()))
+            })
+            .collect();
+        found.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.task.cmp(&b.1.task)));
+        found
     }
 
     /// Cancels a task that has not started, or that waits for input.
@@ -412,6 +432,12 @@ impl TaskManager {
     /// Remembers that `task`, sent from here, is owned by `owner` (so `get`, `cancel` and
     /// streams reach it after a restart too).
     pub fn remember_route(&self, route: RouteRecord) {
+        {
+            let mut recent =
+                self.inner.recent_routes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            recent.push_front(route.clone());
+            recent.truncate(RECENT_ROUTES_MAX);
+        }
         self.inner.db.put_route(route);
     }
 
@@ -421,13 +447,13 @@ impl TaskManager {
         self.inner.db.route(task).ok().flatten()
     }
 
-    /// Tasks sent from here to other nodes, newest first.
+    /// Tasks sent from here to other nodes, newest first: at most `limit`, and at most the
+    /// newest [`RECENT_ROUTES_MAX`] (kept in memory; older ones stay on disk for
+    /// [`TaskManager::route_of`]).
     #[must_use]
     pub fn routes(&self, limit: usize) -> Vec<RouteRecord> {
-        let mut routes = self.inner.db.routes().unwrap_or_default();
-        routes.sort_by_key(|r| std::cmp::Reverse(r.created_ms));
-        routes.truncate(limit);
-        routes
+        let recent = self.inner.recent_routes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        recent.iter().take(limit).cloned().collect()
     }
 
     fn live(&self, task: &TaskId) -> Option<Arc<Live>> {
