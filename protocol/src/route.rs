@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use crate::directory::Directory;
 use crate::identity::NodeId;
-use crate::task::{Submit, TaskId};
+use crate::task::{Submit, TaskId, TaskResponse, TaskSnapshot};
 use crate::time::Millis;
 
 /// Tasks being routed at once (awaiting acceptance).
@@ -43,6 +43,20 @@ pub const ROUTER_OUTPUTS_MAX: usize = 8192;
 pub const CANDIDATES_MAX: usize = 16;
 /// Cost of a node whose round-trip time is unknown.
 pub const RTT_UNKNOWN_MS: u32 = 1000;
+
+/// Refusal checks that say nothing ran and another node may do better: the router tries
+/// the next candidate. Any other refusal is final.
+pub const RETRYABLE_CHECKS: [&str; 4] = ["not_hosted", "not_accepting", "busy", "overloaded"];
+
+/// What a provider's answer to a submit says: the task as accepted, or the refusal's
+/// (check, reason). An answer that is neither is a `protocol` refusal.
+pub fn submit_outcome(response: TaskResponse) -> Result<TaskSnapshot, (String, String)> {
+    match response {
+        TaskResponse::Accepted(snapshot) | TaskResponse::Snapshot(snapshot) => Ok(snapshot),
+        TaskResponse::Refused { check, reason } => Err((check, reason)),
+        other => Err(("protocol".to_owned(), format!("unexpected answer to a submit: {other:?}"))),
+    }
+}
 
 /// How the router waits.
 #[derive(Clone, Debug)]
@@ -73,6 +87,22 @@ pub enum Input {
     Lost { task: TaskId, provider: NodeId, reason: String },
     /// Time passed.
     Tick,
+}
+
+impl Input {
+    /// The input for `provider`'s answer to a delivery of `task` (see [`submit_outcome`]):
+    /// accepted; refused with a check in [`RETRYABLE_CHECKS`], so not delivered (the next
+    /// candidate is tried); or refused for good.
+    #[must_use]
+    pub fn answered<T>(task: TaskId, provider: NodeId, outcome: Result<T, (String, String)>) -> Self {
+        match outcome {
+            Ok(_) => Self::Accepted { task, provider },
+            Err((check, reason)) if RETRYABLE_CHECKS.contains(&check.as_str()) => {
+                Self::NotDelivered { task, provider, reason: format!("{check}: {reason}") }
+            }
+            Err((check, reason)) => Self::Refused { task, provider, check, reason },
+        }
+    }
 }
 
 /// What the router asks the driver to do, or reports.

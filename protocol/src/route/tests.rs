@@ -193,3 +193,17 @@ fn exhausting_every_candidate_fails_with_what_was_tried() {
         matches!(&drain(&mut router)[..], [Output::Failed { reason, .. }] if reason.contains("not_hosted"))
     );
 }
+
+#[test]
+fn answers_map_to_failover_only_for_refusals_that_say_nothing_ran() {
+    let (task, provider) = (request("m").task, key(2).node_id());
+    let refused = |check: &str| TaskResponse::Refused { check: check.into(), reason: "why".into() };
+    for check in RETRYABLE_CHECKS {
+        let input = Input::answered(task, provider, submit_outcome(refused(check)));
+        assert!(matches!(input, Input::NotDelivered { reason, .. } if reason == format!("{check}: why")));
+    }
+    let input = Input::answered(task, provider, submit_outcome(refused("untrusted_issuer")));
+    assert!(matches!(input, Input::Refused { check, .. } if check == "untrusted_issuer"));
+    let input = Input::answered(task, provider, submit_outcome(TaskResponse::NotFound));
+    assert!(matches!(input, Input::Refused { check, .. } if check == "protocol"));
+}

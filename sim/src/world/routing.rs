@@ -3,7 +3,7 @@
 //! This mirrors `node/src/mesh/driver/tasks.rs`: the router's `Deliver` to this node runs
 //! the receiving node's grant check, then the owner's acceptance; to a peer it sends a
 //! `TaskRequest::Submit`, which the peer checks (`check_incoming`) before accepting. The
-//! answer maps onto router inputs as the driver maps them: `Accepted` → accepted; a refusal
+//! answer maps onto router inputs with `route::Input::answered`, as in the driver: `Accepted` → accepted; a refusal
 //! with a retryable check (`not_hosted`, `not_accepting`, `busy`, `overloaded`) → not
 //! delivered (try the next candidate); any other refusal → refused; a dial failure → not
 //! delivered; a timeout or a closed connection → lost (the outcome is unknown).
@@ -34,10 +34,6 @@ pub(super) const OUTBOUND_MAX: usize = 4096;
 /// A dial to a peer behind a partition fails after this long (libp2p's dial timeout is of
 /// this order; the exact value only shifts when the router moves on).
 pub(super) const DIAL_TIMEOUT_MS: u64 = 5_000;
-
-/// Refusals that say nothing ran and another node may do better (`murnode`'s
-/// `RETRYABLE_CHECKS`).
-const RETRYABLE_CHECKS: [&str; 4] = ["not_hosted", "not_accepting", "busy", "overloaded"];
 
 /// Why a request was sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,14 +161,8 @@ impl Sim {
             self.route(ix, route::Input::Refused { task, provider, check, reason: refusal.to_string() });
             return;
         }
-        let input = match self.accept(ix, ix, &request) {
-            Ok(_) => route::Input::Accepted { task, provider },
-            Err((check, reason)) if RETRYABLE_CHECKS.contains(&check.as_str()) => {
-                route::Input::NotDelivered { task, provider, reason: format!("{check}: {reason}") }
-            }
-            Err((check, reason)) => route::Input::Refused { task, provider, check, reason },
-        };
-        self.route(ix, input);
+        let outcome = self.accept(ix, ix, &request);
+        self.route(ix, route::Input::answered(task, provider, outcome));
     }
 
     /// Sends a task request from `from` to `provider`, dialling first if not connected.
@@ -282,24 +272,8 @@ impl Sim {
             return;
         }
         let (task, provider) = (r.request.task, self.nodes[r.to as usize].id);
-        let input = match response {
-            TaskResponse::Accepted(_) | TaskResponse::Snapshot(_) => {
-                route::Input::Accepted { task, provider }
-            }
-            TaskResponse::Refused { check, reason } if RETRYABLE_CHECKS.contains(&check.as_str()) => {
-                route::Input::NotDelivered { task, provider, reason: format!("{check}: {reason}") }
-            }
-            TaskResponse::Refused { check, reason } => {
-                route::Input::Refused { task, provider, check: check.clone(), reason: reason.clone() }
-            }
-            other => route::Input::Refused {
-                task,
-                provider,
-                check: "protocol".into(),
-                reason: format!("unexpected answer to a submit: {other:?}"),
-            },
-        };
         if r.purpose == Purpose::Route {
+            let input = route::Input::answered(task, provider, route::submit_outcome(response.clone()));
             self.route(at, input);
         }
     }

@@ -28,10 +28,6 @@ pub const OUTBOUND_MAX: usize = 4096;
 /// request timeout, so a quiet task never looks like a dead owner.
 pub const EVENTS_WAIT_MAX: Duration = Duration::from_secs(5);
 
-/// Refusal checks that say nothing ran and another node may do better: the router tries
-/// the next candidate.
-const RETRYABLE_CHECKS: [&str; 4] = ["not_hosted", "not_accepting", "busy", "overloaded"];
-
 /// What a spawned hand-off reports to the driver.
 #[derive(Debug)]
 pub(crate) enum Report {
@@ -102,10 +98,6 @@ impl TaskSide {
     pub(crate) fn refusals(&self) -> BTreeMap<String, u64> {
         self.refusals.clone()
     }
-}
-
-fn retryable(check: &str) -> bool {
-    RETRYABLE_CHECKS.contains(&check)
 }
 
 impl Driver {
@@ -235,22 +227,12 @@ impl Driver {
         provider: NodeId,
         outcome: Result<TaskSnapshot, (String, String)>,
     ) {
-        match outcome {
-            Ok(snapshot) => {
-                if self.tasks.router.is_pending(&task) {
-                    self.tasks.accepted.insert(task, snapshot);
-                }
-                self.route(route::Input::Accepted { task, provider });
+        let outcome = outcome.map(|snapshot| {
+            if self.tasks.router.is_pending(&task) {
+                self.tasks.accepted.insert(task, snapshot);
             }
-            Err((check, reason)) if retryable(&check) => {
-                self.route(route::Input::NotDelivered {
-                    task,
-                    provider,
-                    reason: format!("{check}: {reason}"),
-                });
-            }
-            Err((check, reason)) => self.route(route::Input::Refused { task, provider, check, reason }),
-        }
+        });
+        self.route(route::Input::answered(task, provider, outcome));
     }
 
     /// Work from the API or the runtime.
@@ -330,14 +312,7 @@ impl Driver {
     fn on_task_response(&mut self, id: OutboundRequestId, response: TaskResponse) {
         match self.tasks.outbound.remove(&id) {
             Some(Outbound::Submit { task, provider }) => {
-                let outcome = match response {
-                    TaskResponse::Accepted(snapshot) | TaskResponse::Snapshot(snapshot) => Ok(snapshot),
-                    TaskResponse::Refused { check, reason } => Err((check, reason)),
-                    other => {
-                        Err(("protocol".to_owned(), format!("unexpected answer to a submit: {other:?}")))
-                    }
-                };
-                self.on_submit_outcome(task, provider, outcome);
+                self.on_submit_outcome(task, provider, route::submit_outcome(response));
             }
             Some(Outbound::Ask(reply)) => {
                 let _ = reply.send(Ok(response));
