@@ -460,17 +460,9 @@ impl TaskManager {
         self.inner.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(task).cloned()
     }
 
-    /// Inserts `live` unless its task is already there (returning that one instead).
-    /// Past [`LIVE_MAX`] the oldest finished task is forgotten (it stays in the database).
-    fn insert_live_new(&self, live: Arc<Live>) -> Option<Arc<Live>> {
-        match self.insert_checked(live, None) {
-            Insert::Existing(existing) => Some(existing),
-            Insert::Inserted | Insert::Busy => None,
-        }
-    }
-
     /// Inserts `live` unless its task is there already, or (`single` names its capsule) the
-    /// capsule has an unfinished task: checked and inserted under the map's lock.
+    /// capsule has an unfinished task: checked and inserted under the map's lock. Past the
+    /// memory limit, the oldest tenth of the finished tasks is dropped from memory first.
     fn insert_checked(&self, live: Arc<Live>, single: Option<&str>) -> Insert {
         let task = live.record().task;
         let mut all = self.inner.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -512,8 +504,9 @@ impl TaskManager {
         Insert::Inserted
     }
 
+    /// Inserts a recovered task (at open; ids are unique on disk).
     fn insert_live(&self, live: Arc<Live>) {
-        let _ = self.insert_live_new(live);
+        let _ = self.insert_checked(live, None);
     }
 
     fn running(&self, capsule: &str) -> usize {
@@ -531,12 +524,7 @@ impl TaskManager {
         queues.get(capsule).map_or(0, |q| QUEUE_MAX - q.capacity())
     }
 
-    /// Moves a task on without waiting for the disk (the next commit stores it).
-    fn update_now(&self, live: &Live, state: TaskState, message: Option<String>) {
-        self.update_now_if(live, &[], state, message);
-    }
-
-    /// Moves the task to `state` only if it is in one of `from` (any non-terminal state
+    /// Moves the task on without waiting for the disk, to `state` only if it is in one of `from` (any non-terminal state
     /// when `from` is empty), checked and changed under the record's lock; stored with
     /// the next commit. Returns whether it moved.
     fn update_now_if(
@@ -591,23 +579,12 @@ impl TaskManager {
         stored.map(|()| true)
     }
 
-    async fn update(&self, live: &Live, state: TaskState, message: Option<String>, durable: bool) {
-        if !durable {
-            self.update_now(live, state, message);
-            return;
+    /// Moves the task to `state` from any non-terminal state, durably; a failed write is
+    /// logged (the state stands in memory).
+    async fn update(&self, live: &Live, state: TaskState, message: Option<String>) {
+        if let Err(err) = self.update_if(live, &[], state, message, true).await {
+            tracing::error!(error = %format!("{err:#}"), "cannot store a task state");
         }
-        let record = {
-            let mut record = live.record();
-            if !record.transition(state, message, clock::now().0) {
-                return;
-            }
-            record.clone()
-        };
-        let seq = record.seq;
-        if let Err(err) = self.inner.db.put(record).await {
-            tracing::error!(error = %err, "cannot store a task state");
-        }
-        live.changed.send_replace(seq);
     }
 
     /// Puts a task on its capsule's queue, starting the capsule's workers on first use.
@@ -636,8 +613,7 @@ impl TaskManager {
                 .clone()
         };
         if sender.try_send(live.clone()).is_err() {
-            self.update(&live, TaskState::Failed, Some("the capsule's queue is full or closed".into()), true)
-                .await;
+            self.update(&live, TaskState::Failed, Some("the capsule's queue is full or closed".into())).await;
         }
     }
 
@@ -698,7 +674,7 @@ impl TaskManager {
             ),
             Err(err) => (TaskState::Failed, Some(err.to_string())),
         };
-        self.update(live, state, message, true).await;
+        self.update(live, state, message).await;
     }
 }
 
