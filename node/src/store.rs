@@ -144,6 +144,22 @@ struct Index {
     manifests: Vec<Descriptor>,
 }
 
+impl Index {
+    /// Points `meta`'s NAME:VERSION at `manifest`, replacing what it named.
+    fn name(&mut self, meta: &ArtifactMeta, manifest: Digest, size: u64) {
+        let reference = reference(meta);
+        self.manifests.retain(|d| d.annotations.get(REF_NAME) != Some(&reference));
+        self.manifests.push(named(meta, manifest, size));
+    }
+}
+
+/// An index entry naming `manifest` NAME:VERSION.
+fn named(meta: &ArtifactMeta, manifest: Digest, size: u64) -> Descriptor {
+    let mut entry = descriptor(MANIFEST_MEDIA_TYPE, manifest, size);
+    entry.annotations.insert(REF_NAME.into(), reference(meta));
+    entry
+}
+
 /// Proof that the store's write lock is held (see [`ArtifactStore::lock`]).
 #[derive(Debug)]
 pub struct WriteGuard<'a> {
@@ -269,10 +285,7 @@ impl ArtifactStore {
                     stored.size
                 );
             }
-            index.manifests.retain(|d| d.annotations.get(REF_NAME) != Some(&reference(&stored.meta)));
-            let mut entry = descriptor(MANIFEST_MEDIA_TYPE, *manifest, size);
-            entry.annotations.insert(REF_NAME.into(), reference(&stored.meta));
-            index.manifests.push(entry);
+            index.name(&stored.meta, *manifest, size);
             stored_all.push(stored);
         }
         if index.manifests.len() > ARTIFACTS_MAX {
@@ -281,7 +294,6 @@ impl ArtifactStore {
                 index.manifests.len()
             );
         }
-        index.manifests.sort_by(|a, b| a.annotations.get(REF_NAME).cmp(&b.annotations.get(REF_NAME)));
         self.write_index(&index)?;
         Ok(stored_all)
     }
@@ -289,14 +301,10 @@ impl ArtifactStore {
     /// Writes the index with `meta`'s reference pointing at `manifest` (the write lock held).
     fn index_entry(&self, meta: &ArtifactMeta, manifest: Digest, size: u64) -> anyhow::Result<()> {
         let mut index = self.read_index()?;
-        index.manifests.retain(|d| d.annotations.get(REF_NAME) != Some(&reference(meta)));
-        if index.manifests.len() >= ARTIFACTS_MAX {
+        index.name(meta, manifest, size);
+        if index.manifests.len() > ARTIFACTS_MAX {
             bail!("the store holds {ARTIFACTS_MAX} artifacts, its limit");
         }
-        let mut entry = descriptor(MANIFEST_MEDIA_TYPE, manifest, size);
-        entry.annotations.insert(REF_NAME.into(), reference(meta));
-        index.manifests.push(entry);
-        index.manifests.sort_by(|a, b| a.annotations.get(REF_NAME).cmp(&b.annotations.get(REF_NAME)));
         self.write_index(&index)
     }
 
@@ -320,9 +328,7 @@ impl ArtifactStore {
         let mut manifests = Vec::new();
         for stored in artifacts {
             let size = self.blob_size(&stored.manifest).context("manifest missing")?;
-            let mut entry = descriptor(MANIFEST_MEDIA_TYPE, stored.manifest, size);
-            entry.annotations.insert(REF_NAME.into(), reference(&stored.meta));
-            manifests.push(entry);
+            manifests.push(named(&stored.meta, stored.manifest, size));
         }
         let index = Index { schema_version: 2, media_type: INDEX_MEDIA_TYPE.into(), manifests };
         Ok(serde_json::to_vec_pretty(&index)?)
@@ -536,12 +542,11 @@ impl ArtifactStore {
         serde_json::from_slice(&bytes).context("the store index is not valid JSON")
     }
 
+    /// Writes the index, its entries sorted by reference.
     fn write_index(&self, index: &Index) -> anyhow::Result<()> {
-        let index = Index {
-            schema_version: 2,
-            media_type: INDEX_MEDIA_TYPE.into(),
-            manifests: index.manifests.iter().map(clone_descriptor).collect(),
-        };
+        let mut manifests: Vec<Descriptor> = index.manifests.iter().map(clone_descriptor).collect();
+        manifests.sort_by(|a, b| a.annotations.get(REF_NAME).cmp(&b.annotations.get(REF_NAME)));
+        let index = Index { schema_version: 2, media_type: INDEX_MEDIA_TYPE.into(), manifests };
         write_atomic(&self.index_path(), &serde_json::to_vec_pretty(&index)?)
     }
 
