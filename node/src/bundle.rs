@@ -140,8 +140,7 @@ pub fn export(
 /// `publishers`, every entry, every blob's bytes, every artifact's manifest.
 pub fn verify(path: &Path, publishers: &[PublicKey], progress: Progress<'_>) -> anyhow::Result<BundleReport> {
     let mut small = BTreeMap::new();
-    let catalog =
-        walk(path, publishers, progress, &mut |blob, reader| keep_small(blob, reader, &mut small, None))?;
+    let catalog = walk(path, publishers, progress, &mut |blob, reader| keep_small(blob, reader, &mut small))?;
     check_artifacts(catalog.doc(), &small)?;
     Ok(report(&catalog, 0))
 }
@@ -161,17 +160,15 @@ pub fn import(
         let mut small = BTreeMap::new();
         let mut staged = Vec::new();
         let catalog = walk(path, publishers, progress, &mut |blob, reader| {
-            if blob.size <= METADATA_BYTES_MAX {
-                // Small enough to be a manifest or config: kept to check the artifacts.
-                let mut bytes = Vec::new();
-                keep_small(blob, reader, &mut small, Some(&mut bytes))?;
-                let mut slice = bytes.as_slice();
-                if let Some(file) = store.receive_blob(&mut slice, &blob.digest, blob.size, &staging)? {
-                    staged.push((file, blob.digest));
-                }
-                return Ok(());
-            }
-            if let Some(file) = store.receive_blob(reader, &blob.digest, blob.size, &staging)? {
+            let received = if blob.size <= METADATA_BYTES_MAX {
+                // Small enough to be a manifest or config: kept to check the artifacts,
+                // and staged from what was kept.
+                keep_small(blob, reader, &mut small)?;
+                store.receive_blob(&mut small[&blob.digest].as_slice(), &blob.digest, blob.size, &staging)?
+            } else {
+                store.receive_blob(reader, &blob.digest, blob.size, &staging)?
+            };
+            if let Some(file) = received {
                 staged.push((file, blob.digest));
             }
             Ok(())
@@ -201,12 +198,12 @@ fn report(catalog: &Signed<Catalog>, written: usize) -> BundleReport {
     }
 }
 
-/// Reads a small blob whole (checking its digest) into `small`; `copy` gets the bytes too.
+/// Checks a blob's bytes; a small one (a manifest or config, perhaps) is kept whole in
+/// `small`, to check the artifacts after.
 fn keep_small(
     blob: &CatalogBlob,
     reader: &mut dyn Read,
     small: &mut BTreeMap<Digest, Vec<u8>>,
-    copy: Option<&mut Vec<u8>>,
 ) -> anyhow::Result<()> {
     if blob.size > METADATA_BYTES_MAX {
         let (found, len) = hash_reader(reader, None)?;
@@ -215,9 +212,6 @@ fn keep_small(
     let mut bytes = Vec::with_capacity(usize::try_from(blob.size).unwrap_or(0));
     reader.take(blob.size + 1).read_to_end(&mut bytes)?;
     check_blob(blob, Digest::of(&bytes), bytes.len() as u64)?;
-    if let Some(copy) = copy {
-        copy.clone_from(&bytes);
-    }
     small.insert(blob.digest, bytes);
     Ok(())
 }
