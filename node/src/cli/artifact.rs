@@ -13,7 +13,7 @@ use murmur_protocol::PublicKey;
 
 use crate::bundle::{self, BundleReport};
 use crate::clock;
-use crate::config::RawConfig;
+use crate::config::{Config, RawConfig};
 use crate::data_dir;
 use crate::exit::{CliError, CliResult, UsageContext};
 use crate::keyfile;
@@ -40,7 +40,8 @@ impl DataDirArgs {
         ArtifactStore::open(&self.data_dir.join("store")).map_err(CliError::failed)
     }
 
-    /// The publishers this node trusts (`trust.publishers` in its config).
+    /// The publishers this node trusts (`trust.publishers` in its config, checked with
+    /// the rest of the config as the node checks it).
     fn publishers(&self) -> CliResult<Vec<PublicKey>> {
         let path = self.data_dir.join("murnode.toml");
         let raw = if path.exists() {
@@ -48,11 +49,9 @@ impl DataDirArgs {
         } else {
             RawConfig::default()
         };
-        raw.trust
-            .publishers
-            .iter()
-            .map(|k| k.parse::<PublicKey>().usage_context(format!("trust.publishers in {}", path.display())))
-            .collect()
+        let config = Config::from_raw(&raw, &self.data_dir)
+            .map_err(|e| CliError::usage(anyhow::anyhow!("config {}: {e}", path.display())))?;
+        Ok(config.trust.publishers)
     }
 }
 
