@@ -296,21 +296,7 @@ impl Runtime {
 
     /// Runs tool `name` once with `input`.
     pub async fn run_tool(&self, name: &str, input: ToolInput) -> Result<ToolRun, CallError> {
-        let tool = self.inner.get(name)?;
-        if !matches!(tool.manifest.kind, CapsuleKind::Tool | CapsuleKind::Driver) {
-            return Err(CallError::WrongKind {
-                name: name.into(),
-                kind: tool.manifest.kind.as_str(),
-                expected: "tool",
-            });
-        }
-        let started = Instant::now();
-        let (result, records) = self.inner.call_tool(tool, input, 0, None).await?;
-        Ok(ToolRun {
-            result: (&result).into(),
-            calls: records,
-            elapsed_ms: started.elapsed().as_millis() as u64,
-        })
+        self.run_tool_with(name, input, None).await
     }
 
     /// Runs tool `name` for an A2A task: like [`Runtime::run_tool`], and the tool may ask
@@ -321,6 +307,15 @@ impl Runtime {
         input: ToolInput,
         task: Arc<dyn TaskLink>,
     ) -> Result<ToolRun, CallError> {
+        self.run_tool_with(name, input, Some(task)).await
+    }
+
+    async fn run_tool_with(
+        &self,
+        name: &str,
+        input: ToolInput,
+        task: Option<Arc<dyn TaskLink>>,
+    ) -> Result<ToolRun, CallError> {
         let tool = self.inner.get(name)?;
         if !matches!(tool.manifest.kind, CapsuleKind::Tool | CapsuleKind::Driver) {
             return Err(CallError::WrongKind {
@@ -330,7 +325,7 @@ impl Runtime {
             });
         }
         let started = Instant::now();
-        let (result, records) = self.inner.call_tool(tool, input, 0, Some(task)).await?;
+        let (result, records) = self.inner.call_tool(tool, input, 0, task).await?;
         Ok(ToolRun {
             result: (&result).into(),
             calls: records,
