@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use murmur_node::runtime::{CapsuleManifest, DirectHttp, Runtime, RuntimeOptions};
 use murmur_node::store::ArtifactStore;
-use murmur_node::tasks::{Origin, TaskManager};
+use murmur_node::tasks::{LIVE_MAX, Origin, TaskManager};
 use murmur_protocol::task::{Sender, Submit, TaskId, TaskState};
 
 fn wasm(name: &str) -> PathBuf {
@@ -31,13 +31,9 @@ fn submit(message: &str, text: &str) -> Submit {
     }
 }
 
-async fn finish(manager: &TaskManager, task: &TaskId) -> TaskState {
-    let (_, snapshot, _) = manager.events(task, 0, Duration::from_secs(10), true).await.unwrap();
-    snapshot.state
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn finished_tasks_beyond_the_memory_limit_are_dropped_in_batches_and_never_run_again() {
+/// A task manager in a fresh data dir whose runtime runs the `echo` component as tool
+/// `echo` (manifest lines `extra` added), holding at most `live_max` tasks in memory.
+async fn manager(extra: &str, live_max: usize) -> (tempfile::TempDir, TaskManager) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(ArtifactStore::open(&dir.path().join("store")).unwrap());
     let runtime = Runtime::new(
@@ -47,11 +43,23 @@ async fn finished_tasks_beyond_the_memory_limit_are_dropped_in_batches_and_never
     )
     .unwrap();
     let manifest = format!(
-        "name = \"echo\"\nversion = \"1.0.0\"\nkind = \"tool\"\nartifact = \"{}\"\n",
+        "name = \"echo\"\nversion = \"1.0.0\"\nkind = \"tool\"\nartifact = \"{}\"\n{extra}",
         wasm("echo").display()
     );
     runtime.install(CapsuleManifest::parse(&manifest, Path::new("/"), dir.path()).unwrap()).unwrap();
-    let manager = TaskManager::open_with_live_max(&dir.path().join("tasks.redb"), runtime, 20).await.unwrap();
+    let manager =
+        TaskManager::open_with_live_max(&dir.path().join("tasks.redb"), runtime, live_max).await.unwrap();
+    (dir, manager)
+}
+
+async fn finish(manager: &TaskManager, task: &TaskId) -> TaskState {
+    let (_, snapshot, _) = manager.events(task, 0, Duration::from_secs(10), true).await.unwrap();
+    snapshot.state
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_tasks_beyond_the_memory_limit_are_dropped_in_batches_and_never_run_again() {
+    let (_dir, manager) = manager("", 20).await;
 
     // Twenty finished tasks fill memory.
     let first: Vec<Submit> = (0..20).map(|i| submit(&format!("m{i}"), &format!("first {i}"))).collect();
@@ -82,20 +90,7 @@ async fn finished_tasks_beyond_the_memory_limit_are_dropped_in_batches_and_never
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_single_task_capsule_never_accepts_two_even_when_they_arrive_together() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(ArtifactStore::open(&dir.path().join("store")).unwrap());
-    let runtime = Runtime::new(
-        RuntimeOptions { data_dir: dir.path().to_path_buf(), pooling: false },
-        store,
-        Arc::new(DirectHttp::new().unwrap()),
-    )
-    .unwrap();
-    let manifest = format!(
-        "name = \"echo\"\nversion = \"1.0.0\"\nkind = \"tool\"\nartifact = \"{}\"\n[lifecycle]\ntask_acceptance = \"single\"\n",
-        wasm("echo").display()
-    );
-    runtime.install(CapsuleManifest::parse(&manifest, Path::new("/"), dir.path()).unwrap()).unwrap();
-    let manager = TaskManager::open(&dir.path().join("tasks.redb"), runtime).await.unwrap();
+    let (_dir, manager) = manager("[lifecycle]\ntask_acceptance = \"single\"\n", LIVE_MAX).await;
     // Both pass the early check before either is stored: only one may be accepted.
     let (first_submit, second_submit) = (submit("a", "one"), submit("b", "two"));
     let (a, b) = tokio::join!(

@@ -2,11 +2,37 @@
 //! isolated node as a signed bundle.
 
 use std::path::Path;
+use std::process::Output;
+
+use serde_json::Value;
 
 use murmur_tests::{TestNode, guest, init_data_dir, mur, mur_json};
 
-fn dir_arg(dir: &Path) -> &str {
-    dir.to_str().unwrap()
+/// `mur ARGS --data-dir DIR`.
+fn mur_in(dir: &Path, args: &[&str]) -> Output {
+    let mut all = args.to_vec();
+    all.extend(["--data-dir", dir.to_str().unwrap()]);
+    mur(&all)
+}
+
+/// `mur ARGS --data-dir DIR --json`, which must succeed; its JSON.
+fn mur_json_in(dir: &Path, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["--data-dir", dir.to_str().unwrap(), "--json"]);
+    mur_json(&all)
+}
+
+/// Adds component `file` to the store of `dir` as NAME@1.0.0, a tool.
+fn add(dir: &Path, file: &Path, name: &str) -> Value {
+    mur_json_in(
+        dir,
+        &["artifact", "add", file.to_str().unwrap(), "--name", name, "--version", "1.0.0", "--kind", "tool"],
+    )
+}
+
+/// Exports `reference` from the store of `dir` to `out`, signed with `key`.
+fn export(dir: &Path, key: &str, reference: &str, out: &Path) -> Output {
+    mur_in(dir, &["bundle", "export", reference, "--sign-key", key, "-o", out.to_str().unwrap()])
 }
 
 /// A publisher key file and its public key.
@@ -31,77 +57,31 @@ fn a_bundle_carries_a_capsule_to_an_isolated_node_that_then_runs_it() {
     // The connected side: add the component to the store, export it.
     let source = init_data_dir();
     let echo = guest("echo");
-    let added = mur_json(&[
-        "artifact",
-        "add",
-        echo.to_str().unwrap(),
-        "--name",
-        "echo",
-        "--version",
-        "1.0.0",
-        "--kind",
-        "tool",
-        "--data-dir",
-        dir_arg(source.path()),
-        "--json",
-    ]);
+    let added = add(source.path(), &echo, "echo");
     assert_eq!(added["name"], "echo");
-    let listed = mur_json(&["artifact", "ls", "--data-dir", dir_arg(source.path()), "--json"]);
+    let listed = mur_json_in(source.path(), &["artifact", "ls"]);
     assert_eq!(listed["artifacts"].as_array().unwrap().len(), 1);
     let bundle = work.path().join("tools.bundle");
-    let report = mur_json(&[
-        "bundle",
-        "export",
-        "echo@1.0.0",
-        "--sign-key",
-        &key,
-        "-o",
-        bundle.to_str().unwrap(),
-        "--data-dir",
-        dir_arg(source.path()),
-        "--json",
-    ]);
+    let report = mur_json_in(
+        source.path(),
+        &["bundle", "export", "echo@1.0.0", "--sign-key", &key, "-o", bundle.to_str().unwrap()],
+    );
     assert_eq!(report["artifacts"][0], "echo@1.0.0");
     assert_eq!(report["publisher"], public.as_str());
-    let again = mur(&[
-        "bundle",
-        "export",
-        "echo",
-        "--sign-key",
-        &key,
-        "-o",
-        bundle.to_str().unwrap(),
-        "--data-dir",
-        dir_arg(source.path()),
-    ]);
+    let again = export(source.path(), &key, "echo", &bundle);
     assert_eq!(again.status.code(), Some(2), "an existing bundle is not overwritten");
 
     // The isolated side: a node that trusts the publisher, and nothing else.
     let target = init_data_dir();
-    let untrusting =
-        mur(&["bundle", "import", bundle.to_str().unwrap(), "--data-dir", dir_arg(target.path())]);
+    let untrusting = mur_in(target.path(), &["bundle", "import", bundle.to_str().unwrap()]);
     assert_eq!(untrusting.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&untrusting.stderr).contains("trust.publishers"));
     trust(target.path(), &public);
-    let verified = mur_json(&[
-        "bundle",
-        "verify",
-        bundle.to_str().unwrap(),
-        "--data-dir",
-        dir_arg(target.path()),
-        "--json",
-    ]);
+    let verified = mur_json_in(target.path(), &["bundle", "verify", bundle.to_str().unwrap()]);
     assert_eq!(verified["blobs"], 3);
-    let imported = mur_json(&[
-        "bundle",
-        "import",
-        bundle.to_str().unwrap(),
-        "--data-dir",
-        dir_arg(target.path()),
-        "--json",
-    ]);
+    let imported = mur_json_in(target.path(), &["bundle", "import", bundle.to_str().unwrap()]);
     assert_eq!(imported["blobs_written"], 3);
-    let shown = mur_json(&["artifact", "show", "echo@1.0.0", "--data-dir", dir_arg(target.path()), "--json"]);
+    let shown = mur_json_in(target.path(), &["artifact", "show", "echo@1.0.0"]);
     assert_eq!(shown["content"], added["content"]);
 
     // A capsule manifest naming the imported artifact; the node has no peers at all.
@@ -124,32 +104,9 @@ fn a_tampered_bundle_is_refused_and_the_store_stays_empty() {
     let (key, public) = publisher(work.path());
     let source = init_data_dir();
     let echo = guest("echo");
-    let out = mur(&[
-        "artifact",
-        "add",
-        echo.to_str().unwrap(),
-        "--name",
-        "echo",
-        "--version",
-        "1.0.0",
-        "--kind",
-        "tool",
-        "--data-dir",
-        dir_arg(source.path()),
-    ]);
-    assert!(out.status.success());
+    add(source.path(), &echo, "echo");
     let bundle = work.path().join("tools.bundle");
-    let out = mur(&[
-        "bundle",
-        "export",
-        "echo",
-        "--sign-key",
-        &key,
-        "-o",
-        bundle.to_str().unwrap(),
-        "--data-dir",
-        dir_arg(source.path()),
-    ]);
+    let out = export(source.path(), &key, "echo", &bundle);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     // One byte flipped inside the component's bytes in the bundle.
@@ -164,12 +121,12 @@ fn a_tampered_bundle_is_refused_and_the_store_stays_empty() {
     let target = init_data_dir();
     trust(target.path(), &public);
     for command in ["verify", "import"] {
-        let out = mur(&["bundle", command, tampered.to_str().unwrap(), "--data-dir", dir_arg(target.path())]);
+        let out = mur_in(target.path(), &["bundle", command, tampered.to_str().unwrap()]);
         assert_eq!(out.status.code(), Some(1), "{command}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("refused") && stderr.contains("tampered or corrupt"), "{command}: {stderr}");
     }
-    let listed = mur_json(&["artifact", "ls", "--data-dir", dir_arg(target.path()), "--json"]);
+    let listed = mur_json_in(target.path(), &["artifact", "ls"]);
     assert!(listed["artifacts"].as_array().unwrap().is_empty());
     let blobs = std::fs::read_dir(target.path().join("store/blobs/sha256")).unwrap().count();
     assert_eq!(blobs, 0, "no blob was written");
@@ -185,39 +142,16 @@ fn an_import_killed_midway_converges_when_run_again() {
     let bytes: Vec<u8> =
         (0..64u32 * 1024 * 1024).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
     std::fs::write(&component, &bytes).unwrap();
-    let out = mur(&[
-        "artifact",
-        "add",
-        component.to_str().unwrap(),
-        "--name",
-        "big",
-        "--version",
-        "1.0.0",
-        "--kind",
-        "tool",
-        "--data-dir",
-        dir_arg(source.path()),
-    ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    add(source.path(), &component, "big");
     let bundle = work.path().join("big.bundle");
-    let out = mur(&[
-        "bundle",
-        "export",
-        "big",
-        "--sign-key",
-        &key,
-        "-o",
-        bundle.to_str().unwrap(),
-        "--data-dir",
-        dir_arg(source.path()),
-    ]);
+    let out = export(source.path(), &key, "big", &bundle);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     let target = init_data_dir();
     trust(target.path(), &public);
     let staging = target.path().join("store/.import");
     let mut child = std::process::Command::new(murmur_tests::bin("mur"))
-        .args(["bundle", "import", bundle.to_str().unwrap(), "--data-dir", dir_arg(target.path())])
+        .args(["bundle", "import", bundle.to_str().unwrap(), "--data-dir", target.path().to_str().unwrap()])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -231,28 +165,14 @@ fn an_import_killed_midway_converges_when_run_again() {
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    let listed = mur_json(&["artifact", "ls", "--data-dir", dir_arg(target.path()), "--json"]);
+    let listed = mur_json_in(target.path(), &["artifact", "ls"]);
     assert!(listed["artifacts"].as_array().unwrap().is_empty(), "nothing indexed by the killed import");
 
-    let imported = mur_json(&[
-        "bundle",
-        "import",
-        bundle.to_str().unwrap(),
-        "--data-dir",
-        dir_arg(target.path()),
-        "--json",
-    ]);
+    let imported = mur_json_in(target.path(), &["bundle", "import", bundle.to_str().unwrap()]);
     assert_eq!(imported["artifacts"][0], "big@1.0.0");
     assert!(!staging.exists(), "staging cleared");
-    let shown = mur_json(&["artifact", "show", "big", "--data-dir", dir_arg(target.path()), "--json"]);
+    let shown = mur_json_in(target.path(), &["artifact", "show", "big"]);
     assert_eq!(shown["size"], 64 * 1024 * 1024);
-    let again = mur_json(&[
-        "bundle",
-        "import",
-        bundle.to_str().unwrap(),
-        "--data-dir",
-        dir_arg(target.path()),
-        "--json",
-    ]);
+    let again = mur_json_in(target.path(), &["bundle", "import", bundle.to_str().unwrap()]);
     assert_eq!(again["blobs_written"], 0);
 }
