@@ -9,10 +9,13 @@
 //! node holds an advert of every live node and of no node dead longer than an advert lives.
 //!
 //! Tasks have their own oracle, [`TaskOracle`]: grants, at-most-once execution, no lost
-//! acceptances, and every accepted task finishing once faults stop.
+//! acceptances, and every accepted task finishing once faults stop. Artifacts have
+//! [`ArtifactOracle`]: no corrupted chunk or blob stored, pulls within their bounds.
 
+mod artifacts;
 mod tasks;
 
+pub use artifacts::{ArtifactOracle, BlobTruth, list_digest};
 pub use tasks::{Attack, AttackCount, GrantTruth, TaskOracle};
 
 use crate::fxhash::FxHashMap as HashMap;

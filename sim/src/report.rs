@@ -96,6 +96,48 @@ pub struct Metrics {
     /// Task traffic, for scenarios with a `[tasks]` section.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tasks: Option<TaskMetrics>,
+    /// Artifact traffic, for scenarios with an `[artifacts]` section.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub artifacts: Option<ArtifactMetrics>,
+}
+
+/// What the artifact traffic of a run did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ArtifactMetrics {
+    /// Pull requests the workload made, and of them: for a blob the node held or was
+    /// pulling already, and refused at the node's pull bound.
+    pub pulls_requested: u64,
+    pub pulls_redundant: u64,
+    pub pulls_refused: u64,
+    /// Pinned artifacts a node started pulling because `should_hold` said so.
+    pub pins_pulled: u64,
+    /// Pulls started (fresh, resumed after a crash, or rebuilt), resumed from chunks on
+    /// disk, rebuilt after losing every provider, and completed.
+    pub pulls_started: u64,
+    pub pulls_resumed: u64,
+    pub pulls_rebuilt: u64,
+    pub pulls_completed: u64,
+    /// From request to the last chunk written (completed pulls).
+    pub completion_p50_ms: u64,
+    pub completion_p99_ms: u64,
+    pub completion_max_ms: u64,
+    /// Chunk requests the pull schedulers made, and hedges among them.
+    pub chunks_requested: u64,
+    pub hedges: u64,
+    pub chunks_written: u64,
+    /// Chunks corrupt providers served, and bad chunks the pulls detected.
+    pub corrupt_served: u64,
+    pub bad_chunks_detected: u64,
+    /// Providers dropped from a pull (bad bytes or too many failures).
+    pub penalties: u64,
+    pub timeouts: u64,
+    pub failures: u64,
+    /// Crashes of providers with chunk requests out to them.
+    pub provider_crashes: u64,
+    /// Fewest live honest holders of a pinned artifact at the last liveness check.
+    pub pinned_holders_min: Option<u64>,
+    /// When every pull settled, after faults ended and pull requests stopped.
+    pub settled_after_ms: Option<u64>,
 }
 
 /// What the task traffic of a run did.
@@ -208,6 +250,7 @@ impl Outcome {
         converged_at: Option<u64>,
         liveness_gap: String,
         task_gap: Option<String>,
+        artifact_gap: Option<String>,
     ) -> Self {
         metrics.events_per_sec =
             if metrics.wall_ms > 0.0 { metrics.events as f64 / (metrics.wall_ms / 1000.0) } else { 0.0 };
@@ -231,6 +274,15 @@ impl Outcome {
                 vec![format!(
                     "tasks did not settle within {bound} s after faults ended and submissions stopped at {} s: {gap}",
                     scenario.tasks_settle_from_s()
+                )],
+            )
+        } else if let Some(gap) = artifact_gap {
+            let bound = scenario.artifacts.as_ref().map_or(0, |a| a.liveness_bound_s);
+            (
+                Verdict::Liveness,
+                vec![format!(
+                    "artifact pulls did not settle within {bound} s after faults ended and pull requests stopped at {} s: {gap}",
+                    scenario.artifacts_settle_from_s()
                 )],
             )
         } else if let Some(idle) = faults.iter().find(|f| f.effects == 0) {
@@ -296,6 +348,25 @@ impl Outcome {
                 t.failed_on_restart,
                 t.requeued,
                 t.settled_after_ms.map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms"))
+            );
+        }
+        if let Some(a) = &m.artifacts {
+            let _ = writeln!(
+                out,
+                "  artifacts: pulls {} started {} completed (p50 {} ms, p99 {} ms), {} resumed, {} rebuilt, {} pins; chunks {} requested {} written; bad {} detected of {} served corrupt, {} penalties; settled after {}",
+                a.pulls_started,
+                a.pulls_completed,
+                a.completion_p50_ms,
+                a.completion_p99_ms,
+                a.pulls_resumed,
+                a.pulls_rebuilt,
+                a.pins_pulled,
+                a.chunks_requested,
+                a.chunks_written,
+                a.bad_chunks_detected,
+                a.corrupt_served,
+                a.penalties,
+                a.settled_after_ms.map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms"))
             );
         }
         for fault in &self.faults {

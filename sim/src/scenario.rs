@@ -11,8 +11,10 @@
 
 use serde::{Deserialize, Serialize};
 
+mod artifacts;
 mod tasks;
 
+pub use artifacts::{ArtifactExercise, ArtifactWorkload};
 pub use tasks::{Exercise, TaskWorkload};
 
 /// A whole scenario.
@@ -34,6 +36,9 @@ pub struct Scenario {
     /// Task traffic; none when absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tasks: Option<TaskWorkload>,
+    /// Artifact traffic; none when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub artifacts: Option<ArtifactWorkload>,
 }
 
 impl Default for Scenario {
@@ -50,6 +55,7 @@ impl Default for Scenario {
             faults: Vec::new(),
             check: CheckParams::default(),
             tasks: None,
+            artifacts: None,
         }
     }
 }
@@ -192,7 +198,8 @@ pub enum Fault {
     /// re-gossips old adverts it captured; `flooder` sends oversized and malformed messages;
     /// `unauthorized_sender` sends tasks straight onto the wire (no sending-side check) with
     /// no grant, forged, expired, stolen or mismatched grants, or to targets outside its
-    /// grant (needs a `[tasks]` section).
+    /// grant (needs a `[tasks]` section); `corrupt_provider` announces every artifact and
+    /// serves corrupted chunks (needs an `[artifacts]` section).
     Byzantine { at_s: u64, until_s: u64, role: ByzantineRole, count: usize, interval_ms: u64 },
 }
 
@@ -205,6 +212,10 @@ pub enum ByzantineRole {
     Flooder,
     #[serde(alias = "unauthorized-sender")]
     UnauthorizedSender,
+    /// Announces every artifact and serves chunks whose bytes do not match (needs an
+    /// `[artifacts]` section).
+    #[serde(alias = "corrupt-provider")]
+    CorruptProvider,
 }
 
 impl Fault {
@@ -292,6 +303,14 @@ impl Scenario {
         self.faults_end_s().max(self.topology.join_spread_s).max(until)
     }
 
+    /// When the artifact liveness phase starts: faults over, every initial node started,
+    /// and no more pull requests (seconds).
+    #[must_use]
+    pub fn artifacts_settle_from_s(&self) -> u64 {
+        let until = self.artifacts.as_ref().map_or(0, |a| a.until_s);
+        self.faults_end_s().max(self.topology.join_spread_s).max(until)
+    }
+
     /// Checks the rules a run depends on; each error names its field.
     pub fn validate(&self) -> anyhow::Result<()> {
         let regions = self.network.regions.len();
@@ -331,6 +350,12 @@ impl Scenario {
                     "faults: byzantine role unauthorized_sender needs a [tasks] section with at least 2 services and 1 agent"
                 );
             }
+            if let Fault::Byzantine { role: ByzantineRole::CorruptProvider, .. } = fault {
+                anyhow::ensure!(
+                    self.artifacts.is_some(),
+                    "faults: byzantine role corrupt_provider needs an [artifacts] section"
+                );
+            }
         }
         if let Some(tasks) = &self.tasks {
             tasks.validate(self.nodes)?;
@@ -339,6 +364,16 @@ impl Scenario {
                 from + tasks.terminal_bound_s <= self.duration_s,
                 "tasks.terminal_bound_s: tasks settle from {from} s and need {} s more, beyond duration_s = {}",
                 tasks.terminal_bound_s,
+                self.duration_s
+            );
+        }
+        if let Some(artifacts) = &self.artifacts {
+            artifacts.validate(self.nodes)?;
+            let from = self.artifacts_settle_from_s();
+            anyhow::ensure!(
+                from + artifacts.liveness_bound_s <= self.duration_s,
+                "artifacts.liveness_bound_s: pulls settle from {from} s and need {} s more, beyond duration_s = {}",
+                artifacts.liveness_bound_s,
                 self.duration_s
             );
         }

@@ -7,11 +7,13 @@
 //! is ordered (vectors, `BTreeSet`), and hash maps are used for lookups only, so nothing
 //! about a run depends on hash seeds, wall time or threads.
 
+mod artifacts;
 mod byzantine;
 mod faults;
 mod gossip;
 mod net;
 mod owner;
+mod pulls;
 mod routing;
 mod tasks;
 mod topology;
@@ -92,11 +94,16 @@ pub enum Plant {
     /// Owners keep accepted tasks in memory only until they finish. Caught by the
     /// lost-task checker when an owner restarts.
     VolatileAccept,
+    /// A pulling node writes every chunk that arrives before the pull scheduler checks
+    /// it. Caught by the artifact write checker (a corrupt provider is added if the
+    /// scenario has none, and artifact traffic if it has none).
+    WriteUnverified,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Self; 3] = [Self::SkipIncomingCheck, Self::RetryLost, Self::VolatileAccept];
+    pub const ALL: [Self; 4] =
+        [Self::SkipIncomingCheck, Self::RetryLost, Self::VolatileAccept, Self::WriteUnverified];
 
     /// The name on the command line (`--plant NAME`).
     #[must_use]
@@ -105,6 +112,7 @@ impl Plant {
             Self::SkipIncomingCheck => "skip-incoming-check",
             Self::RetryLost => "retry-lost",
             Self::VolatileAccept => "volatile-accept",
+            Self::WriteUnverified => "write-unverified",
         }
     }
 }
@@ -183,6 +191,7 @@ enum Event {
     WorkloadQuery,
     LivenessCheck,
     Task(tasks::TaskEvent),
+    Artifact(artifacts::ArtifactEvent),
 }
 
 impl Event {
@@ -206,6 +215,7 @@ impl Event {
             Self::LivenessCheck => (15, 0, 0),
             Self::Heartbeat { node, .. } => (16, u64::from(*node), 0),
             Self::Task(event) => event.trace(),
+            Self::Artifact(event) => event.trace(),
         }
     }
 }
@@ -247,6 +257,8 @@ pub struct Sim {
     last_liveness_gap: String,
     /// Task traffic, when the scenario has a `[tasks]` section.
     tasks: Option<Box<tasks::TaskWorld>>,
+    /// Artifact traffic, when the scenario has an `[artifacts]` section.
+    artifacts: Option<Box<artifacts::ArtifactWorld>>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -263,6 +275,7 @@ impl Sim {
     #[must_use]
     pub fn new(mut scenario: Scenario, options: Options) -> Self {
         tasks::prepare(&mut scenario, options);
+        artifacts::prepare(&mut scenario, options);
         if options.canary
             && !scenario
                 .faults
@@ -303,6 +316,8 @@ impl Sim {
         let seed = options.seed;
         let oracle = Oracle::new(mesh_config.directory.ttl_max_ms, mesh_config.directory.clock_skew_max_ms);
         let tasks = scenario.tasks.clone().map(|config| Box::new(tasks::TaskWorld::new(config, seed)));
+        let artifacts =
+            scenario.artifacts.clone().map(|config| Box::new(artifacts::ArtifactWorld::new(config, seed)));
         let mut sim = Self {
             options,
             now: 0,
@@ -330,6 +345,7 @@ impl Sim {
             converged_at: None,
             last_liveness_gap: String::new(),
             tasks,
+            artifacts,
             scenario,
         };
         sim.populate();
@@ -349,6 +365,7 @@ impl Sim {
             self.schedule(at, Event::Start { node });
         }
         self.tasks_populate();
+        self.artifacts_populate();
         for (i, fault) in self.scenario.faults.clone().iter().enumerate() {
             let (at_s, ends) = match fault {
                 Fault::Crash { at_s, .. } | Fault::MassRestart { at_s, .. } | Fault::Join { at_s, .. } => {
@@ -408,6 +425,9 @@ impl Sim {
         let id = key.node_id();
         if let Some(world) = self.tasks.as_deref_mut() {
             world.add_node(ix, self.options.seed);
+        }
+        if let Some(world) = self.artifacts.as_deref_mut() {
+            world.add_node(ix);
         }
         self.index.insert(id, ix);
         self.nodes.push(Node {
@@ -589,6 +609,7 @@ impl Sim {
             Event::WorkloadQuery => self.workload_query(),
             Event::LivenessCheck => self.liveness_check(),
             Event::Task(event) => self.task_event(event),
+            Event::Artifact(event) => self.artifact_event(event),
         }
     }
 
@@ -785,6 +806,7 @@ impl Sim {
             self.metrics.verify_cache_hits = stats.cache_hits;
         }
         let task_gap = self.tasks_finish();
+        let artifact_gap = self.artifacts_finish();
         let node_seconds = (self.nodes.len().max(1) as f64) * (self.scenario.duration_s.max(1) as f64);
         self.metrics.messages_per_node_per_sec = self.metrics.messages_sent as f64 / node_seconds;
         self.metrics.bytes_per_node_per_sec = self.metrics.bytes_sent as f64 / node_seconds;
@@ -799,6 +821,7 @@ impl Sim {
             self.converged_at,
             self.last_liveness_gap,
             task_gap,
+            artifact_gap,
         )
     }
 }

@@ -22,6 +22,8 @@ impl Sim {
             ByzantineRole::Replayer => self.replay(ix),
             ByzantineRole::Flooder => self.flood_junk(ix),
             ByzantineRole::UnauthorizedSender => self.send_unauthorized(ix),
+            // It acts when asked for chunks (`pulls`), not on a timer.
+            ByzantineRole::CorruptProvider => return,
         };
         if sent {
             self.effects[fault].effects += 1;

@@ -3,7 +3,8 @@
 //!
 //! Each directed link draws from its own random stream, so traffic on one link never
 //! shifts the draws of another; task traffic has streams of its own (`tasklink/A/B`), so
-//! adding tasks to a scenario leaves the draws of its gossip and sync traffic as they were.
+//! adding tasks to a scenario leaves the draws of its gossip and sync traffic as they were;
+//! artifact traffic likewise draws from `artlink/A/B`.
 
 use super::{Event, Ix, Sim};
 use crate::rng::SimRng;
@@ -62,13 +63,13 @@ impl Sim {
         let (extra_loss, extra_fault) = self.extra_loss;
         let base = self.base_latency(a, b);
         let seed = self.options.seed;
-        let link = match (channel, self.tasks.as_deref_mut()) {
-            (Channel::Task, Some(world)) => world
-                .links
-                .entry((a, b))
-                .or_insert_with(|| SimRng::stream(seed, &format!("tasklink/{a}/{b}"))),
-            _ => self.links.entry((a, b)).or_insert_with(|| SimRng::stream(seed, &format!("link/{a}/{b}"))),
+        let own = match channel {
+            Channel::Task => self.tasks.as_deref_mut().map(|w| (&mut w.links, "tasklink")),
+            Channel::Artifact => self.artifacts.as_deref_mut().map(|w| (&mut w.links, "artlink")),
+            Channel::Mesh => None,
         };
+        let (links, label) = own.unwrap_or((&mut self.links, "link"));
+        let link = links.entry((a, b)).or_insert_with(|| SimRng::stream(seed, &format!("{label}/{a}/{b}")));
         if link.chance(loss) {
             self.metrics.lost += 1;
             return;
@@ -109,6 +110,8 @@ pub(super) enum Channel {
     Mesh,
     /// `/murmur/task/1`.
     Task,
+    /// `/murmur/artifact/1`.
+    Artifact,
 }
 
 impl Event {
@@ -130,6 +133,7 @@ impl Event {
                 epoch: *epoch,
             },
             Self::Task(event) => Self::Task(event.duplicate()?),
+            Self::Artifact(event) => Self::Artifact(event.duplicate()?),
             _ => return None,
         })
     }

@@ -45,6 +45,7 @@ impl Sim {
         let first_beat = self.now + self.nodes[i].rng.between(1, HEARTBEAT_MS);
         self.schedule(first_beat, Event::Heartbeat { node: ix, epoch });
         self.tasks_started(ix);
+        self.artifacts_started(ix);
     }
     /// gossipsub's heartbeat, for the mesh only: below D_lo, GRAFT random connected peers up
     /// to D (the peer accepts); above D_hi, PRUNE random mesh peers down to D.
@@ -100,6 +101,7 @@ impl Sim {
         node.answering.clear();
         self.oracle.forget_observer(ix);
         self.tasks_crashed(ix, for_good);
+        self.artifacts_crashed(ix, for_good);
     }
     /// Opens a connection after a round trip, if the target is reachable and has room.
     pub(super) fn dial(&mut self, a: Ix, b: Ix) {

@@ -1,0 +1,521 @@
+//! Artifact traffic: blobs, every node's artifact store and pulls, the pull workload,
+//! pinned-artifact placement, and the artifact liveness check.
+//!
+//! Modelled as `murnode` will run it: each node keeps a durable store of verified chunks
+//! (it survives crashes; a blob held whole is announced in the node's advert's
+//! `artifacts` list, so other nodes learn of providers through gossip and their
+//! directories) and, in memory, one protocol [`Pull`] per blob it is fetching. The driver
+//! side (requests over `/murmur/artifact/1`, answers, timeouts, providers read from the
+//! directory) is in `pulls`. A pull request is durable: a node that crashes mid-pull
+//! resumes after restart from the chunks already stored.
+//!
+//! Pinned artifacts: every `pin_check_interval_ms` each node asks
+//! [`replicate::should_hold`] over the nodes its directory lists, and pulls each pinned
+//! artifact it should hold.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use murmur_protocol::digest::Digest;
+use murmur_protocol::pull::{Pull, PullStats};
+use murmur_protocol::replicate;
+
+use super::{Event, Ix, Options, Plant, Role, Sim};
+use crate::check::{ArtifactOracle, BlobTruth};
+use crate::fxhash::FxHashMap as HashMap;
+use crate::report::{ArtifactMetrics, FaultEffect};
+use crate::rng::SimRng;
+use crate::scenario::{ArtifactExercise, ArtifactWorkload, ByzantineRole, Fault, Scenario};
+
+/// Chunk requests in flight over the whole run at most; a request beyond it fails at once
+/// (each node's pulls bound theirs, so only a model bug reaches it).
+pub(super) const REQUESTS_MAX: usize = 1_000_000;
+
+/// One blob a node is pulling (in memory: a crash loses it).
+#[derive(Debug)]
+pub(super) struct ActivePull {
+    pub pull: Pull,
+    /// Providers the driver has told the pull about (and not taken back).
+    pub known: BTreeSet<murmur_protocol::NodeId>,
+    pub timer_at: Option<u64>,
+    /// When the pull last reported that no provider was left.
+    pub stalled_since: Option<u64>,
+}
+
+/// One node's artifact state.
+#[derive(Debug, Default)]
+pub(super) struct NodeArtifacts {
+    /// Durable: per blob, chunk index → digest of the bytes written.
+    pub store: BTreeMap<usize, BTreeMap<u32, Digest>>,
+    /// Durable: blobs held whole (and announced).
+    pub complete: BTreeSet<usize>,
+    /// Durable: pulls asked for and not finished, blob → when asked (ms).
+    pub wanted: BTreeMap<usize, u64>,
+    /// In memory: pulls under way.
+    pub pulls: BTreeMap<usize, ActivePull>,
+}
+
+/// A chunk request on the wire.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ChunkRequest {
+    pub from: Ix,
+    pub from_epoch: u32,
+    pub to: Ix,
+    pub blob: usize,
+    pub index: u32,
+}
+
+/// Artifact state of the whole run.
+#[derive(Debug)]
+pub(super) struct ArtifactWorld {
+    pub config: ArtifactWorkload,
+    pub oracle: ArtifactOracle,
+    pub nodes: Vec<NodeArtifacts>,
+    pub requests: BTreeMap<u64, ChunkRequest>,
+    pub next_req: u64,
+    pub links: HashMap<(Ix, Ix), SimRng>,
+    pub rng: SimRng,
+    pub stats: ArtifactMetrics,
+    /// Counters of pulls that finished or were lost to crashes.
+    pub totals: PullStats,
+    /// Pull completion times (ms from request to the last chunk written).
+    pub completion_ms: Vec<u64>,
+    pub settled_at: Option<u64>,
+    pub last_gap: String,
+}
+
+/// Artifact events.
+#[derive(Debug)]
+pub(super) enum ArtifactEvent {
+    /// The workload's next pull request.
+    Pull,
+    /// A node re-reads its directory for the providers of its pulls.
+    Refresh { node: Ix, epoch: u32 },
+    /// A node checks which pinned artifacts it should hold.
+    PinCheck { node: Ix, epoch: u32 },
+    /// A pull's timer.
+    PullTimer { node: Ix, epoch: u32, blob: usize },
+    /// A chunk request reaches its provider.
+    Request { to: Ix, from: Ix, req: u64, blob: usize, index: u32, epoch: u32 },
+    /// The answer reaches the puller: the digest of the bytes sent, or `None` (not held).
+    Response { to: Ix, req: u64, answer: Option<Digest>, epoch: u32 },
+    /// The request failed (dial refused).
+    Failure { req: u64 },
+    /// request-response gave up waiting.
+    Timeout { req: u64 },
+    /// The connection from `node` to `provider` closed (the provider crashed).
+    Closed { node: Ix, epoch: u32, provider: Ix },
+    /// The artifact liveness check.
+    Settle,
+}
+
+impl ArtifactEvent {
+    /// Tag and numbers for the trace hash.
+    pub(super) fn trace(&self) -> (u8, u64, u64) {
+        match self {
+            Self::Pull => (50, 0, 0),
+            Self::Refresh { node, .. } => (51, u64::from(*node), 0),
+            Self::PinCheck { node, .. } => (52, u64::from(*node), 0),
+            Self::PullTimer { node, blob, .. } => (53, u64::from(*node), *blob as u64),
+            Self::Request { to, req, .. } => (54, u64::from(*to), *req),
+            Self::Response { to, req, .. } => (55, u64::from(*to), *req),
+            Self::Failure { req } => (56, *req, 0),
+            Self::Timeout { req } => (57, *req, 0),
+            Self::Closed { node, provider, .. } => (58, u64::from(*node), u64::from(*provider)),
+            Self::Settle => (59, 0, 0),
+        }
+    }
+
+    /// A second copy of a message in flight (network duplication).
+    pub(super) fn duplicate(&self) -> Option<Self> {
+        Some(match self {
+            Self::Request { to, from, req, blob, index, epoch } => {
+                Self::Request { to: *to, from: *from, req: *req, blob: *blob, index: *index, epoch: *epoch }
+            }
+            Self::Response { to, req, answer, epoch } => {
+                Self::Response { to: *to, req: *req, answer: *answer, epoch: *epoch }
+            }
+            _ => return None,
+        })
+    }
+}
+
+/// Adjusts the scenario for the planted artifact bug: artifact traffic if there is none,
+/// and a corrupt provider whose chunks the bug lets through.
+pub(super) fn prepare(scenario: &mut Scenario, options: Options) {
+    if options.plant != Some(Plant::WriteUnverified) {
+        return;
+    }
+    // Without a section of its own: blobs big enough, and honest providers few enough,
+    // that every pull also asks the corrupt provider.
+    let config = scenario
+        .artifacts
+        .get_or_insert_with(|| ArtifactWorkload {
+            size_mib_min: 16,
+            size_mib_max: 32,
+            providers_initial: 1,
+            ..ArtifactWorkload::default()
+        })
+        .clone();
+    let has_corrupt = scenario
+        .faults
+        .iter()
+        .any(|f| matches!(f, Fault::Byzantine { role: ByzantineRole::CorruptProvider, .. }));
+    if !has_corrupt {
+        scenario.faults.push(Fault::Byzantine {
+            at_s: config.start_s.saturating_sub(5),
+            until_s: config.until_s,
+            role: ByzantineRole::CorruptProvider,
+            count: 1,
+            interval_ms: 1_000,
+        });
+    }
+}
+
+impl ArtifactWorld {
+    pub(super) fn new(config: ArtifactWorkload, seed: u64) -> Self {
+        let mut rng = SimRng::stream(seed, "artifacts/workload");
+        let chunk = config.chunk_bytes();
+        let blobs = (0..config.artifacts)
+            .map(|b| {
+                let size = rng.between(config.size_mib_min << 20, config.size_mib_max << 20);
+                BlobTruth::derive(&format!("{seed}/art-{b}"), size, chunk)
+            })
+            .collect();
+        Self {
+            config,
+            oracle: ArtifactOracle::new(blobs),
+            nodes: Vec::new(),
+            requests: BTreeMap::new(),
+            next_req: 0,
+            links: HashMap::default(),
+            rng,
+            stats: ArtifactMetrics::default(),
+            totals: PullStats::default(),
+            completion_ms: Vec::new(),
+            settled_at: None,
+            last_gap: String::new(),
+        }
+    }
+
+    pub(super) fn add_node(&mut self, ix: Ix) {
+        debug_assert_eq!(self.nodes.len(), ix as usize);
+        self.nodes.push(NodeArtifacts::default());
+    }
+
+    /// Every blob's digest, in blob order.
+    pub(super) fn digests(&self) -> Vec<Digest> {
+        self.oracle.blobs().iter().map(|b| b.digest).collect()
+    }
+}
+
+impl Sim {
+    /// Places each artifact whole on a few initial nodes and schedules the workload.
+    pub(super) fn artifacts_populate(&mut self) {
+        let n = self.nodes.len();
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let c = world.config.clone();
+        let mut all: Vec<Ix> = (0..n as Ix).collect();
+        for b in 0..c.artifacts {
+            world.rng.shuffle(&mut all);
+            let truth = world.oracle.blobs()[b].chunks.clone();
+            for &h in all.iter().take(c.providers_initial) {
+                let node = &mut world.nodes[h as usize];
+                node.store.insert(b, truth.iter().enumerate().map(|(i, d)| (i as u32, *d)).collect());
+                node.complete.insert(b);
+            }
+        }
+        self.schedule(c.start_s * 1000, Event::Artifact(ArtifactEvent::Pull));
+        self.schedule(self.scenario.artifacts_settle_from_s() * 1000, Event::Artifact(ArtifactEvent::Settle));
+    }
+
+    pub(super) fn artifact_event(&mut self, event: ArtifactEvent) {
+        match event {
+            ArtifactEvent::Pull => self.artifact_workload(),
+            ArtifactEvent::Refresh { node, epoch } => {
+                if self.is_current(node, epoch) {
+                    self.refresh_pulls(node);
+                    let interval = self.artifacts.as_deref().map_or(1000, |w| w.config.refresh_ms);
+                    self.schedule(
+                        self.now + interval,
+                        Event::Artifact(ArtifactEvent::Refresh { node, epoch }),
+                    );
+                }
+            }
+            ArtifactEvent::PinCheck { node, epoch } => {
+                if self.is_current(node, epoch) {
+                    self.pin_check(node);
+                    let interval = self.artifacts.as_deref().map_or(1000, |w| w.config.pin_check_interval_ms);
+                    self.schedule(
+                        self.now + interval,
+                        Event::Artifact(ArtifactEvent::PinCheck { node, epoch }),
+                    );
+                }
+            }
+            ArtifactEvent::PullTimer { node, epoch, blob } => {
+                if self.is_current(node, epoch) {
+                    self.pull_timer(node, blob);
+                }
+            }
+            ArtifactEvent::Request { to, from, req, blob, index, epoch } => {
+                if self.is_current(to, epoch) {
+                    self.serve_chunk(to, from, req, blob, index);
+                }
+            }
+            ArtifactEvent::Response { to, req, answer, epoch } => {
+                if self.is_current(to, epoch) {
+                    self.chunk_answered(req, answer);
+                }
+            }
+            ArtifactEvent::Failure { req } => self.chunk_failed(req, "dial refused"),
+            ArtifactEvent::Timeout { req } => self.chunk_failed(req, "timeout"),
+            ArtifactEvent::Closed { node, epoch, provider } => {
+                if self.is_current(node, epoch) {
+                    self.provider_closed(node, provider);
+                }
+            }
+            ArtifactEvent::Settle => self.artifacts_settle(),
+        }
+    }
+
+    /// One pull request at a random live honest node for a random artifact.
+    fn artifact_workload(&mut self) {
+        let live = self.live_honest();
+        let Some((until_s, interval)) =
+            self.artifacts.as_deref().map(|w| (w.config.until_s, w.config.pull_interval_ms))
+        else {
+            return;
+        };
+        if self.now >= until_s * 1000 {
+            return;
+        }
+        self.schedule(self.now + interval, Event::Artifact(ArtifactEvent::Pull));
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        if live.is_empty() {
+            return;
+        }
+        let node = live[world.rng.below(live.len() as u64) as usize];
+        let blob = world.rng.below(world.config.artifacts as u64) as usize;
+        world.stats.pulls_requested += 1;
+        let state = &world.nodes[node as usize];
+        if state.complete.contains(&blob) || state.wanted.contains_key(&blob) {
+            world.stats.pulls_redundant += 1;
+            return;
+        }
+        if state.pulls.len() >= world.config.pulls_per_node_max {
+            world.stats.pulls_refused += 1;
+            return;
+        }
+        world.nodes[node as usize].wanted.insert(blob, self.now);
+        self.start_pull(node, blob);
+    }
+
+    /// Pinned artifacts: pull each one this node should hold by its directory's view.
+    fn pin_check(&mut self, ix: Ix) {
+        let me = self.nodes[ix as usize].id;
+        let now = self.clock(ix);
+        let Some(mesh) = self.nodes[ix as usize].mesh.as_ref() else { return };
+        let candidates: Vec<murmur_protocol::NodeId> =
+            mesh.directory().records(now).map(|r| r.node()).collect();
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let (factor, max) = (world.config.replication_factor, world.config.pulls_per_node_max);
+        let digests = world.digests();
+        let mut start = Vec::new();
+        let node = &mut world.nodes[ix as usize];
+        for (blob, digest) in digests.iter().enumerate().take(world.config.pinned) {
+            if node.complete.contains(&blob) || node.wanted.contains_key(&blob) {
+                continue;
+            }
+            if node.pulls.len() + start.len() >= max {
+                break;
+            }
+            if replicate::should_hold(&me, digest, &candidates, factor) {
+                node.wanted.insert(blob, self.now);
+                start.push(blob);
+            }
+        }
+        world.stats.pins_pulled += start.len() as u64;
+        for blob in start {
+            self.start_pull(ix, blob);
+        }
+    }
+
+    /// Node `ix` (re)started: its periodic checks, what it announces, and its unfinished
+    /// pulls resumed from the chunks on disk.
+    pub(super) fn artifacts_started(&mut self, ix: Ix) {
+        let epoch = self.nodes[ix as usize].epoch;
+        let corrupt = matches!(
+            self.nodes[ix as usize].role,
+            Role::Byzantine { role: ByzantineRole::CorruptProvider, .. }
+        );
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let c = &world.config;
+        // Spread the nodes' periodic checks over their interval, without a random draw.
+        let (refresh, pin) = (c.refresh_ms, c.pin_check_interval_ms);
+        let offset = u64::from(ix) * 97;
+        let announce: Vec<Digest> = if corrupt {
+            world.digests()
+        } else {
+            let digests = world.digests();
+            world.nodes[ix as usize].complete.iter().map(|b| digests[*b]).collect()
+        };
+        let resume: Vec<usize> = world.nodes[ix as usize].wanted.keys().copied().collect();
+        self.schedule(
+            self.now + 1 + offset % refresh,
+            Event::Artifact(ArtifactEvent::Refresh { node: ix, epoch }),
+        );
+        if !corrupt {
+            self.schedule(
+                self.now + 1 + offset % pin,
+                Event::Artifact(ArtifactEvent::PinCheck { node: ix, epoch }),
+            );
+        }
+        if !announce.is_empty() {
+            self.handle(ix, murmur_protocol::mesh::Input::SetArtifacts { artifacts: announce }, None);
+        }
+        for blob in resume {
+            let Some(world) = self.artifacts.as_deref_mut() else { return };
+            if world.nodes[ix as usize].store.get(&blob).is_some_and(|s| !s.is_empty()) {
+                world.stats.pulls_resumed += 1;
+            }
+            self.start_pull(ix, blob);
+        }
+    }
+
+    /// Tells node `ix`'s mesh node every blob it holds whole, so its advert lists them.
+    pub(super) fn announce(&mut self, ix: Ix) {
+        let Some(world) = self.artifacts.as_deref() else { return };
+        let digests = world.digests();
+        let artifacts = world.nodes[ix as usize].complete.iter().map(|b| digests[*b]).collect();
+        self.handle(ix, murmur_protocol::mesh::Input::SetArtifacts { artifacts }, None);
+    }
+
+    /// A node crashed (`for_good`: with its disk). Its pulls, in memory, are lost; chunk
+    /// requests it was answering fail on their senders as connections close.
+    pub(super) fn artifacts_crashed(&mut self, ix: Ix, for_good: bool) {
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let node = &mut world.nodes[ix as usize];
+        for (_, active) in std::mem::take(&mut node.pulls) {
+            add_pull_stats(&mut world.totals, active.pull.stats());
+        }
+        if for_good {
+            node.wanted.clear();
+        }
+        world.requests.retain(|_, r| r.from != ix);
+        let mut closed = BTreeSet::new();
+        world.requests.retain(|_, r| {
+            if r.to == ix {
+                closed.insert((r.from, r.from_epoch));
+            }
+            r.to != ix
+        });
+        if !closed.is_empty() {
+            world.stats.provider_crashes += 1;
+        }
+        for (from, epoch) in closed {
+            let at = self.now + self.base_latency(ix, from);
+            self.schedule(at, Event::Artifact(ArtifactEvent::Closed { node: from, epoch, provider: ix }));
+        }
+    }
+
+    /// After faults end and pull requests stop: is every pull at a live honest node of an
+    /// artifact some live honest node holds complete, and is every pinned artifact held by
+    /// enough nodes? Rechecked every second until it holds or the bound passes.
+    fn artifacts_settle(&mut self) {
+        let live = self.live_honest();
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let holders =
+            |b: usize| live.iter().filter(|n| world.nodes[**n as usize].complete.contains(&b)).count();
+        let mut gap = None;
+        'nodes: for &x in &live {
+            for &b in world.nodes[x as usize].wanted.keys() {
+                if holders(b) > 0 {
+                    let have = world.nodes[x as usize].store.get(&b).map_or(0, BTreeMap::len);
+                    let of = world.oracle.blobs()[b].chunks.len();
+                    gap = Some(format!(
+                        "node {x} still pulls art-{b} ({have} of {of} chunks) while {} live honest nodes hold it",
+                        holders(b)
+                    ));
+                    break 'nodes;
+                }
+            }
+        }
+        let need = world.config.replication_factor.min(live.len());
+        let mut fewest = None::<usize>;
+        for b in 0..world.config.pinned {
+            let held = holders(b);
+            fewest = Some(fewest.map_or(held, |f| f.min(held)));
+            if gap.is_none() && held < need {
+                gap = Some(format!("pinned art-{b} is held by {held} live honest nodes, fewer than {need}"));
+            }
+        }
+        world.stats.pinned_holders_min = fewest.map(|f| f as u64);
+        match gap {
+            None => world.settled_at = Some(self.now),
+            Some(gap) => {
+                world.last_gap = gap;
+                let deadline =
+                    (self.scenario.artifacts_settle_from_s() + world.config.liveness_bound_s) * 1000;
+                if self.now < deadline {
+                    self.schedule(self.now + 1000, Event::Artifact(ArtifactEvent::Settle));
+                }
+            }
+        }
+    }
+
+    /// Judges the artifact side at the end: metrics, paths exercised, and the liveness gap
+    /// if pulls never settled.
+    pub(super) fn artifacts_finish(&mut self) -> Option<String> {
+        let world = self.artifacts.as_deref_mut()?;
+        let mut totals = world.totals.clone();
+        for node in &world.nodes {
+            for active in node.pulls.values() {
+                add_pull_stats(&mut totals, active.pull.stats());
+            }
+        }
+        let s = &mut world.stats;
+        s.chunks_requested = totals.requests;
+        s.hedges = totals.hedges;
+        s.timeouts = totals.timeouts;
+        s.failures = totals.failures;
+        s.bad_chunks_detected = totals.bad_chunks;
+        world.completion_ms.sort_unstable();
+        let sorted = &world.completion_ms;
+        let pick =
+            |p: f64| sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0);
+        (s.completion_p50_ms, s.completion_p99_ms) = (pick(0.5), pick(0.99));
+        s.completion_max_ms = sorted.last().copied().unwrap_or(0);
+        s.settled_after_ms =
+            world.settled_at.map(|at| at.saturating_sub(self.scenario.artifacts_settle_from_s() * 1000));
+        let effects: Vec<FaultEffect> = world
+            .config
+            .exercise
+            .iter()
+            .map(|e| FaultEffect { fault: format!("artifacts: {}", e.name()), effects: exercised(s, *e) })
+            .collect();
+        let gap = world.settled_at.is_none().then(|| world.last_gap.clone());
+        self.metrics.artifacts = Some(world.stats.clone());
+        self.effects.extend(effects);
+        gap
+    }
+}
+
+fn exercised(s: &ArtifactMetrics, e: ArtifactExercise) -> u64 {
+    match e {
+        ArtifactExercise::Resumed => s.pulls_resumed,
+        ArtifactExercise::Timeout => s.timeouts,
+        ArtifactExercise::Hedge => s.hedges,
+        ArtifactExercise::ProviderCrash => s.provider_crashes,
+        ArtifactExercise::PinPulled => s.pins_pulled,
+        ArtifactExercise::Rebuilt => s.pulls_rebuilt,
+    }
+}
+
+pub(super) fn add_pull_stats(total: &mut PullStats, more: &PullStats) {
+    total.requests += more.requests;
+    total.hedges += more.hedges;
+    total.bad_chunks += more.bad_chunks;
+    total.timeouts += more.timeouts;
+    total.failures += more.failures;
+    total.late_answers += more.late_answers;
+    total.bytes_written += more.bytes_written;
+}

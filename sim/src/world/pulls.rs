@@ -1,0 +1,375 @@
+//! Driving the protocol's pull scheduler, and `/murmur/artifact/1` chunk fetches over the
+//! modelled network.
+//!
+//! What the driver does around each [`Pull`], as `murnode`'s will:
+//! - providers come from the node's own directory: the nodes whose advert lists the
+//!   blob's digest. Every `refresh_ms` new ones are added and ones no longer listed are
+//!   removed; a provider whose connection closes (it crashed) is removed at once;
+//! - `Request` goes out as a chunk request; the answer is the digest of the bytes the
+//!   provider sent (no bytes move in the simulator: a corrupted chunk is a wrong digest),
+//!   or "not held" (fed as `Failed`). A request to a dead node fails after a round trip
+//!   (dial refused); a request with no answer fails after the scenario's request timeout;
+//! - `Write` stores the chunk durably; the oracle checks the digest of what was written
+//!   on every write. A blob stored whole is announced in the node's advert;
+//! - a pull that lost every provider (`Stalled`) and whose directory lists only providers
+//!   it dropped is rebuilt from the chunks on disk after `refresh_ms`: the protocol's pull
+//!   never takes a dropped provider back, and after a partition every provider may have
+//!   been dropped for timeouts.
+//!
+//! Requests to a peer without a connection dial implicitly; the dial's round trip is not
+//! modelled separately (a chunk's transfer time dominates).
+
+use std::collections::BTreeSet;
+
+use murmur_protocol::NodeId;
+use murmur_protocol::digest::Digest;
+use murmur_protocol::pull::{Input, Output, Pull};
+
+use super::artifacts::{ActivePull, ArtifactEvent, ChunkRequest, REQUESTS_MAX, add_pull_stats};
+use super::net::Channel;
+use super::{Event, Ix, Plant, Role, Sim};
+use crate::check::ArtifactOracle;
+use crate::scenario::{ByzantineRole, Fault};
+
+/// Bytes of a chunk request on the wire (digest, index, framing).
+const REQUEST_BYTES: usize = 96;
+/// Bytes of an answer besides the chunk itself.
+const RESPONSE_OVERHEAD_BYTES: usize = 64;
+
+impl Sim {
+    /// Starts (or resumes) node `ix`'s pull of `blob` from the chunks on its disk.
+    pub(super) fn start_pull(&mut self, ix: Ix, blob: usize) {
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let Some(truth) = world.oracle.blob(blob) else { return };
+        let node = &mut world.nodes[ix as usize];
+        if node.pulls.contains_key(&blob) {
+            return;
+        }
+        let have: Vec<u32> = node.store.get(&blob).map(|s| s.keys().copied().collect()).unwrap_or_default();
+        if have.len() == truth.chunks.len() {
+            node.wanted.remove(&blob);
+            return;
+        }
+        let config = world.config.pull_config();
+        let chunk = world.config.chunk_bytes();
+        let pull = match Pull::new(config, truth.size, chunk, truth.chunks.clone(), &have) {
+            Ok(pull) => pull,
+            Err(err) => {
+                self.violation(format!("node {ix} could not start a pull of art-{blob}: {err}"));
+                return;
+            }
+        };
+        node.pulls
+            .insert(blob, ActivePull { pull, known: BTreeSet::new(), timer_at: None, stalled_since: None });
+        world.stats.pulls_started += 1;
+        self.sync_providers(ix, blob);
+    }
+
+    /// Every pull of node `ix` reads the directory for providers again.
+    pub(super) fn refresh_pulls(&mut self, ix: Ix) {
+        let Some(world) = self.artifacts.as_deref() else { return };
+        let blobs: Vec<usize> = world.nodes[ix as usize].pulls.keys().copied().collect();
+        for blob in blobs {
+            self.sync_providers(ix, blob);
+        }
+    }
+
+    /// The providers of `blob` node `ix`'s directory lists now, except itself.
+    fn listed_providers(&self, ix: Ix, digest: &Digest) -> BTreeSet<NodeId> {
+        let me = self.nodes[ix as usize].id;
+        let now = self.clock(ix);
+        let Some(mesh) = self.nodes[ix as usize].mesh.as_ref() else { return BTreeSet::new() };
+        mesh.directory()
+            .records(now)
+            .filter(|r| r.node() != me && r.advert().artifacts.contains(digest))
+            .map(|r| r.node())
+            .collect()
+    }
+
+    /// Brings node `ix`'s pull of `blob` up to date with the directory: new providers in,
+    /// unlisted ones out, and a stalled pull whose listed providers were all dropped
+    /// rebuilt from disk.
+    fn sync_providers(&mut self, ix: Ix, blob: usize) {
+        let Some(digest) = self.artifacts.as_deref().and_then(|w| w.oracle.blob(blob)).map(|t| t.digest)
+        else {
+            return;
+        };
+        let listed = self.listed_providers(ix, &digest);
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let refresh_ms = world.config.refresh_ms;
+        let Some(active) = world.nodes[ix as usize].pulls.get(&blob) else { return };
+        let all_dropped = !listed.is_empty() && listed.iter().all(|p| active.pull.dropped().contains(p));
+        if all_dropped && active.stalled_since.is_some_and(|since| since + refresh_ms <= self.now) {
+            let stats = active.pull.stats().clone();
+            add_pull_stats(&mut world.totals, &stats);
+            world.stats.pulls_rebuilt += 1;
+            world.nodes[ix as usize].pulls.remove(&blob);
+            self.start_pull(ix, blob);
+            return;
+        }
+        let gone: Vec<NodeId> = active.known.difference(&listed).copied().collect();
+        let new: Vec<NodeId> = listed.difference(&active.known).copied().collect();
+        for provider in gone {
+            if let Some(active) = self.active(ix, blob) {
+                active.known.remove(&provider);
+            }
+            self.pull_input(ix, blob, Input::RemoveProvider(provider), None);
+        }
+        for provider in new {
+            if let Some(active) = self.active(ix, blob) {
+                active.known.insert(provider);
+            }
+            self.pull_input(ix, blob, Input::AddProvider(provider), None);
+        }
+    }
+
+    fn active(&mut self, ix: Ix, blob: usize) -> Option<&mut ActivePull> {
+        self.artifacts.as_deref_mut()?.nodes[ix as usize].pulls.get_mut(&blob)
+    }
+
+    pub(super) fn pull_timer(&mut self, ix: Ix, blob: usize) {
+        let now = self.now;
+        let Some(active) = self.active(ix, blob) else { return };
+        if active.timer_at == Some(now) {
+            active.timer_at = None;
+            self.pull_input(ix, blob, Input::Tick, None);
+        }
+    }
+
+    /// Feeds one input to node `ix`'s pull of `blob` and carries out its outputs; `served`
+    /// is the digest of the bytes behind a `Chunk` input (what a `Write` would store).
+    fn pull_input(&mut self, ix: Ix, blob: usize, input: Input, served: Option<Digest>) {
+        let now = self.clock(ix);
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let (in_flight_max, per_provider) = (world.config.in_flight_max, world.config.per_provider);
+        let Some(active) = world.nodes[ix as usize].pulls.get_mut(&blob) else { return };
+        active.pull.handle(now, input);
+        let outputs: Vec<Output> = std::iter::from_fn(|| active.pull.poll_output()).collect();
+        let busiest = active.known.iter().map(|p| active.pull.in_flight_to(p)).max().unwrap_or(0);
+        let bounds = ArtifactOracle::bounds(
+            ix,
+            blob,
+            (active.pull.in_flight(), in_flight_max),
+            (busiest, per_provider),
+        );
+        let mut timer = None;
+        if let Some(at) = active.pull.poll_timeout() {
+            let at = at.0.saturating_sub(now.0) + self.now;
+            if active.timer_at.is_none_or(|t| at < t) {
+                active.timer_at = Some(at);
+                timer = Some(at);
+            }
+        }
+        if let Some(at) = timer {
+            let epoch = self.nodes[ix as usize].epoch;
+            self.schedule(at, Event::Artifact(ArtifactEvent::PullTimer { node: ix, epoch, blob }));
+        }
+        if let Err(what) = bounds {
+            self.violation(what);
+        }
+        for output in outputs {
+            self.carry_out_pull(ix, blob, output, served);
+        }
+    }
+
+    fn carry_out_pull(&mut self, ix: Ix, blob: usize, output: Output, served: Option<Digest>) {
+        match output {
+            Output::Request { provider, index, .. } => self.request_chunk(ix, blob, provider, index),
+            Output::Write { index, .. } => match served {
+                Some(digest) => self.store_chunk(ix, blob, index, digest),
+                None => self.violation(format!("node {ix}'s pull of art-{blob} wrote chunk {index} unasked")),
+            },
+            Output::Penalize { .. } => {
+                if let Some(world) = self.artifacts.as_deref_mut() {
+                    world.stats.penalties += 1;
+                }
+            }
+            Output::Done => self.pull_done(ix, blob),
+            Output::Stalled { .. } => {
+                let now = self.now;
+                if let Some(active) = self.active(ix, blob) {
+                    active.stalled_since = Some(now);
+                }
+            }
+        }
+    }
+
+    /// Sends a chunk request from `ix` to `provider`.
+    fn request_chunk(&mut self, ix: Ix, blob: usize, provider: NodeId, index: u32) {
+        let Some(&to) = self.index.get(&provider) else {
+            // Not a node of this run: the pull hears nothing and times out.
+            return;
+        };
+        let from_epoch = self.nodes[ix as usize].epoch;
+        let timeout = self.scenario.topology.request_timeout_ms;
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        if world.requests.len() >= REQUESTS_MAX {
+            self.violation(format!("chunk requests in flight exceeded their bound of {REQUESTS_MAX}"));
+            return;
+        }
+        world.next_req += 1;
+        let req = world.next_req;
+        world.requests.insert(req, ChunkRequest { from: ix, from_epoch, to, blob, index });
+        if !self.nodes[to as usize].alive() {
+            let at = self.now + 2 * self.base_latency(ix, to);
+            self.schedule(at, Event::Artifact(ArtifactEvent::Failure { req }));
+            return;
+        }
+        let epoch = self.nodes[to as usize].epoch;
+        let event = ArtifactEvent::Request { to, from: ix, req, blob, index, epoch };
+        self.send_via(ix, to, REQUEST_BYTES, Event::Artifact(event), Channel::Artifact);
+        self.schedule(self.now + timeout, Event::Artifact(ArtifactEvent::Timeout { req }));
+    }
+
+    /// Provider `to` answers a chunk request: the digest of the bytes it sends.
+    pub(super) fn serve_chunk(&mut self, to: Ix, from: Ix, req: u64, blob: usize, index: u32) {
+        let corrupt = matches!(
+            self.nodes[to as usize].role,
+            Role::Byzantine { role: ByzantineRole::CorruptProvider, .. }
+        );
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let Some(truth) = world.oracle.blob(blob) else { return };
+        let len = chunk_len(truth.size, world.config.chunk_bytes(), index);
+        let answer = if corrupt {
+            world.stats.corrupt_served += 1;
+            Some(Digest::of(format!("corrupt/{to}/{blob}/{index}").as_bytes()))
+        } else {
+            world.nodes[to as usize].store.get(&blob).and_then(|s| s.get(&index)).copied()
+        };
+        let size = RESPONSE_OVERHEAD_BYTES + if answer.is_some() { len as usize } else { 0 };
+        let epoch = self.nodes[from as usize].epoch;
+        let event = ArtifactEvent::Response { to: from, req, answer, epoch };
+        self.send_via(to, from, size, Event::Artifact(event), Channel::Artifact);
+    }
+
+    /// The answer to request `req` reached its sender.
+    pub(super) fn chunk_answered(&mut self, req: u64, answer: Option<Digest>) {
+        let plant = self.options.plant;
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let Some(r) = world.requests.remove(&req) else { return };
+        if self.nodes[r.from as usize].epoch != r.from_epoch {
+            return;
+        }
+        let provider = self.nodes[r.to as usize].id;
+        let Some(answer) = answer else {
+            let input = Input::Failed { provider, index: r.index, reason: "not held".into() };
+            self.pull_input(r.from, r.blob, input, None);
+            return;
+        };
+        let Some(truth) = world.oracle.blob(r.blob) else { return };
+        let len = chunk_len(truth.size, world.config.chunk_bytes(), r.index);
+        let bad = truth.chunks.get(r.index as usize) != Some(&answer);
+        if plant == Some(Plant::WriteUnverified) && world.nodes[r.from as usize].pulls.contains_key(&r.blob) {
+            // The planted bug: the bytes go to disk before they are checked.
+            self.store_chunk(r.from, r.blob, r.index, answer);
+        }
+        let before = self.bad_chunks(r.from, r.blob);
+        let input = Input::Chunk { provider, index: r.index, digest: answer, len };
+        self.pull_input(r.from, r.blob, input, Some(answer));
+        if bad && self.bad_chunks(r.from, r.blob) > before {
+            self.corrupt_detected(r.to);
+        }
+    }
+
+    fn bad_chunks(&self, ix: Ix, blob: usize) -> u64 {
+        self.artifacts
+            .as_deref()
+            .and_then(|w| w.nodes[ix as usize].pulls.get(&blob))
+            .map_or(0, |a| a.pull.stats().bad_chunks)
+    }
+
+    /// A pull caught a corrupted chunk from `provider`: the corrupt provider's fault acted.
+    fn corrupt_detected(&mut self, provider: Ix) {
+        if let Role::Byzantine { role: ByzantineRole::CorruptProvider, fault } =
+            self.nodes[provider as usize].role
+            && matches!(self.scenario.faults.get(fault), Some(Fault::Byzantine { .. }))
+        {
+            self.effects[fault].effects += 1;
+            self.metrics.byzantine_messages += 1;
+        }
+    }
+
+    /// Request `req` failed (dial refused, or no answer in time).
+    pub(super) fn chunk_failed(&mut self, req: u64, reason: &str) {
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let Some(r) = world.requests.remove(&req) else { return };
+        if self.nodes[r.from as usize].epoch != r.from_epoch || !self.nodes[r.from as usize].alive() {
+            return;
+        }
+        let provider = self.nodes[r.to as usize].id;
+        self.pull_input(
+            r.from,
+            r.blob,
+            Input::Failed { provider, index: r.index, reason: reason.into() },
+            None,
+        );
+    }
+
+    /// Node `ix`'s connection to `provider` closed: the provider is out of its pulls
+    /// until the directory lists it again.
+    pub(super) fn provider_closed(&mut self, ix: Ix, provider: Ix) {
+        let id = self.nodes[provider as usize].id;
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let blobs: Vec<usize> = world.nodes[ix as usize]
+            .pulls
+            .iter()
+            .filter(|(_, a)| a.known.contains(&id))
+            .map(|(b, _)| *b)
+            .collect();
+        for blob in blobs {
+            if let Some(active) = self.active(ix, blob) {
+                active.known.remove(&id);
+            }
+            self.pull_input(ix, blob, Input::RemoveProvider(id), None);
+        }
+    }
+
+    /// Writes chunk `index` of `blob` to node `ix`'s durable store: the one place chunks
+    /// are stored, so the oracle sees every write.
+    fn store_chunk(&mut self, ix: Ix, blob: usize, index: u32, digest: Digest) {
+        self.trace.record(60, self.now, u64::from(ix), ((blob as u64) << 32) | u64::from(index));
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let mut violations = Vec::new();
+        if let Err(what) = world.oracle.write(ix, blob, index, &digest) {
+            violations.push(what);
+        }
+        world.stats.chunks_written += 1;
+        let node = &mut world.nodes[ix as usize];
+        let stored = node.store.entry(blob).or_default();
+        stored.insert(index, digest);
+        let count = world.oracle.blob(blob).map_or(0, |t| t.chunks.len());
+        let completed = stored.len() == count && !node.complete.contains(&blob);
+        if completed {
+            let list: Vec<Digest> = stored.values().copied().collect();
+            if let Err(what) = world.oracle.complete(ix, blob, &list) {
+                violations.push(what);
+            }
+            node.complete.insert(blob);
+        }
+        for what in violations {
+            self.violation(what);
+        }
+        if completed {
+            self.announce(ix);
+        }
+    }
+
+    /// Node `ix` holds `blob` whole: the pull is over.
+    fn pull_done(&mut self, ix: Ix, blob: usize) {
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let node = &mut world.nodes[ix as usize];
+        if let Some(active) = node.pulls.remove(&blob) {
+            add_pull_stats(&mut world.totals, active.pull.stats());
+        }
+        if let Some(asked) = node.wanted.remove(&blob) {
+            world.completion_ms.push(self.now.saturating_sub(asked));
+            world.stats.pulls_completed += 1;
+        }
+    }
+}
+
+/// Bytes in chunk `index` of a `size`-byte blob.
+fn chunk_len(size: u64, chunk: u64, index: u32) -> u64 {
+    let offset = u64::from(index) * chunk;
+    chunk.min(size.saturating_sub(offset))
+}
