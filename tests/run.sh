@@ -28,13 +28,14 @@ else
 fi
 
 # The simulator, in release mode (it alone; it does not depend on libp2p or wasmtime):
-# a bounded seed sweep of every main scenario (task traffic included), then the
+# a bounded seed sweep of every main scenario (task and artifact traffic included), then the
 # 2,000-node scale scenario.
 say "simulation sweeps (release)"
 cargo build --release -p murmur-sim
 sim=target/release/murmur-sim
 if [ -n "${CARGO_TARGET_DIR:-}" ]; then sim="$CARGO_TARGET_DIR/release/murmur-sim"; fi
-for scenario in steady churn partition lossy-wan byzantine mass-restart task-storm unauthorized-sender; do
+for scenario in steady churn partition lossy-wan byzantine mass-restart task-storm unauthorized-sender \
+  artifact-storm byzantine-provider; do
   "$sim" sweep "$scenario" --seeds 1..5
 done
 "$sim" run large --seed 1

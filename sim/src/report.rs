@@ -353,7 +353,7 @@ impl Outcome {
         if let Some(a) = &m.artifacts {
             let _ = writeln!(
                 out,
-                "  artifacts: pulls {} started {} completed (p50 {} ms, p99 {} ms), {} resumed, {} rebuilt, {} pins; chunks {} requested {} written; bad {} detected of {} served corrupt, {} penalties; settled after {}",
+                "  artifacts: {} pulls started, {} completed (p50 {} ms, p99 {} ms), {} resumed, {} rebuilt, {} for pins; chunks {} requested, {} written; {} corrupt served, {} detected; {} penalties; settled after {}",
                 a.pulls_started,
                 a.pulls_completed,
                 a.completion_p50_ms,
@@ -363,8 +363,8 @@ impl Outcome {
                 a.pins_pulled,
                 a.chunks_requested,
                 a.chunks_written,
-                a.bad_chunks_detected,
                 a.corrupt_served,
+                a.bad_chunks_detected,
                 a.penalties,
                 a.settled_after_ms.map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms"))
             );
