@@ -8,6 +8,7 @@
 //! [`app`] and test it in process with `tower::ServiceExt::oneshot`.
 
 pub mod a2a;
+pub mod artifacts;
 mod cards;
 mod metrics;
 pub mod runtime;
@@ -42,6 +43,10 @@ pub struct ApiState {
     pub policy: ClientPolicy,
     /// SSE streams open now.
     pub streams: AtomicUsize,
+    /// Pulls artifacts from the mesh.
+    pub fetcher: crate::fetch::Fetcher,
+    /// Where `mur install` pins and writes capsule manifests.
+    pub install: artifacts::InstallTarget,
 }
 
 /// The router, with every route the node serves.
@@ -53,6 +58,7 @@ pub fn app(state: Arc<ApiState>) -> Router {
         .route("/v1/runtime/capsules", get(runtime::installed))
         .route("/v1/tools/{name}/run", post(runtime::run_tool))
         .route("/v1/capsules/{name}/run", post(runtime::run_capsule))
+        .route("/v1/artifacts/pull", post(artifacts::pull))
         .route("/", post(a2a::rpc_node))
         .route("/a2a", post(a2a::rpc_node))
         .route("/a2a/{capsule}", post(a2a::rpc_capsule))
@@ -186,6 +192,8 @@ mod tests {
             api_addr: "127.0.0.1:7420".parse().unwrap(),
             started: Instant::now(),
             tasks: Tasks::new(manager, mesh.clone()),
+            fetcher: crate::fetch::Fetcher::new(mesh.clone(), runtime.store().clone(), vec![]),
+            install: artifacts::InstallTarget::new(&dir, &dir.join("capsules"), vec![]),
             mesh,
             runtime,
             policy: ClientPolicy { loopback_open: true, tokens: vec![] },

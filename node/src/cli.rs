@@ -8,5 +8,6 @@ pub mod client;
 pub mod grant;
 pub mod key;
 pub mod peers;
+pub mod pull;
 pub mod task;
 pub mod tool;

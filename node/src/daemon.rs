@@ -16,11 +16,13 @@ use murmur_protocol::limits::{CERT_BYTES_MAX, ENVELOPE_OVERHEAD_MAX};
 use murmur_protocol::{Envelope, SecretKey, verify_cert};
 use tokio::sync::watch;
 
+use crate::api::artifacts::InstallTarget;
 use crate::api::{self, ApiState};
 use crate::clock;
 use crate::config::{CONFIG_FILE, Config, RawConfig};
 use crate::data_dir;
 use crate::exit::{CliError, CliResult, UsageContext};
+use crate::fetch::Fetcher;
 use crate::mesh;
 use crate::output::print_json;
 use crate::runtime::{CapsuleManifest, Runtime, RuntimeOptions};
@@ -29,6 +31,9 @@ use crate::tasks::{NodeRouter, TaskManager, Tasks};
 
 /// The task database, in the data directory.
 pub const TASKS_DB: &str = "tasks.redb";
+/// How often the node checks its store for artifacts to advertise (added by `mur artifact
+/// add` or `mur bundle import` while it runs; its own pulls advertise at once).
+pub const ADVERTISE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 use murmur_protocol::HostedCapsule;
 
 /// `murnode run`'s inputs after flag and environment parsing.
@@ -98,9 +103,12 @@ pub async fn run(options: RunOptions) -> CliResult {
         .map_err(CliError::failed)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let hosted = hosted_capsules(&config, &runtime);
-    let mesh = mesh::start(&key, &config, hosted, cert, manager.clone(), stop_rx)
+    let mesh = mesh::start(&key, &config, hosted, cert, manager.clone(), runtime.store().clone(), stop_rx)
         .await
         .context("cannot start networking")?;
+    let fetcher = Fetcher::new(mesh.handle.clone(), runtime.store().clone(), config.trust.publishers.clone());
+    runtime.attach_fetcher(fetcher.clone());
+    tokio::spawn(fetcher.clone().advertise_every(ADVERTISE_EVERY));
     let tasks = Tasks::new(manager.clone(), mesh.handle.clone());
     router.attach(tasks.clone());
     let state = Arc::new(ApiState {
@@ -112,6 +120,8 @@ pub async fn run(options: RunOptions) -> CliResult {
         runtime: runtime.clone(),
         tasks,
         policy: config.api_policy.clone(),
+        fetcher,
+        install: InstallTarget::new(&options.data_dir, &config.runtime.capsules_dir, config.capsules.clone()),
     });
 
     let ready = Ready {

@@ -13,6 +13,7 @@ pub mod daemon;
 pub mod data_dir;
 pub mod demo;
 pub mod exit;
+pub mod fetch;
 pub mod fsutil;
 pub mod keyfile;
 pub mod mesh;

@@ -14,14 +14,18 @@ use std::time::Duration;
 
 use anyhow::Context;
 use libp2p::{Multiaddr, SwarmBuilder, noise, tcp, yamux};
+use murmur_protocol::artifact::{ArtifactRequest, ArtifactResponse};
 use murmur_protocol::directory::{Admission, DirectoryConfig};
 use murmur_protocol::mesh::{MeshConfig, MeshNode};
 use murmur_protocol::task::{Submit, TaskId, TaskRequest, TaskResponse, TaskSnapshot};
-use murmur_protocol::{NodeId, SecretKey};
+use murmur_protocol::{Digest, NodeId, SecretKey};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-pub use behaviour::{IDENTIFY_PROTOCOL, KAD_PROTOCOL, SYNC_PROTOCOL, TASK_PROTOCOL, TASK_REQUEST_TIMEOUT};
+pub use behaviour::{
+    ARTIFACT_PROTOCOL, ARTIFACT_REQUEST_TIMEOUT, IDENTIFY_PROTOCOL, KAD_PROTOCOL, SYNC_PROTOCOL,
+    TASK_PROTOCOL, TASK_REQUEST_TIMEOUT,
+};
 use driver::Driver;
 
 use crate::clock;
@@ -49,6 +53,20 @@ pub enum TaskQuery {
     Owner { task: TaskId, reply: oneshot::Sender<Option<NodeId>> },
 }
 
+/// Artifact work for the driver: carrying `/murmur/artifact/1` requests for a pull.
+#[derive(Debug)]
+pub enum ArtifactQuery {
+    /// Send `request` to `peer`; the answer, or why there is none.
+    Ask { peer: NodeId, request: ArtifactRequest, reply: oneshot::Sender<Result<ArtifactResponse, String>> },
+    /// Nodes whose advert lists `digest` (any artifact when `None`), connected ones first.
+    Providers { digest: Option<Digest>, reply: oneshot::Sender<Vec<NodeId>> },
+    /// The manifests this node serves, for its advert.
+    SetProvided(Vec<Digest>),
+}
+
+/// Artifact queries waiting for the driver; senders wait when it is full.
+pub const ARTIFACT_QUERY_QUEUE_MAX: usize = 1024;
+
 /// Where a task went.
 #[derive(Clone, Debug)]
 pub enum RouteOutcome {
@@ -75,6 +93,9 @@ pub struct MeshMetrics {
     pub router: murmur_protocol::route::RouterStats,
     /// Task requests refused at this node, by failed check.
     pub task_refusals: std::collections::BTreeMap<String, u64>,
+    /// Artifact requests served to peers, and refused as busy.
+    pub artifact_served: u64,
+    pub artifact_busy: u64,
 }
 
 /// Queries waiting for the driver. The API answers 503 rather than queue more.
@@ -91,6 +112,7 @@ pub const LISTEN_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct MeshHandle {
     queries: mpsc::Sender<Query>,
     tasks: mpsc::Sender<TaskQuery>,
+    artifacts: mpsc::Sender<ArtifactQuery>,
     local: NodeId,
 }
 
@@ -165,12 +187,50 @@ impl MeshHandle {
         self.task_query(|reply| TaskQuery::Owner { task, reply }, QUERY_TIMEOUT).await.ok().flatten()
     }
 
+    /// Sends `request` to `peer` over `/murmur/artifact/1`.
+    pub async fn ask_artifact(
+        &self,
+        peer: NodeId,
+        request: ArtifactRequest,
+    ) -> Result<ArtifactResponse, String> {
+        let (tx, rx) = oneshot::channel();
+        let query = ArtifactQuery::Ask { peer, request, reply: tx };
+        self.artifacts.send(query).await.map_err(|_| "the mesh stopped".to_owned())?;
+        match tokio::time::timeout(ARTIFACT_REQUEST_TIMEOUT + QUERY_TIMEOUT, rx).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err("the mesh stopped".into()),
+            Err(_) => Err(format!("{peer} did not answer in time")),
+        }
+    }
+
+    /// Nodes that advertise `digest` (any artifact when `None`).
+    pub async fn artifact_providers(&self, digest: Option<Digest>) -> anyhow::Result<Vec<NodeId>> {
+        let (tx, rx) = oneshot::channel();
+        self.artifacts
+            .send(ArtifactQuery::Providers { digest, reply: tx })
+            .await
+            .map_err(|_| anyhow::anyhow!("the mesh stopped"))?;
+        tokio::time::timeout(QUERY_TIMEOUT, rx)
+            .await
+            .context("the mesh did not answer in time")?
+            .context("the mesh stopped")
+    }
+
+    /// Advertises the manifests this node serves (republishes when they changed).
+    pub async fn set_provided(&self, manifests: Vec<Digest>) -> anyhow::Result<()> {
+        self.artifacts
+            .send(ArtifactQuery::SetProvided(manifests))
+            .await
+            .map_err(|_| anyhow::anyhow!("the mesh stopped"))
+    }
+
     /// A handle answering through `queries`, for API tests that stand in for the driver.
     #[doc(hidden)]
     #[must_use]
     pub fn for_tests(queries: mpsc::Sender<Query>) -> Self {
         let (tasks, _) = mpsc::channel(1);
-        Self { queries, tasks, local: murmur_protocol::SecretKey::from_seed([7; 32]).node_id() }
+        let (artifacts, _) = mpsc::channel(1);
+        Self { queries, tasks, artifacts, local: murmur_protocol::SecretKey::from_seed([7; 32]).node_id() }
     }
 }
 
@@ -190,6 +250,7 @@ pub async fn start(
     hosted: Vec<murmur_protocol::HostedCapsule>,
     cert: Option<murmur_protocol::Envelope>,
     tasks: crate::tasks::TaskManager,
+    store: std::sync::Arc<crate::store::ArtifactStore>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<Started> {
     let keypair = libp2p::identity::Keypair::ed25519_from_bytes(key.to_seed()).context("node key")?;
@@ -215,12 +276,19 @@ pub async fn start(
     let (queries_tx, queries_rx) = mpsc::channel(QUERY_QUEUE_MAX);
     let (tasks_tx, tasks_rx) = mpsc::channel(TASK_QUERY_QUEUE_MAX);
     let task_side = driver::TaskSide::new(key.node_id(), config.trust.authorities.clone(), tasks, tasks_rx);
-    let mut driver = Driver::new(swarm, mesh, queries_rx, task_side, shutdown);
+    let (artifacts_tx, artifacts_rx) = mpsc::channel(ARTIFACT_QUERY_QUEUE_MAX);
+    let artifact_side = driver::ArtifactSide::new(store, artifacts_rx);
+    let mut driver = Driver::new(swarm, mesh, queries_rx, task_side, artifact_side, shutdown);
     let listen_addrs = driver.wait_for_listeners(listeners, LISTEN_TIMEOUT).await?;
     driver.start(config, hosted, cert);
     let task = tokio::spawn(driver.run());
     Ok(Started {
-        handle: MeshHandle { queries: queries_tx, tasks: tasks_tx, local: key.node_id() },
+        handle: MeshHandle {
+            queries: queries_tx,
+            tasks: tasks_tx,
+            artifacts: artifacts_tx,
+            local: key.node_id(),
+        },
         listen_addrs,
         task,
     })

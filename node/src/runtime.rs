@@ -208,6 +208,8 @@ pub struct Inner {
     options: RuntimeOptions,
     loaded: Mutex<BTreeMap<Digest, Arc<Loaded>>>,
     installed: RwLock<BTreeMap<String, Arc<Installed>>>,
+    /// Pulls from the mesh for `artifact-manager.pull`, once the node's mesh runs.
+    fetcher: std::sync::OnceLock<crate::fetch::Fetcher>,
     _ticker: EpochTicker,
 }
 
@@ -241,6 +243,7 @@ impl Runtime {
                 options,
                 loaded: Mutex::new(BTreeMap::new()),
                 installed: RwLock::new(BTreeMap::new()),
+                fetcher: std::sync::OnceLock::new(),
                 _ticker: ticker,
             }),
         })
@@ -368,9 +371,14 @@ impl Runtime {
         Ok(LiveTool { tool, store, func })
     }
 
+    /// Lets `artifact-manager.pull` fetch artifacts this node's store lacks from the mesh.
+    pub fn attach_fetcher(&self, fetcher: crate::fetch::Fetcher) {
+        let _ = self.inner.fetcher.set(fetcher);
+    }
+
     /// The node's artifact store.
     #[must_use]
-    pub fn store(&self) -> &ArtifactStore {
+    pub fn store(&self) -> &Arc<ArtifactStore> {
         &self.inner.store
     }
 }

@@ -22,8 +22,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use anyhow::{Context, bail};
-use murmur_protocol::Digest;
+use murmur_protocol::artifact::{CHUNK_BYTES, CHUNK_LIST_BYTES_MAX, ChunkList};
+use murmur_protocol::catalog::{Catalog, CatalogArtifact, CatalogBlob};
 use murmur_protocol::names::{check_capsule_name, check_version};
+use murmur_protocol::{Digest, Envelope, Millis, SecretKey, Signed};
 use serde::{Deserialize, Serialize};
 
 use crate::fsutil::write_atomic;
@@ -34,12 +36,18 @@ pub const CONFIG_MEDIA_TYPE: &str = "application/vnd.murmur.artifact.config.v1+j
 pub const ARTIFACT_TYPE: &str = "application/vnd.murmur.artifact.v1";
 /// Media type of WebAssembly component content.
 pub const WASM_MEDIA_TYPE: &str = "application/wasm";
+/// Media type of a content chunk list (the second layer of an artifact whose content is
+/// more than one chunk; see `murmur_protocol::artifact::ChunkList`).
+pub const CHUNKS_MEDIA_TYPE: &str = "application/vnd.murmur.chunks.v1+cbor";
 const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 const INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
 const REF_NAME: &str = "org.opencontainers.image.ref.name";
 
-/// Largest content blob accepted (a component is typically tens to hundreds of KiB).
-pub const CONTENT_BYTES_MAX: u64 = 256 * 1024 * 1024;
+/// Largest content blob accepted (a component is typically tens to hundreds of KiB; models
+/// and native tools can be far larger).
+pub const CONTENT_BYTES_MAX: u64 = 1 << 30;
+/// Largest publisher signature kept beside a manifest.
+pub const SIGNATURE_BYTES_MAX: usize = 16 * 1024;
 /// Largest manifest or config blob.
 pub const METADATA_BYTES_MAX: u64 = 64 * 1024;
 /// Artifacts (name@version) one store indexes.
@@ -114,6 +122,8 @@ pub struct Stored {
     /// Digest and size of the content (the component).
     pub content: Digest,
     pub size: u64,
+    /// The content's chunk list (a blob), when the content is more than one chunk.
+    pub chunk_list: Option<Digest>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -197,7 +207,15 @@ impl ArtifactStore {
     }
 
     /// Adds `content` as artifact `meta`, replacing an existing name@version. Returns it.
-    pub fn add(&self, meta: &ArtifactMeta, content: &[u8]) -> anyhow::Result<Stored> {
+    /// Content of more than one chunk gets a chunk list (a second layer), so peers can pull
+    /// it in verified pieces. With `publisher`, the manifest is signed: a catalog naming
+    /// this name@version and its blobs, kept beside the manifest and served with it.
+    pub fn add(
+        &self,
+        meta: &ArtifactMeta,
+        content: &[u8],
+        publisher: Option<(&SecretKey, Millis)>,
+    ) -> anyhow::Result<Stored> {
         meta.validate()?;
         if content.len() as u64 > CONTENT_BYTES_MAX {
             bail!("content is {} bytes, more than the {CONTENT_BYTES_MAX} a store accepts", content.len());
@@ -206,22 +224,112 @@ impl ArtifactStore {
         let content_digest = self.put_blob(content)?;
         let config = serde_json::to_vec(meta)?;
         let config_digest = self.put_blob(&config)?;
+        let mut layers = vec![descriptor(WASM_MEDIA_TYPE, content_digest, content.len() as u64)];
+        let mut chunk_list = None;
+        if content.len() as u64 > CHUNK_BYTES {
+            let list = ChunkList::of(content, CHUNK_BYTES).encode();
+            let digest = self.put_blob(&list)?;
+            layers.push(descriptor(CHUNKS_MEDIA_TYPE, digest, list.len() as u64));
+            chunk_list = Some(digest);
+        }
         let manifest = Manifest {
             schema_version: 2,
             media_type: MANIFEST_MEDIA_TYPE.into(),
             artifact_type: ARTIFACT_TYPE.into(),
             config: descriptor(CONFIG_MEDIA_TYPE, config_digest, config.len() as u64),
-            layers: vec![descriptor(WASM_MEDIA_TYPE, content_digest, content.len() as u64)],
+            layers,
         };
         let manifest_bytes = serde_json::to_vec(&manifest)?;
         let manifest_digest = self.put_blob(&manifest_bytes)?;
-        self.index_entry(meta, manifest_digest, manifest_bytes.len() as u64)?;
-        Ok(Stored {
+        let stored = Stored {
             meta: meta.clone(),
             manifest: manifest_digest,
             content: content_digest,
             size: content.len() as u64,
-        })
+            chunk_list,
+        };
+        if let Some((key, now)) = publisher {
+            let blobs = self.blobs_of(&stored)?;
+            let envelope = sign_release(&stored, &blobs, key, now)?;
+            self.put_signature(&stored.manifest, &envelope)?;
+        }
+        self.index_entry(meta, manifest_digest, manifest_bytes.len() as u64)?;
+        Ok(stored)
+    }
+
+    /// The publisher's signed catalog naming `manifest`, when the store has one.
+    #[must_use]
+    pub fn signature(&self, manifest: &Digest) -> Option<Envelope> {
+        let bytes = std::fs::read(self.signature_path(manifest)).ok()?;
+        if bytes.len() > SIGNATURE_BYTES_MAX {
+            return None;
+        }
+        Envelope::decode(&bytes).ok()
+    }
+
+    /// Keeps `envelope` (a catalog naming `manifest`) beside the manifest. The caller has
+    /// checked it; the write lock is held.
+    fn put_signature(&self, manifest: &Digest, envelope: &Envelope) -> anyhow::Result<()> {
+        let dir = self.root.join("signatures");
+        std::fs::create_dir_all(&dir)?;
+        write_atomic(&self.signature_path(manifest), &envelope.encode())
+    }
+
+    /// Commits an artifact pulled from peers: `blobs` (manifest, config, chunk list: bytes
+    /// already verified against their digests), the content (already in the store, or the
+    /// verified and fsynced file `content_file`), the publisher's `signature` if it came
+    /// with one; then names it `name@version`. Refuses, changing nothing, to re-point a
+    /// name@version the store has as another artifact.
+    pub fn commit_pulled(
+        &self,
+        (name, version, manifest): (&str, &str, Digest),
+        blobs: &[(Digest, Vec<u8>)],
+        content: (Digest, Option<&Path>),
+        signature: Option<&Envelope>,
+    ) -> anyhow::Result<Stored> {
+        let lock = self.lock()?;
+        let artifact = [(name.to_owned(), version.to_owned(), manifest)];
+        self.check_index(&lock, &artifact)?;
+        for (digest, bytes) in blobs {
+            anyhow::ensure!(Digest::of(bytes) == *digest, "blob {digest}: its bytes hash to something else");
+        }
+        if let (digest, Some(file)) = content {
+            std::fs::rename(file, self.blob_path(&digest))
+                .with_context(|| format!("cannot move blob {digest} into the store"))?;
+        }
+        // The manifest last: a crash before the index write leaves only unnamed blobs.
+        for (_, bytes) in
+            blobs.iter().filter(|(d, _)| *d != manifest).chain(blobs.iter().filter(|(d, _)| *d == manifest))
+        {
+            self.put_blob(bytes)?;
+        }
+        File::open(self.root.join("blobs/sha256"))?.sync_all()?;
+        if let Some(envelope) = signature {
+            self.put_signature(&manifest, envelope)?;
+        }
+        let mut stored = self.index_artifacts(&lock, &artifact)?;
+        stored.pop().context("nothing was indexed")
+    }
+
+    /// A directory for pulls in progress (kept across restarts, so a pull resumes).
+    pub fn pulls_dir(&self) -> anyhow::Result<PathBuf> {
+        let dir = self.root.join(".pull");
+        std::fs::create_dir_all(&dir).context("cannot create the store's pull directory")?;
+        Ok(dir)
+    }
+
+    /// Records a signature received with a pulled or imported manifest.
+    pub fn keep_signature(
+        &self,
+        _lock: &WriteGuard<'_>,
+        manifest: &Digest,
+        envelope: &Envelope,
+    ) -> anyhow::Result<()> {
+        self.put_signature(manifest, envelope)
+    }
+
+    fn signature_path(&self, manifest: &Digest) -> PathBuf {
+        self.root.join("signatures").join(manifest.hex())
     }
 
     /// Checks that `artifacts` (name, version, manifest digest) can be indexed: none would
@@ -503,6 +611,22 @@ impl ArtifactStore {
         Ok(bytes)
     }
 
+    /// Up to `len` bytes of blob `digest` from `offset` (fewer at its end), as they are on
+    /// disk; `None` when the store lacks the blob. For serving chunks to peers, who verify
+    /// them.
+    pub fn read_range(&self, digest: &Digest, offset: u64, len: u64) -> anyhow::Result<Option<Vec<u8>>> {
+        use std::os::unix::fs::FileExt;
+        let Ok(file) = File::open(self.blob_path(digest)) else { return Ok(None) };
+        let size = file.metadata()?.len();
+        if offset >= size && !(offset == 0 && size == 0) {
+            bail!("offset {offset} is beyond blob {digest} ({size} bytes)");
+        }
+        let len = usize::try_from(len.min(size - offset))?;
+        let mut data = vec![0u8; len];
+        file.read_exact_at(&mut data, offset)?;
+        Ok(Some(data))
+    }
+
     /// The content of an artifact, verified.
     pub fn content(&self, stored: &Stored) -> anyhow::Result<Vec<u8>> {
         self.read_blob(&stored.content, CONTENT_BYTES_MAX)
@@ -517,7 +641,17 @@ impl ArtifactStore {
         let meta: ArtifactMeta = serde_json::from_slice(&self.read_blob(&config_digest, METADATA_BYTES_MAX)?)
             .with_context(|| format!("config {config_digest} is not artifact metadata"))?;
         let layer = manifest.layers.first().context("manifest has no content layer")?;
-        Ok(Stored { meta, manifest: manifest_digest, content: layer.digest.parse()?, size: layer.size })
+        let chunk_list = match manifest.layers.get(1) {
+            Some(chunks) if chunks.media_type == CHUNKS_MEDIA_TYPE => Some(chunks.digest.parse()?),
+            _ => None,
+        };
+        Ok(Stored {
+            meta,
+            manifest: manifest_digest,
+            content: layer.digest.parse()?,
+            size: layer.size,
+            chunk_list,
+        })
     }
 
     fn put_blob(&self, bytes: &[u8]) -> anyhow::Result<Digest> {
@@ -569,8 +703,65 @@ impl ArtifactStore {
                 std::fs::remove_file(entry.path())?;
             }
         }
+        if let Ok(signatures) = std::fs::read_dir(self.root.join("signatures")) {
+            for entry in signatures {
+                let entry = entry?;
+                if !live.contains(&*entry.file_name().to_string_lossy()) {
+                    std::fs::remove_file(entry.path())?;
+                }
+            }
+        }
         Ok(())
     }
+}
+
+/// The blobs an artifact manifest names, each with its declared size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ManifestParts {
+    pub config: (Digest, u64),
+    pub content: (Digest, u64),
+    pub chunk_list: Option<(Digest, u64)>,
+}
+
+/// Reads which blobs a manifest names (checking only its shape; [`parse_artifact`] checks
+/// the rest once the config is at hand).
+pub fn manifest_parts(manifest: &[u8]) -> anyhow::Result<ManifestParts> {
+    let manifest: Manifest = serde_json::from_slice(manifest).context("not an OCI artifact manifest")?;
+    if manifest.artifact_type != ARTIFACT_TYPE || manifest.config.media_type != CONFIG_MEDIA_TYPE {
+        bail!("not a Murmur artifact (artifactType {})", manifest.artifact_type);
+    }
+    if manifest.config.size > METADATA_BYTES_MAX {
+        bail!("its config is {} bytes, more than {METADATA_BYTES_MAX}", manifest.config.size);
+    }
+    let layer = manifest.layers.first().context("the manifest has no content layer")?;
+    let chunk_list = match manifest.layers.get(1) {
+        Some(chunks) if chunks.media_type == CHUNKS_MEDIA_TYPE => Some((chunks.digest.parse()?, chunks.size)),
+        _ => None,
+    };
+    Ok(ManifestParts {
+        config: (manifest.config.digest.parse()?, manifest.config.size),
+        content: (layer.digest.parse()?, layer.size),
+        chunk_list,
+    })
+}
+
+/// The publisher's signature of one artifact: a catalog naming it and listing its blobs.
+pub fn sign_release(
+    stored: &Stored,
+    blobs: &[(Digest, u64)],
+    key: &SecretKey,
+    now: Millis,
+) -> anyhow::Result<Envelope> {
+    let catalog = Catalog::new(
+        now,
+        vec![CatalogArtifact {
+            name: stored.meta.name.clone(),
+            version: stored.meta.version.clone(),
+            manifest: stored.manifest,
+        }],
+        blobs.iter().map(|&(digest, size)| CatalogBlob { size, digest }).collect(),
+    );
+    Ok(Signed::sign(catalog, key).context("cannot sign the artifact")?.into_envelope())
 }
 
 /// Reads an artifact manifest (`manifest`, bytes) and its config (found by `blob`): the
@@ -590,10 +781,18 @@ pub fn parse_artifact(
         serde_json::from_slice(&config).context("its config is not artifact metadata")?;
     meta.validate()?;
     let layer = manifest.layers.first().context("the manifest has no content layer")?;
-    if manifest.layers.len() != 1 || layer.size > CONTENT_BYTES_MAX {
+    if layer.size > CONTENT_BYTES_MAX {
         bail!("an artifact has one content layer of at most {CONTENT_BYTES_MAX} bytes");
     }
-    Ok((meta, vec![(config_digest, manifest.config.size), (layer.digest.parse()?, layer.size)]))
+    let mut blobs = vec![(config_digest, manifest.config.size), (layer.digest.parse()?, layer.size)];
+    match &manifest.layers[1..] {
+        [] => {}
+        [chunks] if chunks.media_type == CHUNKS_MEDIA_TYPE && chunks.size <= CHUNK_LIST_BYTES_MAX as u64 => {
+            blobs.push((chunks.digest.parse()?, chunks.size));
+        }
+        _ => bail!("an artifact's layers are its content and, optionally, the content's chunk list"),
+    }
+    Ok((meta, blobs))
 }
 
 /// Reads `reader` to its end in 64 KiB pieces, hashing, and copying to `out` when given.
@@ -651,6 +850,12 @@ fn version_key(version: &str) -> (Vec<u64>, String) {
 mod tests {
     use super::*;
 
+    impl ArtifactStore {
+        fn add_plain(&self, meta: &ArtifactMeta, content: &[u8]) -> anyhow::Result<Stored> {
+            self.add(meta, content, None)
+        }
+    }
+
     fn meta(name: &str, version: &str) -> ArtifactMeta {
         ArtifactMeta {
             name: name.into(),
@@ -668,9 +873,9 @@ mod tests {
     fn add_list_find_search_remove() {
         let dir = tempfile::tempdir().unwrap();
         let store = ArtifactStore::open(dir.path()).unwrap();
-        let a = store.add(&meta("wordcount", "1.0.0"), b"wasm-1").unwrap();
-        store.add(&meta("wordcount", "1.10.0"), b"wasm-2").unwrap();
-        store.add(&meta("echo", "0.1.0"), b"wasm-3").unwrap();
+        let a = store.add_plain(&meta("wordcount", "1.0.0"), b"wasm-1").unwrap();
+        store.add_plain(&meta("wordcount", "1.10.0"), b"wasm-2").unwrap();
+        store.add_plain(&meta("echo", "0.1.0"), b"wasm-3").unwrap();
         assert_eq!(store.list().unwrap().len(), 3);
         assert_eq!(store.find("wordcount", None).unwrap().unwrap().meta.version, "1.10.0");
         assert_eq!(store.find("wordcount", Some("1.0.0")).unwrap().unwrap(), a);
@@ -691,7 +896,7 @@ mod tests {
     fn corrupt_blobs_are_refused_on_read() {
         let dir = tempfile::tempdir().unwrap();
         let store = ArtifactStore::open(dir.path()).unwrap();
-        let a = store.add(&meta("echo", "0.1.0"), b"wasm").unwrap();
+        let a = store.add_plain(&meta("echo", "0.1.0"), b"wasm").unwrap();
         std::fs::write(dir.path().join("blobs/sha256").join(a.content.hex()), b"evil").unwrap();
         assert!(store.content(&a).unwrap_err().to_string().contains("corrupt"));
     }
@@ -700,7 +905,7 @@ mod tests {
     fn invalid_metadata_changes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let store = ArtifactStore::open(dir.path()).unwrap();
-        assert!(store.add(&meta("Bad Name", "1"), b"x").is_err());
+        assert!(store.add_plain(&meta("Bad Name", "1"), b"x").is_err());
         assert!(store.list().unwrap().is_empty());
     }
 }

@@ -30,6 +30,9 @@ pub struct PeerView {
     pub advert_seq: Option<u64>,
     /// Capsules its advert lists.
     pub capsules: usize,
+    /// Artifacts (manifests) its advert says it serves.
+    #[serde(default)]
+    pub artifacts: usize,
 }
 
 /// `GET /v1/capsules`: every capsule in the directory and the nodes that host it.

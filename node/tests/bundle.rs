@@ -34,8 +34,8 @@ fn trusted() -> Vec<PublicKey> {
 /// A store with two artifacts, exported to `dir/bundle.tar`.
 fn exported(dir: &Path) -> (PathBuf, Vec<Stored>) {
     let store = ArtifactStore::open(&dir.join("source")).unwrap();
-    let a = store.add(&meta("echo", "1.0.0"), &vec![7u8; 300_000]).unwrap();
-    let b = store.add(&meta("wordcount", "2.1.0"), b"component bytes").unwrap();
+    let a = store.add(&meta("echo", "1.0.0"), &vec![7u8; 300_000], None).unwrap();
+    let b = store.add(&meta("wordcount", "2.1.0"), b"component bytes", None).unwrap();
     let out = dir.join("bundle.tar");
     let report =
         bundle::export(&store, &[a.clone(), b.clone()], &publisher(), NOW, &out, &mut |_, _| {}).unwrap();
@@ -395,7 +395,7 @@ fn an_import_never_replaces_an_existing_version_and_repairs_damaged_blobs() {
     let (bundle_path, originals) = exported(dir.path());
     let root = dir.path().join("target");
     let store = ArtifactStore::open(&root).unwrap();
-    store.add(&meta("echo", "1.0.0"), b"a different echo").unwrap();
+    store.add(&meta("echo", "1.0.0"), b"a different echo", None).unwrap();
     let before = snapshot(&root);
     let err = bundle::import(&store, &bundle_path, &trusted(), &mut |_, _| {}).unwrap_err();
     assert!(format!("{err:#}").contains("already has echo@1.0.0 as another artifact"), "{err:#}");

@@ -241,7 +241,7 @@ fn stock(node: &Node, name: &str, wasm_name: &str) -> murmur_node::store::Stored
         input_schema: None,
         output_schema: None,
     };
-    node.runtime.store().add(&meta, &std::fs::read(wasm(wasm_name)).unwrap()).unwrap()
+    node.runtime.store().add(&meta, &std::fs::read(wasm(wasm_name)).unwrap(), None).unwrap()
 }
 
 #[tokio::test]

@@ -73,6 +73,12 @@ impl Catalog {
         Self { v: CATALOG_VERSION, blobs, created, artifacts }
     }
 
+    /// The manifest this catalog names as `name@version`.
+    #[must_use]
+    pub fn manifest_of(&self, name: &str, version: &str) -> Option<Digest> {
+        self.artifacts.iter().find(|a| a.name == name && a.version == version).map(|a| a.manifest)
+    }
+
     /// The declared blob with `digest`.
     #[must_use]
     pub fn blob(&self, digest: &Digest) -> Option<&CatalogBlob> {

@@ -37,6 +37,7 @@
 //! ```
 
 pub mod advert;
+pub mod artifact;
 pub mod catalog;
 pub mod cert;
 pub mod codec;
@@ -49,6 +50,7 @@ pub mod mesh;
 pub mod names;
 pub mod peer_url;
 pub mod pull;
+pub mod replicate;
 pub mod route;
 pub mod signed;
 pub mod sync;

@@ -41,6 +41,12 @@ pub fn render(m: &MeshMetrics) -> String {
         &[("", m.directory_capsules as u64)],
     );
     metric(
+        "murmur_artifact_requests_served_total",
+        "counter",
+        "/murmur/artifact/1 requests served to peers, and refused as busy.",
+        &[("outcome=\"served\"", m.artifact_served), ("outcome=\"busy\"", m.artifact_busy)],
+    );
+    metric(
         "murmur_adverts_accepted_total",
         "counter",
         "Adverts accepted into the directory.",

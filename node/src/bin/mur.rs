@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use murmur_node::cli::{artifact, capsule, capsules, cert, grant, key, peers, task, tool};
+use murmur_node::cli::{artifact, capsule, capsules, cert, grant, key, peers, pull, task, tool};
 use murmur_node::exit::{self, CliResult};
 
 /// The Murmur client: keys, grants, and (with a running node) the mesh.
@@ -69,6 +69,13 @@ enum Command {
     /// Carry artifacts between networks as one signed file: export, verify, import.
     #[command(subcommand)]
     Bundle(artifact::BundleCommand),
+    /// Pull NAME@VERSION from the mesh, pin it in the node's murmur.lock and run it as a
+    /// capsule (a manifest in the node's capsules directory), advertised at once.
+    ///
+    /// Example:
+    ///   mur install wordcount@1.0.0 && mur send mesh://wordcount "count these words"
+    #[command(disable_version_flag = true)]
+    Install(pull::PullArgs),
 }
 
 fn main() -> ExitCode {
@@ -88,5 +95,6 @@ fn dispatch(command: Command) -> CliResult {
         Command::Task(command) => task::run(command),
         Command::Artifact(command) => artifact::run(command),
         Command::Bundle(command) => artifact::run_bundle(command),
+        Command::Install(args) => pull::run(args, true),
     }
 }

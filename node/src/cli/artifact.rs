@@ -70,6 +70,16 @@ pub enum ArtifactCommand {
     Show(ShowArgs),
     /// Remove every version of NAME from the store (blobs nothing else uses are deleted).
     Rm(RmArgs),
+    /// Fetch NAME@VERSION from the mesh into the node's store (through the running node).
+    ///
+    /// The node trusts the manifest a publisher in its trust.publishers signed, or the one
+    /// --digest names; every chunk is verified before it is written, from every provider at
+    /// once. An interrupted pull resumes where it stopped.
+    ///
+    /// Example:
+    ///   mur artifact pull wordcount@1.0.0
+    #[command(disable_version_flag = true)]
+    Pull(super::pull::PullArgs),
 }
 
 #[derive(Debug, Args)]
@@ -91,6 +101,10 @@ pub struct AddArgs {
     /// A tag (repeatable).
     #[arg(long = "tag", value_name = "TAG")]
     tags: Vec<String>,
+    /// Sign the artifact with this publisher key (`mur key gen`): nodes whose
+    /// trust.publishers lists the key can then pull it from the mesh by name@version.
+    #[arg(long, value_name = "FILE")]
+    sign_key: Option<PathBuf>,
     #[command(flatten)]
     dir: DataDirArgs,
     #[arg(long)]
@@ -154,6 +168,7 @@ fn find(store: &ArtifactStore, reference: &str) -> CliResult<Stored> {
 
 pub fn run(command: ArtifactCommand) -> CliResult {
     match command {
+        ArtifactCommand::Pull(args) => super::pull::run(args, false),
         ArtifactCommand::Add(args) => {
             let store = args.dir.store()?;
             let content =
@@ -168,7 +183,13 @@ pub fn run(command: ArtifactCommand) -> CliResult {
                 input_schema: None,
                 output_schema: None,
             };
-            let stored = store.add(&meta, &content).map_err(CliError::usage)?;
+            let publisher = match &args.sign_key {
+                Some(path) => Some(keyfile::read(path).usage_context("cannot use the publisher key")?),
+                None => None,
+            };
+            let stored = store
+                .add(&meta, &content, publisher.as_ref().map(|key| (key, clock::now())))
+                .map_err(CliError::usage)?;
             if args.json {
                 print_json(&view(&stored));
             } else {

@@ -59,6 +59,44 @@ impl NodeArgs {
         self.request(reqwest::Method::POST, path, Some(body))
     }
 
+    /// POSTs `body` to `path` and hands each line of the streamed answer (JSON lines) to
+    /// `on_line`, waiting as long as the node keeps the stream open.
+    pub fn post_lines(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+        on_line: &mut dyn FnMut(serde_json::Value) -> CliResult,
+    ) -> CliResult {
+        use std::io::BufRead;
+        let url = format!("{}{path}", self.url.trim_end_matches('/'));
+        let response = self.client(None)?.post(&url).json(body).send().map_err(|err| {
+            CliError::failed(anyhow::anyhow!(
+                "cannot reach the node at {} ({err}); is murnode running? (set --node or MURMUR_NODE)",
+                self.url
+            ))
+        })?;
+        let status = response.status();
+        if !status.is_success() {
+            let body = response.text().unwrap_or_default();
+            let message = serde_json::from_str::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+                .unwrap_or(body);
+            return Err(CliError::failed(anyhow::anyhow!("the node answered {status}: {message}")));
+        }
+        for line in std::io::BufReader::new(response).lines() {
+            let line = line.context("reading the node's answer").map_err(CliError::failed)?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let value = serde_json::from_str(&line)
+                .with_context(|| format!("unexpected line from {url}: {line}"))
+                .map_err(CliError::failed)?;
+            on_line(value)?;
+        }
+        Ok(())
+    }
+
     fn request<T: DeserializeOwned>(
         &self,
         method: reqwest::Method,

@@ -8,6 +8,7 @@ use libp2p::swarm::NetworkBehaviour;
 use libp2p::swarm::behaviour::toggle::Toggle;
 use libp2p::{StreamProtocol, connection_limits, gossipsub, identify, identity, kad, mdns, ping};
 use murmur_protocol::Digest;
+use murmur_protocol::artifact::{ArtifactRequest, ArtifactResponse};
 use murmur_protocol::mesh::ADVERT_TOPIC;
 use murmur_protocol::sync::{SyncRequest, SyncResponse};
 use murmur_protocol::task::{TaskRequest, TaskResponse};
@@ -28,6 +29,14 @@ pub const TASK_PROTOCOL: StreamProtocol = StreamProtocol::new("/murmur/task/1");
 pub const TASK_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Concurrent task streams per connection (64 clients with headroom).
 pub const TASK_STREAMS_MAX: usize = 512;
+/// Artifacts: resolve name@version, fetch blob ranges (chunks).
+pub const ARTIFACT_PROTOCOL: StreamProtocol = StreamProtocol::new("/murmur/artifact/1");
+/// One chunk (1 MiB) takes milliseconds on a LAN; 30 s covers a slow WAN link. The pull
+/// scheduler's own, shorter timeout usually acts first.
+pub const ARTIFACT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Concurrent artifact streams per connection: a pull keeps a few chunks in flight per
+/// provider; several pulls may share a peer.
+pub const ARTIFACT_STREAMS_MAX: usize = 64;
 /// Gossipsub's cap on one message: an advert envelope is at most 16.6 KiB, plus framing.
 pub const GOSSIP_TRANSMIT_BYTES_MAX: usize = 64 * 1024;
 /// A sync exchange is one round trip of at most 1 MiB each way.
@@ -48,6 +57,7 @@ pub struct Behaviour {
     pub gossipsub: gossipsub::Behaviour,
     pub sync: request_response::Behaviour<FrameCodec<SyncRequest, SyncResponse>>,
     pub task: request_response::Behaviour<FrameCodec<TaskRequest, TaskResponse>>,
+    pub artifact: request_response::Behaviour<FrameCodec<ArtifactRequest, ArtifactResponse>>,
 }
 
 impl Behaviour {
@@ -113,6 +123,14 @@ impl Behaviour {
                 .with_max_concurrent_streams(TASK_STREAMS_MAX),
         );
 
+        let artifact = request_response::Behaviour::with_codec(
+            FrameCodec::default(),
+            [(ARTIFACT_PROTOCOL, ProtocolSupport::Full)],
+            request_response::Config::default()
+                .with_request_timeout(ARTIFACT_REQUEST_TIMEOUT)
+                .with_max_concurrent_streams(ARTIFACT_STREAMS_MAX),
+        );
+
         Ok(Self {
             limits: connection_limits::Behaviour::new(limits),
             identify,
@@ -122,6 +140,7 @@ impl Behaviour {
             gossipsub,
             sync,
             task,
+            artifact,
         })
     }
 }

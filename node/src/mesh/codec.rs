@@ -8,6 +8,7 @@ use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use libp2p::StreamProtocol;
 use libp2p::request_response::Codec;
 use murmur_protocol::DecodeError;
+use murmur_protocol::artifact::{ARTIFACT_FRAME_BYTES_MAX, ArtifactRequest, ArtifactResponse};
 use murmur_protocol::limits::{SYNC_REQUEST_BYTES_MAX, SYNC_RESPONSE_BYTES_MAX};
 use murmur_protocol::sync::{SyncRequest, SyncResponse};
 use murmur_protocol::task::{TASK_FRAME_BYTES_MAX, TaskRequest, TaskResponse};
@@ -67,6 +68,30 @@ impl Frame for TaskResponse {
 
     fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         TaskResponse::decode(bytes)
+    }
+}
+
+impl Frame for ArtifactRequest {
+    const BYTES_MAX: usize = ARTIFACT_FRAME_BYTES_MAX;
+
+    fn encode(&self) -> Vec<u8> {
+        ArtifactRequest::encode(self)
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        ArtifactRequest::decode(bytes)
+    }
+}
+
+impl Frame for ArtifactResponse {
+    const BYTES_MAX: usize = ARTIFACT_FRAME_BYTES_MAX;
+
+    fn encode(&self) -> Vec<u8> {
+        ArtifactResponse::encode(self)
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        ArtifactResponse::decode(bytes)
     }
 }
 

@@ -19,8 +19,10 @@ use super::behaviour::{Behaviour, BehaviourEvent, IDENTIFY_PROTOCOL};
 use super::{MeshMetrics, Query};
 use crate::clock;
 use crate::config::Config;
+mod artifacts;
 mod tasks;
 
+pub(super) use artifacts::ArtifactSide;
 pub(super) use tasks::TaskSide;
 
 use crate::views::{CapsuleView, CapsulesView, PeerView, PeersView, ProviderView};
@@ -54,6 +56,7 @@ pub(super) struct Driver {
     sync_pending: BTreeMap<u64, request_response::ResponseChannel<SyncResponse>>,
     next_token: u64,
     tasks: TaskSide,
+    artifacts: ArtifactSide,
 }
 
 impl Driver {
@@ -62,6 +65,7 @@ impl Driver {
         mesh: MeshNode,
         queries: mpsc::Receiver<Query>,
         tasks: TaskSide,
+        artifacts: ArtifactSide,
         shutdown: watch::Receiver<bool>,
     ) -> Self {
         Self {
@@ -76,6 +80,7 @@ impl Driver {
             sync_pending: BTreeMap::new(),
             next_token: 0,
             tasks,
+            artifacts,
         }
     }
 
@@ -142,6 +147,8 @@ impl Driver {
                 Some(query) = self.queries.recv() => self.answer(query),
                 Some(query) = self.tasks.queries.recv() => self.on_task_query(query),
                 Some(report) = self.tasks.reports.recv() => self.on_task_report(report),
+                Some(query) = self.artifacts.queries.recv() => self.on_artifact_query(query),
+                Some((token, response)) = self.artifacts.served.recv() => self.on_artifact_served(token, response),
                 _ = self.shutdown.changed() => break,
             }
             self.drain();
@@ -264,6 +271,7 @@ impl Driver {
             }
             BehaviourEvent::Sync(request_response::Event::ResponseSent { .. }) => {}
             BehaviourEvent::Task(event) => self.on_task_event(event),
+            BehaviourEvent::Artifact(event) => self.on_artifact_event(event),
             BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. }) => {
                 if info.protocol_version != IDENTIFY_PROTOCOL {
                     warn!(peer = %peer_id, protocol = %info.protocol_version, "not a murmur node; disconnecting");
@@ -387,6 +395,8 @@ impl Driver {
                     directory: directory.stats().clone(),
                     router: self.tasks.router().stats().clone(),
                     task_refusals: self.tasks.refusals(),
+                    artifact_served: self.artifacts.served_count,
+                    artifact_busy: self.artifacts.busy_count,
                 });
             }
         }
@@ -427,6 +437,7 @@ impl Driver {
             });
             view.advert_seq = Some(record.advert().seq);
             view.capsules = record.advert().capsules.len();
+            view.artifacts = record.advert().artifacts.len();
         }
         PeersView { local_peer_id: local.to_string(), peers: views.into_values().collect() }
     }

@@ -22,6 +22,7 @@ use super::bindings::murmur::artifact_manager::manage::{
 use super::lock::{Lock, LockEntry};
 use super::manifest::{ArtifactRef, CapsuleKind, CapsuleManifest};
 use super::state::HostState;
+use crate::fetch::Want;
 use crate::store::{self, Stored};
 
 impl manage::Host for HostState {
@@ -59,7 +60,7 @@ impl manage::Host for HostState {
     }
 
     async fn pull(&mut self, name: String, version: String) -> Result<Result<ArtifactSummary, String>> {
-        Ok(self.pull_artifact(&name, &version).map_err(|e| format!("pull {name}@{version}: {e:#}")))
+        Ok(self.pull_artifact(&name, &version).await.map_err(|e| format!("pull {name}@{version}: {e:#}")))
     }
 
     async fn remove(&mut self, name: String) -> Result<Result<bool, String>> {
@@ -118,16 +119,26 @@ impl HostState {
         all
     }
 
-    fn pull_artifact(&mut self, name: &str, version: &str) -> anyhow::Result<ArtifactSummary> {
+    async fn pull_artifact(&mut self, name: &str, version: &str) -> anyhow::Result<ArtifactSummary> {
         let runtime = self.call.runtime.clone();
         let workdir = self.call.capsule.manifest.workdir.clone();
-        let stored = runtime
-            .store
-            .find(name, Some(version))?
-            .ok_or_else(|| anyhow::anyhow!("not in this node's store"))?;
+        let mut lock = Lock::read(&workdir)?;
+        let stored = match (runtime.store.find(name, Some(version))?, runtime.fetcher.get()) {
+            (Some(stored), _) => stored,
+            (None, Some(fetcher)) => {
+                // From the mesh, pinned to the lock's digest when it has this version: a
+                // mismatch fails before anything is written.
+                let pin = match lock.get(name) {
+                    Some(entry) if entry.version == version => Some(entry.digest()?),
+                    _ => None,
+                };
+                let want = Want { name: name.into(), version: version.into(), pin };
+                fetcher.pull(&want, &mut |_| {}).await?.stored
+            }
+            (None, None) => anyhow::bail!("not in this node's store"),
+        };
         // Verify everything before writing anything.
         let bytes = runtime.store.content(&stored)?;
-        let mut lock = Lock::read(&workdir)?;
         if let Some(pinned) = lock.get(name)
             && pinned.version == version
             && pinned.digest()? != stored.content

@@ -320,7 +320,7 @@ mod bundle_bench {
                 input_schema: None,
                 output_schema: None,
             };
-            let stored = source.add(&meta, &content)?;
+            let stored = source.add(&meta, &content, None)?;
             let (mut sha, mut copy, mut synced) = (vec![], vec![], vec![]);
             let (mut export, mut verify, mut import) = (vec![], vec![], vec![]);
             for run in 0..runs.max(1) {

@@ -1,0 +1,213 @@
+//! Artifact routes: pulling from the mesh (`POST /v1/artifacts/pull`), optionally
+//! installing what was pulled as a runnable capsule.
+//!
+//! The answer is a stream of JSON lines (`application/x-ndjson`): progress events as the
+//! pull goes ([`Progress`]), then one `done` or `error` line. `mur artifact pull` and
+//! `mur install` draw their progress bars from it; scripts read it with `--json`.
+
+use std::convert::Infallible;
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use murmur_protocol::Digest;
+use murmur_protocol::names::{check_capsule_name, check_version};
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::{ApiState, error};
+use crate::fetch::{Progress, Pulled, Want};
+use crate::runtime::CapsuleManifest;
+use crate::runtime::lock::{Lock, LockEntry};
+use crate::store::Kind;
+
+/// Progress lines buffered for a slow client; past this, progress lines (never the final
+/// line) are dropped.
+pub const PROGRESS_QUEUE_MAX: usize = 64;
+
+/// The first line of a capsule manifest `mur install` writes; it only ever replaces a
+/// manifest that starts with it.
+pub const INSTALLED_MARKER: &str = "# Installed by `mur install`";
+
+/// `POST /v1/artifacts/pull`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PullBody {
+    /// `NAME@VERSION`.
+    pub artifact: String,
+    /// A manifest or content digest the artifact must have.
+    #[serde(default)]
+    pub digest: Option<String>,
+    /// Also pin it in the node's `murmur.lock` and run it as a capsule.
+    #[serde(default)]
+    pub install: bool,
+}
+
+pub(super) async fn pull(State(state): State<Arc<ApiState>>, Json(body): Json<PullBody>) -> Response {
+    let want = match parse_want(&body) {
+        Ok(want) => want,
+        Err(message) => return error(StatusCode::BAD_REQUEST, "bad_request", &message),
+    };
+    let (tx, rx) = mpsc::channel::<Bytes>(PROGRESS_QUEUE_MAX);
+    tokio::spawn(async move {
+        let progress_tx = tx.clone();
+        let mut progress = move |event: Progress| {
+            let _ = progress_tx.try_send(line(&event));
+        };
+        let result = if body.install {
+            install(&state, want, &mut progress).await
+        } else {
+            state.fetcher.pull(&want, &mut progress).await.map(|pulled| done(&pulled, false))
+        };
+        let last = match result {
+            Ok(done) => done,
+            Err(err) => json!({ "event": "error", "message": format!("{err:#}") }),
+        };
+        let _ = tx.send(line(&last)).await;
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|bytes| (Ok::<_, Infallible>(bytes), rx))
+    });
+    ([(header::CONTENT_TYPE, "application/x-ndjson")], Body::from_stream(stream)).into_response()
+}
+
+fn parse_want(body: &PullBody) -> Result<Want, String> {
+    let (name, version) =
+        body.artifact.split_once('@').ok_or_else(|| format!("`{}` is not NAME@VERSION", body.artifact))?;
+    check_capsule_name(name).map_err(|e| format!("name: {e}"))?;
+    check_version(version).map_err(|e| format!("version: {e}"))?;
+    let pin = match &body.digest {
+        Some(text) => Some(text.parse::<Digest>().map_err(|e| format!("digest: {e}"))?),
+        None => None,
+    };
+    Ok(Want { name: name.into(), version: version.into(), pin })
+}
+
+fn line(value: &impl serde::Serialize) -> Bytes {
+    let mut bytes = serde_json::to_vec(value).unwrap_or_default();
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
+fn done(pulled: &Pulled, installed: bool) -> serde_json::Value {
+    let stored = &pulled.stored;
+    json!({
+        "event": "done",
+        "name": stored.meta.name,
+        "version": stored.meta.version,
+        "kind": stored.meta.kind,
+        "manifest": stored.manifest.to_string(),
+        "content": stored.content.to_string(),
+        "size": stored.size,
+        "already": pulled.already,
+        "fetched": pulled.fetched,
+        "resumed_chunks": pulled.resumed_chunks,
+        "providers": pulled.providers,
+        "penalized": pulled.penalized.iter().map(|(node, reason)| json!({"provider": node.to_string(), "reason": reason})).collect::<Vec<_>>(),
+        "bad_chunks": pulled.stats.bad_chunks,
+        "hedges": pulled.stats.hedges,
+        "elapsed_ms": pulled.elapsed.as_millis() as u64,
+        "installed": installed,
+    })
+}
+
+/// Pulls `want` (pinned to the node's `murmur.lock` when it has this version), then pins
+/// it there, writes a capsule manifest for it under the capsules directory and runs it.
+/// A manifest the operator wrote for that name is never overwritten.
+async fn install(
+    state: &ApiState,
+    mut want: Want,
+    progress: &mut (dyn FnMut(Progress) + Send),
+) -> anyhow::Result<serde_json::Value> {
+    let data_dir = state.install.data_dir.clone();
+    let mut lock = Lock::read(&data_dir)?;
+    if let Some(entry) = lock.get(&want.name).filter(|e| e.version == want.version) {
+        let pinned = entry.digest()?;
+        match want.pin {
+            Some(pin) if pin != pinned && pin.to_string() != entry.manifest => anyhow::bail!(
+                "murmur.lock pins {}@{} to {pinned}, not {pin}; nothing was changed",
+                want.name,
+                want.version
+            ),
+            _ => want.pin = Some(pinned),
+        }
+    }
+    let pulled = state.fetcher.pull(&want, progress).await?;
+    let stored = &pulled.stored;
+    let kind = match stored.meta.kind {
+        Kind::Tool => "tool",
+        Kind::Capsule => "capsule",
+        Kind::Driver => "driver",
+        Kind::Hook => "hook",
+        Kind::Agent => {
+            anyhow::bail!("{}@{} is an agent; agents are not run as capsules yet", want.name, want.version)
+        }
+    };
+    let dir = &state.install.capsules_dir;
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join(format!("{}.toml", want.name));
+    if let Ok(existing) = std::fs::read_to_string(&path)
+        && !existing.starts_with(INSTALLED_MARKER)
+    {
+        anyhow::bail!(
+            "{} exists and was not written by `mur install`; set `artifact = \"{}@{}\"` in it yourself (the artifact is in the store)",
+            path.display(),
+            want.name,
+            want.version
+        );
+    }
+    let text = format!(
+        "{INSTALLED_MARKER} {name}@{version}; murmur.lock pins its digest.\n\
+         name = \"{name}\"\nversion = \"{version}\"\nkind = \"{kind}\"\nartifact = \"{name}@{version}\"\ndescription = {description}\n",
+        name = want.name,
+        version = want.version,
+        description = toml_string(&stored.meta.description),
+    );
+    let manifest = CapsuleManifest::parse(&text, dir, &data_dir)?;
+    state.runtime.install(manifest)?;
+    crate::fsutil::write_atomic(&path, text.as_bytes())?;
+    lock.upsert(LockEntry {
+        name: want.name.clone(),
+        version: want.version.clone(),
+        digest: stored.content.to_string(),
+        manifest: stored.manifest.to_string(),
+    })?;
+    lock.write(&data_dir)?;
+    let mut hosted = state.runtime.hosted();
+    for declared in &state.install.declared {
+        if !hosted.iter().any(|h| h.name == declared.name) {
+            hosted.push(declared.clone());
+        }
+    }
+    hosted.truncate(murmur_protocol::limits::ADVERT_CAPSULES_MAX);
+    state.mesh.set_hosted(hosted).await?;
+    Ok(done(&pulled, true))
+}
+
+/// `text` as a TOML basic string.
+fn toml_string(text: &str) -> String {
+    toml::Value::String(text.to_owned()).to_string()
+}
+
+/// Where `install` writes, from the node's configuration.
+#[derive(Clone, Debug, Default)]
+pub struct InstallTarget {
+    /// The data directory (its `murmur.lock`).
+    pub data_dir: std::path::PathBuf,
+    /// Where capsule manifests live.
+    pub capsules_dir: std::path::PathBuf,
+    /// Capsules the config declares without running them (kept in the advert).
+    pub declared: Vec<murmur_protocol::HostedCapsule>,
+}
+
+impl InstallTarget {
+    #[must_use]
+    pub fn new(data_dir: &Path, capsules_dir: &Path, declared: Vec<murmur_protocol::HostedCapsule>) -> Self {
+        Self { data_dir: data_dir.to_path_buf(), capsules_dir: capsules_dir.to_path_buf(), declared }
+    }
+}

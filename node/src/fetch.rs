@@ -1,0 +1,644 @@
+//! Pulling artifacts from the mesh: resolve `name@version` to a manifest this node can
+//! trust, fetch the small blobs whole and the content in verified chunks from every
+//! provider at once, then commit it to the store in one step.
+//!
+//! Trust comes first and never from a provider: the manifest digest is one the caller
+//! pinned (a `--digest`, a `murmur.lock` entry) or one a publisher in `trust.publishers`
+//! signed for `name@version`. Every byte after that is checked against a digest the
+//! manifest names before it is kept. Which chunk to ask of whom, when to hedge a slow
+//! request and when to drop a provider is decided by the protocol's
+//! [`Pull`](murmur_protocol::pull::Pull); this module carries its requests over
+//! `/murmur/artifact/1` and writes what it approves.
+//!
+//! A pull in progress lives in `store/.pull/<content hex>.part`, pre-sized to the content.
+//! A pull started again after a crash (or a failed attempt) hashes that file's chunks and
+//! asks only for those that do not match, so nothing trusted is kept in a side file.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use murmur_protocol::artifact::{ArtifactRequest, ArtifactResponse, CHUNK_BYTES_MAX, ChunkList};
+use murmur_protocol::catalog::Catalog;
+use murmur_protocol::pull::{Input, Output, Pull, PullConfig, PullStats};
+use murmur_protocol::trust::open_trusted;
+use murmur_protocol::{Digest, Envelope, NodeId, PublicKey};
+use serde::Serialize;
+use tracing::{info, warn};
+
+use crate::clock;
+use crate::mesh::MeshHandle;
+use crate::store::{ArtifactStore, METADATA_BYTES_MAX, Stored, manifest_parts, parse_artifact};
+
+/// Providers asked to resolve a name@version at once.
+pub const RESOLVE_FANOUT: usize = 16;
+/// How long a pull with no usable provider waits for one to appear before it fails.
+pub const STALL_MAX: Duration = Duration::from_secs(30);
+/// How often a running pull looks for new providers (nodes that finished pulling the same
+/// artifact advertise it, and take load off the first ones).
+pub const PROVIDER_REFRESH: Duration = Duration::from_secs(2);
+/// Manifests advertised at most (the advert's own bound).
+pub const PROVIDED_MAX: usize = murmur_protocol::limits::ADVERT_ARTIFACTS_MAX;
+
+/// What to pull.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Want {
+    pub name: String,
+    pub version: String,
+    /// A manifest or content digest the artifact must have (from `--digest` or a lock
+    /// entry). Without one, a trusted publisher's signature decides.
+    pub pin: Option<Digest>,
+}
+
+/// What a pull reports as it goes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
+pub enum Progress {
+    /// Asking providers which manifest they hold.
+    Resolving { providers: usize },
+    /// The manifest to pull, why it is trusted, and the content to fetch.
+    Resolved { manifest: String, trusted_by: String, content: String, size: u64, providers: usize },
+    /// Content bytes written so far (verified chunks, resumed ones included).
+    Chunks { written: u64, size: u64, providers: usize },
+    /// A provider was dropped from the pull.
+    Penalized { provider: String, reason: String },
+}
+
+/// A finished pull.
+#[derive(Clone, Debug)]
+pub struct Pulled {
+    pub stored: Stored,
+    /// The store had it already; nothing was fetched.
+    pub already: bool,
+    /// Bytes fetched now (a resumed pull fetches fewer than the content's size).
+    pub fetched: u64,
+    /// Chunks found on disk from an earlier attempt.
+    pub resumed_chunks: usize,
+    pub providers: usize,
+    pub penalized: Vec<(NodeId, String)>,
+    pub stats: PullStats,
+    pub elapsed: Duration,
+}
+
+/// Pulls artifacts for this node. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Fetcher {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    mesh: MeshHandle,
+    store: Arc<ArtifactStore>,
+    publishers: Vec<PublicKey>,
+    config: PullConfig,
+    /// Content digests being pulled: a second pull of the same content waits its turn.
+    active: Mutex<BTreeSet<Digest>>,
+    /// The manifests last advertised.
+    provided: Mutex<Vec<Digest>>,
+}
+
+impl Fetcher {
+    #[must_use]
+    pub fn new(mesh: MeshHandle, store: Arc<ArtifactStore>, publishers: Vec<PublicKey>) -> Self {
+        let config = PullConfig { per_provider: 8, in_flight_max: 32, ..PullConfig::default() };
+        Self {
+            inner: Arc::new(Inner {
+                mesh,
+                store,
+                publishers,
+                config,
+                active: Mutex::new(BTreeSet::new()),
+                provided: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// The store pulls write to.
+    #[must_use]
+    pub fn store(&self) -> &Arc<ArtifactStore> {
+        &self.inner.store
+    }
+
+    /// Advertises what the store holds (its manifests, up to the advert's bound), when that
+    /// changed since the last call.
+    pub async fn advertise(&self) -> anyhow::Result<()> {
+        let mut manifests: Vec<Digest> = self.inner.store.list()?.iter().map(|s| s.manifest).collect();
+        manifests.sort();
+        manifests.dedup();
+        manifests.truncate(PROVIDED_MAX);
+        {
+            let mut last = self.inner.provided.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if *last == manifests {
+                return Ok(());
+            }
+            last.clone_from(&manifests);
+        }
+        self.inner.mesh.set_provided(manifests).await
+    }
+
+    /// Keeps the advert in step with the store (artifacts added by `mur artifact add` or
+    /// `mur bundle import` next to the running node), every `every`.
+    pub async fn advertise_every(self, every: Duration) {
+        loop {
+            if let Err(err) = self.advertise().await {
+                warn!(error = %format!("{err:#}"), "cannot advertise the store's artifacts");
+            }
+            tokio::time::sleep(every).await;
+        }
+    }
+
+    /// Pulls `want` from the mesh into the store, reporting progress; returns what the
+    /// store then holds. Nothing is named in the store unless every byte was verified.
+    pub async fn pull(
+        &self,
+        want: &Want,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> anyhow::Result<Pulled> {
+        let started = Instant::now();
+        let store = &self.inner.store;
+        if let Some(stored) = store.find(&want.name, Some(&want.version))? {
+            if let Some(pin) = want.pin
+                && pin != stored.manifest
+                && pin != stored.content
+            {
+                bail!(
+                    "this node's store holds {}@{} as manifest {} (content {}), not {pin}; nothing was changed",
+                    want.name,
+                    want.version,
+                    stored.manifest,
+                    stored.content
+                );
+            }
+            return Ok(Pulled {
+                stored,
+                already: true,
+                fetched: 0,
+                resumed_chunks: 0,
+                providers: 0,
+                penalized: Vec::new(),
+                stats: PullStats::default(),
+                elapsed: started.elapsed(),
+            });
+        }
+
+        let (manifest, signature, trusted_by, providers) = self.resolve(want, progress).await?;
+        let manifest_bytes = self.fetch_whole(&providers, manifest.0, manifest.1).await?;
+        let parts = manifest_parts(&manifest_bytes).with_context(|| format!("manifest {}", manifest.0))?;
+        let config_bytes = self.fetch_whole(&providers, parts.config.0, parts.config.1).await?;
+        let (meta, _) =
+            parse_artifact(&manifest_bytes, &|d| (*d == parts.config.0).then(|| config_bytes.clone()))
+                .with_context(|| format!("manifest {}", manifest.0))?;
+        if meta.name != want.name || meta.version != want.version {
+            bail!(
+                "manifest {} describes {}@{}, not {}@{}",
+                manifest.0,
+                meta.name,
+                meta.version,
+                want.name,
+                want.version
+            );
+        }
+        let (content, size) = parts.content;
+        if let Some(pin) = want.pin
+            && pin != manifest.0
+            && pin != content
+        {
+            bail!(
+                "{}@{} resolves to content {content}, not the pinned {pin}; nothing was written",
+                want.name,
+                want.version
+            );
+        }
+        let mut blobs = vec![(manifest.0, manifest_bytes), (parts.config.0, config_bytes)];
+        let chunks = match parts.chunk_list {
+            Some((digest, len)) => {
+                let bytes = self.fetch_whole(&providers, digest, len).await?;
+                let list = ChunkList::decode(&bytes).with_context(|| format!("chunk list {digest}"))?;
+                if list.size != size {
+                    bail!("chunk list {digest} describes {} bytes; the content is {size}", list.size);
+                }
+                blobs.push((digest, bytes));
+                list
+            }
+            None if size <= CHUNK_BYTES_MAX => ChunkList {
+                v: 1,
+                size,
+                chunks: if size == 0 { vec![] } else { vec![content] },
+                chunk_size: size.max(1),
+            },
+            None => bail!(
+                "manifest {} has no chunk list for its {size}-byte content (it was added by an older murnode); re-add it on the provider",
+                manifest.0
+            ),
+        };
+        progress(Progress::Resolved {
+            manifest: manifest.0.to_string(),
+            trusted_by,
+            content: content.to_string(),
+            size,
+            providers: providers.len(),
+        });
+
+        let _turn = self.turn(content).await;
+        let mut outcome = PullOutcome::default();
+        let part = if store.blob_size(&content) == Some(size) && store.verify_blob(&content, size).is_ok() {
+            None
+        } else {
+            let part = store.pulls_dir()?.join(format!("{}.part", content.hex()));
+            outcome = self.fetch_content(&part, &chunks, (manifest.0, content), &providers, progress).await?;
+            Some(part)
+        };
+        let stored = {
+            let store = store.clone();
+            let want = want.clone();
+            let signature = signature.clone();
+            tokio::task::spawn_blocking(move || {
+                store.commit_pulled(
+                    (&want.name, &want.version, manifest.0),
+                    &blobs,
+                    (content, part.as_deref()),
+                    signature.as_ref(),
+                )
+            })
+            .await
+            .context("the commit task failed")??
+        };
+        if let Err(err) = self.advertise().await {
+            warn!(error = %format!("{err:#}"), "cannot advertise the pulled artifact");
+        }
+        info!(artifact = %format!("{}@{}", want.name, want.version), bytes = outcome.fetched, "artifact pulled");
+        Ok(Pulled {
+            stored,
+            already: false,
+            fetched: outcome.fetched,
+            resumed_chunks: outcome.resumed,
+            providers: outcome.providers,
+            penalized: outcome.penalized,
+            stats: outcome.stats,
+            elapsed: started.elapsed(),
+        })
+    }
+
+    /// Waits until no other pull of `content` runs in this process, then holds the turn.
+    async fn turn(&self, content: Digest) -> Turn {
+        loop {
+            {
+                let mut active = self.inner.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if active.insert(content) {
+                    return Turn { fetcher: self.inner.clone(), content };
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Asks providers which manifest they hold as name@version and picks the one this node
+    /// trusts. Returns the manifest (digest, size), the signature to keep, what made it
+    /// trusted, and the nodes that hold it.
+    async fn resolve(
+        &self,
+        want: &Want,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> anyhow::Result<((Digest, u64), Option<Envelope>, String, Vec<NodeId>)> {
+        let mesh = &self.inner.mesh;
+        let candidates = mesh.artifact_providers(None).await?;
+        if candidates.is_empty() {
+            bail!("no node in this mesh advertises any artifact (is the node connected? see `mur peers`)");
+        }
+        progress(Progress::Resolving { providers: candidates.len().min(RESOLVE_FANOUT) });
+        let mut asks: FuturesUnordered<_> = candidates
+            .iter()
+            .take(RESOLVE_FANOUT)
+            .map(|&node| async move {
+                let request =
+                    ArtifactRequest::Resolve { name: want.name.clone(), version: want.version.clone() };
+                (node, mesh.ask_artifact(node, request).await)
+            })
+            .collect();
+        // manifest → (size, holders, signature, why trusted)
+        let mut trusted: BTreeMap<Digest, (u64, Vec<NodeId>, Option<Envelope>, String)> = BTreeMap::new();
+        let mut untrusted: BTreeSet<Digest> = BTreeSet::new();
+        while let Some((node, answer)) = asks.next().await {
+            let Ok(ArtifactResponse::Resolved { size, manifest, signature }) = answer else { continue };
+            if size > METADATA_BYTES_MAX {
+                continue;
+            }
+            let why = match (want.pin, &signature) {
+                (Some(pin), _) if pin == manifest => Some((None, format!("pinned digest {pin}"))),
+                (Some(_), _) => Some((None, "pinned content digest".to_owned())),
+                (None, Some(envelope)) => open_trusted::<Catalog>(envelope.clone(), &self.inner.publishers)
+                    .ok()
+                    .filter(|c| c.doc().manifest_of(&want.name, &want.version) == Some(manifest))
+                    .map(|c| (Some(envelope.clone()), format!("publisher {}", c.signer()))),
+                (None, None) => None,
+            };
+            match why {
+                Some((envelope, why)) => {
+                    let entry = trusted.entry(manifest).or_insert_with(|| (size, Vec::new(), envelope, why));
+                    entry.1.push(node);
+                }
+                None => {
+                    untrusted.insert(manifest);
+                }
+            }
+        }
+        // The manifest most providers hold, then the lowest digest: every node picks the same.
+        let Some((manifest, (size, mut holders, signature, why))) =
+            trusted.into_iter().max_by_key(|(d, (_, holders, _, _))| (holders.len(), std::cmp::Reverse(*d)))
+        else {
+            if untrusted.is_empty() {
+                bail!("no provider answered for {}@{}", want.name, want.version);
+            }
+            bail!(
+                "{} provider(s) offer {}@{} (manifest {}) but none with a signature by a publisher in this node's trust.publishers; add the publisher's key there, or pin the digest with --digest",
+                untrusted.len(),
+                want.name,
+                want.version,
+                untrusted.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+            );
+        };
+        for node in mesh.artifact_providers(Some(manifest)).await? {
+            if !holders.contains(&node) {
+                holders.push(node);
+            }
+        }
+        Ok(((manifest, size), signature, why, holders))
+    }
+
+    /// Fetches a small blob (a manifest, config or chunk list) whole, from the first
+    /// provider that serves it with the right digest.
+    async fn fetch_whole(&self, providers: &[NodeId], digest: Digest, size: u64) -> anyhow::Result<Vec<u8>> {
+        if size > CHUNK_BYTES_MAX {
+            bail!("blob {digest} is {size} bytes; metadata blobs are at most {CHUNK_BYTES_MAX}");
+        }
+        if let Ok(bytes) = self.inner.store.read_blob(&digest, size) {
+            return Ok(bytes);
+        }
+        let mut last = String::from("no provider");
+        for &node in providers {
+            let request = ArtifactRequest::Blob { len: size.max(1), digest, offset: 0 };
+            match self.inner.mesh.ask_artifact(node, request).await {
+                Ok(ArtifactResponse::Bytes { data })
+                    if data.len() as u64 == size && Digest::of(&data) == digest =>
+                {
+                    return Ok(data);
+                }
+                Ok(ArtifactResponse::Bytes { .. }) => {
+                    warn!(provider = %node, blob = %digest, "provider served bytes that do not match the digest");
+                    last = format!("{node} served bytes that do not match");
+                }
+                Ok(other) => last = format!("{node}: {other:?}"),
+                Err(err) => last = err,
+            }
+        }
+        bail!("no provider served blob {digest} ({last})")
+    }
+
+    /// Fetches the content into `part` chunk by chunk, as the protocol's pull scheduler
+    /// directs, then checks the whole file against `content` and fsyncs it. New providers
+    /// of `manifest` (nodes that finished their own pull) join as they appear.
+    async fn fetch_content(
+        &self,
+        part: &Path,
+        chunks: &ChunkList,
+        (manifest, content): (Digest, Digest),
+        providers: &[NodeId],
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> anyhow::Result<PullOutcome> {
+        let (file, have) = {
+            let part = part.to_path_buf();
+            let chunks = chunks.clone();
+            tokio::task::spawn_blocking(move || open_part(&part, &chunks))
+                .await
+                .context("the resume check failed")??
+        };
+        let pull = Pull::new(
+            self.inner.config.clone(),
+            chunks.size,
+            chunks.chunk_size,
+            chunks.chunks.clone(),
+            &have,
+        )
+        .context("cannot schedule the pull")?;
+        let mut run = Run {
+            pull,
+            file,
+            received: HashMap::new(),
+            known: providers.iter().copied().collect(),
+            used: BTreeSet::new(),
+            written: have.len() as u64 * chunks.chunk_size,
+            size: chunks.size,
+            stalled_since: None,
+            done: false,
+            outcome: PullOutcome { resumed: have.len(), ..PullOutcome::default() },
+        };
+        let now = clock::now();
+        for &node in providers {
+            run.pull.handle(now, Input::AddProvider(node));
+        }
+        let mesh = &self.inner.mesh;
+        let mut inflight = FuturesUnordered::new();
+        let mut refresh = tokio::time::interval(PROVIDER_REFRESH);
+        refresh.tick().await;
+        let mut reported = Instant::now();
+        loop {
+            for (provider, index, offset, len) in run.carry_out(progress)? {
+                inflight.push(async move {
+                    let request = ArtifactRequest::Blob { len, digest: content, offset };
+                    (provider, index, mesh.ask_artifact(provider, request).await)
+                });
+            }
+            if reported.elapsed() >= Duration::from_millis(200) || run.done {
+                reported = Instant::now();
+                progress(Progress::Chunks {
+                    written: run.written,
+                    size: run.size,
+                    providers: run.used.len(),
+                });
+            }
+            if run.done {
+                break;
+            }
+            if let Some(since) = run.stalled_since
+                && since.elapsed() >= STALL_MAX
+            {
+                bail!(
+                    "the pull stalled with {} of {} chunks missing: no provider left that serves good bytes ({} dropped)",
+                    run.pull.missing(),
+                    chunks.chunks.len(),
+                    run.outcome.penalized.len()
+                );
+            }
+            let wake = run.pull.poll_timeout().map_or(Duration::from_secs(1), |at| {
+                Duration::from_millis(at.since(clock::now()))
+                    .clamp(Duration::from_millis(1), Duration::from_secs(1))
+            });
+            tokio::select! {
+                Some((provider, index, answer)) = inflight.next() => run.answered(provider, index, answer),
+                () = tokio::time::sleep(wake) => run.pull.handle(clock::now(), Input::Tick),
+                _ = refresh.tick() => {
+                    if let Ok(found) = mesh.artifact_providers(Some(manifest)).await {
+                        let now = clock::now();
+                        for node in found {
+                            if run.known.insert(node) {
+                                run.stalled_since = None;
+                                run.pull.handle(now, Input::AddProvider(node));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let Run { pull, file, used, mut outcome, size, .. } = run;
+        outcome.stats = pull.stats().clone();
+        outcome.providers = used.len();
+        tokio::task::spawn_blocking(move || finish_part(&file, content, size))
+            .await
+            .context("the final check failed")??;
+        Ok(outcome)
+    }
+}
+
+/// Holds a content digest's pull turn until dropped.
+struct Turn {
+    fetcher: Arc<Inner>,
+    content: Digest,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.fetcher.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&self.content);
+    }
+}
+
+#[derive(Debug, Default)]
+struct PullOutcome {
+    fetched: u64,
+    resumed: usize,
+    providers: usize,
+    penalized: Vec<(NodeId, String)>,
+    stats: PullStats,
+}
+
+/// One content pull in progress: the scheduler and what carries out its decisions.
+struct Run {
+    pull: Pull,
+    file: File,
+    /// Bytes received and not yet approved or refused, by (provider, chunk).
+    received: HashMap<(NodeId, u32), Vec<u8>>,
+    known: BTreeSet<NodeId>,
+    used: BTreeSet<NodeId>,
+    written: u64,
+    size: u64,
+    stalled_since: Option<Instant>,
+    done: bool,
+    outcome: PullOutcome,
+}
+
+impl Run {
+    /// Feeds an answer to the scheduler, as the digest of the bytes (the bytes wait in
+    /// `received` until [`Run::carry_out`] writes or drops them).
+    fn answered(&mut self, provider: NodeId, index: u32, answer: Result<ArtifactResponse, String>) {
+        let input = match answer {
+            Ok(ArtifactResponse::Bytes { data }) => {
+                let digest = Digest::of(&data);
+                let len = data.len() as u64;
+                self.received.insert((provider, index), data);
+                Input::Chunk { provider, index, digest, len }
+            }
+            Ok(ArtifactResponse::NotFound) => Input::Failed { provider, index, reason: "not found".into() },
+            Ok(ArtifactResponse::Error { reason }) => Input::Failed { provider, index, reason },
+            Ok(other) => Input::Failed { provider, index, reason: format!("unexpected answer {other:?}") },
+            Err(reason) => Input::Failed { provider, index, reason },
+        };
+        self.pull.handle(clock::now(), input);
+    }
+
+    /// Carries out the scheduler's outputs; returns the requests to send.
+    fn carry_out(
+        &mut self,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> anyhow::Result<Vec<(NodeId, u32, u64, u64)>> {
+        let mut requests = Vec::new();
+        while let Some(output) = self.pull.poll_output() {
+            match output {
+                Output::Request { provider, index, offset, len } => {
+                    requests.push((provider, index, offset, len))
+                }
+                Output::Write { index, provider } => {
+                    let data =
+                        self.received.remove(&(provider, index)).context("approved bytes went missing")?;
+                    let (offset, _) = self.pull.range(index);
+                    self.file.write_all_at(&data, offset).context("cannot write to the pull file")?;
+                    self.written = self.written.saturating_add(data.len() as u64).min(self.size);
+                    self.outcome.fetched += data.len() as u64;
+                    self.used.insert(provider);
+                }
+                Output::Penalize { provider, reason } => {
+                    warn!(provider = %provider, reason = %reason, "provider dropped from the pull");
+                    progress(Progress::Penalized { provider: provider.to_string(), reason: reason.clone() });
+                    self.outcome.penalized.push((provider, reason));
+                }
+                Output::Done => self.done = true,
+                Output::Stalled { .. } => {
+                    self.stalled_since.get_or_insert_with(Instant::now);
+                }
+            }
+        }
+        // Bytes not approved by now never will be (bad, or a hedge that lost): the scheduler
+        // decides on each answer as it arrives.
+        self.received.clear();
+        self.done |= self.pull.is_done();
+        Ok(requests)
+    }
+}
+
+/// Opens (creating, pre-sized) the pull file and finds the chunks it already holds: those
+/// whose bytes hash to the chunk list's digest.
+fn open_part(path: &Path, chunks: &ChunkList) -> anyhow::Result<(File, Vec<u32>)> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    let mut have = Vec::new();
+    if file.metadata()?.len() == chunks.size {
+        let mut buf = vec![0u8; usize::try_from(chunks.chunk_size)?];
+        for (index, expected) in chunks.chunks.iter().enumerate() {
+            let offset = index as u64 * chunks.chunk_size;
+            let len = usize::try_from(chunks.chunk_size.min(chunks.size - offset))?;
+            file.read_exact_at(&mut buf[..len], offset)?;
+            if Digest::of(&buf[..len]) == *expected {
+                have.push(u32::try_from(index)?);
+            }
+        }
+    } else {
+        file.set_len(chunks.size)?;
+    }
+    Ok((file, have))
+}
+
+/// Checks the whole pulled file against the content digest and fsyncs it; a file that does
+/// not match is deleted (the chunk list and the content digest disagree: the publisher's
+/// manifest is inconsistent).
+fn finish_part(file: &File, content: Digest, size: u64) -> anyhow::Result<()> {
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+    std::io::Seek::rewind(&mut reader)?;
+    let (found, len) = crate::store::hash_reader(&mut reader, None)?;
+    if found != content || len != size {
+        bail!(
+            "the pulled content hashes to {found} ({len} bytes), not to {content}: the manifest's chunk list does not describe its content"
+        );
+    }
+    file.sync_all()?;
+    Ok(())
+}

@@ -1,0 +1,322 @@
+//! `/murmur/artifact/1`: asking a peer for an artifact, and the chunk lists that let a
+//! puller check every piece of a large blob before it writes it.
+//!
+//! # Trust
+//!
+//! A puller believes nothing a provider says about *which* artifact is `name@version`: it
+//! takes the manifest digest from a digest the user pinned, from its `murmur.lock`, or
+//! from a [`Catalog`](crate::catalog::Catalog) naming `name@version` signed by a publisher
+//! it already trusts (a provider only relays that signature). Everything after is checked
+//! against the digest: the manifest bytes hash to it, the manifest names the config,
+//! content and chunk-list digests, the chunk list names each chunk's digest. So any
+//! provider may serve any piece, and a piece that does not hash to its digest is refused
+//! before it touches the disk (the [`crate::pull`] scheduler then drops that provider).
+//!
+//! # Messages
+//!
+//! One request per stream, one response: [`ArtifactRequest::Resolve`] asks which manifest
+//! a provider holds for `name@version` (and the publisher's signature, if it has one);
+//! [`ArtifactRequest::Blob`] asks for `len` bytes at `offset` of a blob, at most
+//! [`CHUNK_BYTES_MAX`]. Both are framed with a version like the other request protocols.
+
+use serde::{Deserialize, Serialize};
+
+use crate::codec::{self, DecodeError};
+use crate::digest::Digest;
+use crate::names::{check_capsule_name, check_version};
+use crate::signed::Envelope;
+
+/// The wire version of `/murmur/artifact/1` frames this build writes and reads.
+pub const ARTIFACT_WIRE_VERSION: u16 = 1;
+/// Chunk size for content pulled from the mesh: 1 MiB keeps a lost chunk cheap and a
+/// request well inside any stream's flow-control window.
+pub const CHUNK_BYTES: u64 = 1 << 20;
+/// Most bytes one `Blob` request may ask for.
+pub const CHUNK_BYTES_MAX: u64 = 4 << 20;
+/// Largest artifact frame: one chunk plus framing.
+pub const ARTIFACT_FRAME_BYTES_MAX: usize = CHUNK_BYTES_MAX as usize + 64 * 1024;
+/// Largest blob a chunk list may describe (4 GiB in 4,096 chunks of 1 MiB).
+pub const CHUNKED_BLOB_BYTES_MAX: u64 = 4 << 30;
+/// Largest encoded chunk list.
+pub const CHUNK_LIST_BYTES_MAX: usize = 160 * 1024;
+/// Longest error text in a response.
+pub const ARTIFACT_REASON_BYTES_MAX: usize = 512;
+/// The chunk-list document version.
+pub const CHUNK_LIST_VERSION: u16 = 1;
+
+/// A request on `/murmur/artifact/1`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub enum ArtifactRequest {
+    /// Which manifest do you hold as `name@version`?
+    Resolve { name: String, version: String },
+    /// `len` bytes at `offset` of blob `digest`.
+    // Fields are in canonical key order (see `codec`).
+    Blob { len: u64, digest: Digest, offset: u64 },
+}
+
+/// An answer on `/murmur/artifact/1`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub enum ArtifactResponse {
+    /// The provider holds `manifest` (`size` bytes) as the name@version asked for, with the
+    /// publisher's signed catalog naming it when the provider has one.
+    // Fields are in canonical key order (see `codec`).
+    Resolved { size: u64, manifest: Digest, signature: Option<Envelope> },
+    /// The bytes asked for (fewer only at the blob's end).
+    Bytes {
+        #[serde(with = "codec::byte_vec")]
+        data: Vec<u8>,
+    },
+    /// The provider does not hold what was asked for.
+    NotFound,
+    /// The request could not be served (busy, bad range); says why.
+    Error { reason: String },
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Frame<T> {
+    v: u16,
+    body: T,
+}
+
+impl ArtifactRequest {
+    /// Canonical bytes.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        codec::encode(&Frame { v: ARTIFACT_WIRE_VERSION, body: self })
+    }
+
+    /// Decodes and validates a request from a peer.
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let frame: Frame<Self> = crate::signed::decode_versioned(
+            "artifact request",
+            bytes,
+            ARTIFACT_FRAME_BYTES_MAX,
+            ARTIFACT_WIRE_VERSION,
+            |f: &Frame<Self>| f.v,
+        )?;
+        frame.body.validate()?;
+        Ok(frame.body)
+    }
+
+    fn validate(&self) -> Result<(), DecodeError> {
+        let invalid =
+            |field, reason: String| DecodeError::Invalid { what: "artifact request", field, reason };
+        match self {
+            Self::Resolve { name, version } => {
+                check_capsule_name(name).map_err(|r| invalid("name", r))?;
+                check_version(version).map_err(|r| invalid("version", r))
+            }
+            Self::Blob { len, offset, .. } => {
+                if *len == 0 || *len > CHUNK_BYTES_MAX {
+                    return Err(invalid("len", format!("must be 1..={CHUNK_BYTES_MAX}, not {len}")));
+                }
+                if offset.checked_add(*len).is_none() {
+                    return Err(invalid("offset", "offset + len overflows".into()));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl ArtifactResponse {
+    /// Canonical bytes.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        codec::encode(&Frame { v: ARTIFACT_WIRE_VERSION, body: self })
+    }
+
+    /// Decodes and validates a response from a peer.
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let frame: Frame<Self> = crate::signed::decode_versioned(
+            "artifact response",
+            bytes,
+            ARTIFACT_FRAME_BYTES_MAX,
+            ARTIFACT_WIRE_VERSION,
+            |f: &Frame<Self>| f.v,
+        )?;
+        let invalid =
+            |field, reason: String| DecodeError::Invalid { what: "artifact response", field, reason };
+        match &frame.body {
+            Self::Bytes { data } if data.len() as u64 > CHUNK_BYTES_MAX => {
+                return Err(invalid("data", format!("is longer than {CHUNK_BYTES_MAX} bytes")));
+            }
+            Self::Error { reason } if reason.len() > ARTIFACT_REASON_BYTES_MAX => {
+                return Err(invalid("reason", format!("is longer than {ARTIFACT_REASON_BYTES_MAX} bytes")));
+            }
+            _ => {}
+        }
+        Ok(frame.body)
+    }
+}
+
+/// The digests of a blob's fixed-size chunks, in order. Stored as a blob itself, named by
+/// the artifact's manifest, so the publisher's signature covers every chunk.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChunkList {
+    // Fields are in canonical key order (see `codec`).
+    /// Document version, [`CHUNK_LIST_VERSION`].
+    pub v: u16,
+    /// The blob's size in bytes.
+    pub size: u64,
+    /// Digest of each chunk; the last may be shorter than `chunk_size`.
+    pub chunks: Vec<Digest>,
+    /// Bytes per chunk.
+    pub chunk_size: u64,
+}
+
+impl ChunkList {
+    /// The chunk list of `bytes` in chunks of `chunk_size` (1..=[`CHUNK_BYTES_MAX`]).
+    #[must_use]
+    pub fn of(bytes: &[u8], chunk_size: u64) -> Self {
+        let step = usize::try_from(chunk_size.clamp(1, CHUNK_BYTES_MAX)).unwrap_or(1);
+        Self {
+            v: CHUNK_LIST_VERSION,
+            size: bytes.len() as u64,
+            chunks: bytes.chunks(step).map(Digest::of).collect(),
+            chunk_size: step as u64,
+        }
+    }
+
+    /// Canonical bytes.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        codec::encode(self)
+    }
+
+    /// Decodes and checks a chunk list: its version, chunk size, and that it has exactly
+    /// one digest per chunk of `size` bytes.
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let list: Self = crate::signed::decode_versioned(
+            "chunk list",
+            bytes,
+            CHUNK_LIST_BYTES_MAX,
+            CHUNK_LIST_VERSION,
+            |l: &Self| l.v,
+        )?;
+        let invalid = |field, reason: String| DecodeError::Invalid { what: "chunk list", field, reason };
+        if list.chunk_size == 0 || list.chunk_size > CHUNK_BYTES_MAX {
+            return Err(invalid("chunk_size", format!("must be 1..={CHUNK_BYTES_MAX}")));
+        }
+        if list.size > CHUNKED_BLOB_BYTES_MAX {
+            return Err(invalid("size", format!("is more than {CHUNKED_BLOB_BYTES_MAX} bytes")));
+        }
+        let expected = list.size.div_ceil(list.chunk_size);
+        if list.chunks.len() as u64 != expected {
+            return Err(invalid(
+                "chunks",
+                format!("has {} digests; {} bytes make {expected} chunks", list.chunks.len(), list.size),
+            ));
+        }
+        Ok(list)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::identity::SecretKey;
+    use crate::signed::Signed;
+
+    fn samples() -> Vec<(ArtifactRequest, ArtifactResponse)> {
+        let key = SecretKey::from_seed([3; 32]);
+        let manifest = Digest::of(b"m");
+        let catalog = crate::catalog::Catalog::new(
+            crate::time::Millis(1),
+            vec![crate::catalog::CatalogArtifact {
+                name: "wordcount".into(),
+                version: "1.0.0".into(),
+                manifest,
+            }],
+            vec![crate::catalog::CatalogBlob { size: 420, digest: manifest }],
+        );
+        let signature = Signed::sign(catalog, &key).unwrap().into_envelope();
+        vec![
+            (
+                ArtifactRequest::Resolve { name: "wordcount".into(), version: "1.0.0".into() },
+                ArtifactResponse::Resolved {
+                    manifest: Digest::of(b"m"),
+                    size: 420,
+                    signature: Some(signature),
+                },
+            ),
+            (
+                ArtifactRequest::Blob { digest: Digest::of(b"c"), offset: 1 << 20, len: 1 << 20 },
+                ArtifactResponse::Bytes { data: vec![7; 1000] },
+            ),
+            (
+                ArtifactRequest::Blob { digest: Digest::of(b"c"), offset: 0, len: 1 },
+                ArtifactResponse::Error { reason: "busy".into() },
+            ),
+        ]
+    }
+
+    #[test]
+    fn messages_round_trip_canonically() {
+        for (request, response) in samples() {
+            let bytes = request.encode();
+            crate::codec::tests::assert_canonical_key_order(&bytes);
+            assert_eq!(ArtifactRequest::decode(&bytes).unwrap(), request);
+            let bytes = response.encode();
+            assert_eq!(ArtifactResponse::decode(&bytes).unwrap(), response);
+        }
+        let bytes = ArtifactResponse::NotFound.encode();
+        assert_eq!(ArtifactResponse::decode(&bytes).unwrap(), ArtifactResponse::NotFound);
+    }
+
+    #[test]
+    fn requests_out_of_bounds_are_refused() {
+        let too_long =
+            ArtifactRequest::Blob { digest: Digest::of(b"c"), offset: 0, len: CHUNK_BYTES_MAX + 1 };
+        let err = ArtifactRequest::decode(&too_long.encode()).unwrap_err().to_string();
+        assert!(err.contains("len"), "{err}");
+        let overflow = ArtifactRequest::Blob { digest: Digest::of(b"c"), offset: u64::MAX, len: 2 };
+        assert!(ArtifactRequest::decode(&overflow.encode()).is_err());
+        let bad_name = ArtifactRequest::Resolve { name: "../etc".into(), version: "1".into() };
+        assert!(ArtifactRequest::decode(&bad_name.encode()).is_err());
+        let big = ArtifactResponse::Bytes { data: vec![0; CHUNK_BYTES_MAX as usize + 1] };
+        assert!(ArtifactResponse::decode(&big.encode()).is_err());
+    }
+
+    #[test]
+    fn chunk_lists_check_their_shape() {
+        let bytes: Vec<u8> = (0..2_500_000u32).map(|i| (i % 251) as u8).collect();
+        let list = ChunkList::of(&bytes, CHUNK_BYTES);
+        assert_eq!(list.chunks.len(), 3);
+        assert_eq!(list.chunks[2], Digest::of(&bytes[2 << 20..]));
+        let encoded = list.encode();
+        crate::codec::tests::assert_canonical_key_order(&encoded);
+        assert_eq!(ChunkList::decode(&encoded).unwrap(), list);
+        let mut short = list.clone();
+        short.chunks.pop();
+        assert!(ChunkList::decode(&short.encode()).unwrap_err().to_string().contains("chunks"));
+        let mut zero = list;
+        zero.chunk_size = 0;
+        assert!(ChunkList::decode(&zero.encode()).is_err());
+        assert_eq!(ChunkList::of(&[], CHUNK_BYTES).chunks.len(), 0);
+    }
+
+    proptest! {
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = ArtifactRequest::decode(&bytes);
+            let _ = ArtifactResponse::decode(&bytes);
+            let _ = ChunkList::decode(&bytes);
+        }
+
+        #[test]
+        fn flipped_requests_never_panic(flip in 0usize..64, bit in 0u8..8) {
+            let bytes = ArtifactRequest::Blob { digest: Digest::of(b"x"), offset: 5, len: 9 }.encode();
+            let mut bytes = bytes.clone();
+            let i = flip % bytes.len();
+            bytes[i] ^= 1 << bit;
+            let _ = ArtifactRequest::decode(&bytes);
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! Artifacts replicating over the mesh, with real `murnode` processes: a capsule added on
+//! one node installed and run on another, a provider serving corrupted chunks, a provider
+//! killed in the middle of a pull, and a puller killed and restarted.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use murmur_tests::{LOOPBACK, TestNode, bin, guest, init_data_dir_with, mur, mur_json, wait_for};
+
+/// A publisher key file and its public key.
+fn publisher(dir: &Path) -> (String, String) {
+    let path = dir.join("publisher.key");
+    let out = mur(&["key", "gen", "--out", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let shown = mur_json(&["key", "show", path.to_str().unwrap(), "--json"]);
+    (path.to_str().unwrap().to_owned(), shown["public_key"].as_str().unwrap().to_owned())
+}
+
+fn trusting(public: &str) -> String {
+    format!("[trust]\npublishers = [\"{public}\"]\n")
+}
+
+/// Adds `file` to the store of `dir` as NAME@1.0.0 (a tool), signed with `key`.
+fn add_signed(dir: &Path, file: &Path, name: &str, key: &str) -> Value {
+    mur_json(&[
+        "artifact",
+        "add",
+        file.to_str().unwrap(),
+        "--name",
+        name,
+        "--version",
+        "1.0.0",
+        "--kind",
+        "tool",
+        "--sign-key",
+        key,
+        "--data-dir",
+        dir.to_str().unwrap(),
+        "--json",
+    ])
+}
+
+/// Starts a node on `dir` bootstrapping to `peer`, with fault-injection `env`.
+fn start(dir: &Path, peer: Option<&TestNode>, env: &[(&str, &str)]) -> TestNode {
+    let mut args: Vec<String> = LOOPBACK.iter().map(|s| (*s).to_owned()).collect();
+    if let Some(peer) = peer {
+        args.push("--bootstrap".into());
+        args.push(peer.dial_addrs()[0].clone());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    TestNode::start_in_env(dir, &args, env).unwrap()
+}
+
+/// `mur artifact pull|install NAME@VERSION --json` through `node`: every line printed.
+fn pull_lines(node: &TestNode, command: &[&str]) -> (bool, Vec<Value>) {
+    let mut args = command.to_vec();
+    args.extend(["--node", &node.api, "--json"]);
+    let out = mur(&args);
+    let lines =
+        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    (out.status.success(), lines)
+}
+
+/// Pulls until the mesh has told `node` about a provider; the last line (the outcome).
+fn pull_when_known(node: &TestNode, command: &[&str]) -> Value {
+    wait_for(Duration::from_secs(30), "a provider to be known", || {
+        let (ok, lines) = pull_lines(node, command);
+        let last = lines.last().cloned()?;
+        if ok {
+            return Some(last);
+        }
+        let message = last["message"].as_str().unwrap_or_default();
+        assert!(message.contains("advertises any artifact") || message.contains("no provider"), "{message}");
+        None
+    })
+    .unwrap()
+}
+
+/// Waits until `node` knows some provider of some artifact (its pull no longer fails
+/// for want of any).
+fn wait_known(node: &TestNode) {
+    wait_for(Duration::from_secs(30), "a provider to be known", || {
+        let (_, lines) = pull_lines(node, &["artifact", "pull", "absent@0.0.1"]);
+        let message = lines.last()?["message"].as_str()?.to_owned();
+        (!message.contains("advertises any artifact")).then_some(())
+    })
+    .unwrap();
+}
+
+/// `size` bytes that compress badly and differ per `seed`.
+fn noise(size: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..size)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
+#[test]
+fn a_capsule_added_on_one_node_is_installed_and_runs_on_another() {
+    let work = tempfile::tempdir().unwrap();
+    let (key, public) = publisher(work.path());
+    let a_dir = init_data_dir_with("");
+    let added = add_signed(a_dir.path(), &guest("echo"), "echo", &key);
+    let a = start(a_dir.path(), None, &[]);
+    let b_dir = init_data_dir_with("");
+    let b = start(b_dir.path(), Some(&a), &[]);
+    let c_dir = init_data_dir_with(&trusting(&public));
+    let c = start(c_dir.path(), Some(&b), &[]);
+
+    // B does not trust the publisher: it refuses, naming why, and stores nothing.
+    wait_known(&b);
+    let (ok, lines) = pull_lines(&b, &["artifact", "pull", "echo@1.0.0"]);
+    assert!(!ok);
+    let message = lines.last().unwrap()["message"].as_str().unwrap().to_owned();
+    assert!(message.contains("trust.publishers") && message.contains("--digest"), "{message}");
+    assert!(std::fs::read_dir(b_dir.path().join("store/blobs/sha256")).unwrap().next().is_none());
+
+    // C trusts it: install pulls, pins, runs and advertises.
+    let done = pull_when_known(&c, &["install", "echo@1.0.0"]);
+    assert_eq!(done["event"], "done", "{done}");
+    assert_eq!(done["installed"], true);
+    assert_eq!(done["content"], added["content"]);
+    let lock = std::fs::read_to_string(c_dir.path().join("murmur.lock")).unwrap();
+    assert!(lock.contains(added["content"].as_str().unwrap()), "{lock}");
+    let run =
+        mur_json(&["tool", "run", "echo", "--data", "pulled over the mesh", "--node", &c.api, "--json"]);
+    assert_eq!(run["result"]["data"], "pulled over the mesh");
+    wait_for(Duration::from_secs(20), "A to see echo hosted by C", || {
+        let view = a.get("/v1/capsules").ok()?;
+        let providers =
+            view["capsules"].as_array()?.iter().find(|c| c["name"] == "echo")?["providers"].clone();
+        providers.as_array()?.iter().any(|p| p["peer_id"] == c.peer_id()).then_some(())
+    })
+    .unwrap();
+
+    // Again: already there; with a wrong pin: refused before anything changes.
+    let (ok, lines) = pull_lines(&c, &["artifact", "pull", "echo@1.0.0"]);
+    assert!(ok);
+    assert_eq!(lines.last().unwrap()["already"], true);
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    let (ok, lines) = pull_lines(&c, &["artifact", "pull", "echo@1.0.0", "--digest", &wrong]);
+    assert!(!ok);
+    assert!(lines.last().unwrap()["message"].as_str().unwrap().contains("nothing was changed"));
+}
+
+#[test]
+fn a_provider_serving_corrupted_chunks_is_dropped_and_the_pull_completes_from_an_honest_one() {
+    let work = tempfile::tempdir().unwrap();
+    let (key, public) = publisher(work.path());
+    let file = work.path().join("model.bin");
+    std::fs::write(&file, noise(16 << 20, 1)).unwrap();
+
+    let honest_dir = init_data_dir_with("");
+    let added = add_signed(honest_dir.path(), &file, "model", &key);
+    let honest = start(honest_dir.path(), None, &[]);
+    let liar_dir = init_data_dir_with("");
+    add_signed(liar_dir.path(), &file, "model", &key);
+    let liar = start(liar_dir.path(), Some(&honest), &[("MURMUR_FAULT_CORRUPT_CHUNKS", "1")]);
+    let puller_dir = init_data_dir_with(&trusting(&public));
+    let puller = start(puller_dir.path(), Some(&honest), &[]);
+    wait_for(Duration::from_secs(20), "the puller to know both providers", || {
+        let peers = puller.get("/v1/peers").ok()?;
+        let with_adverts = peers["peers"].as_array()?.iter().filter(|p| p["advert_seq"].is_u64()).count();
+        (with_adverts >= 2).then_some(())
+    })
+    .unwrap();
+
+    let done = pull_when_known(&puller, &["artifact", "pull", "model@1.0.0"]);
+    assert_eq!(done["event"], "done", "{done}");
+    assert_eq!(done["content"], added["content"]);
+    let penalized = done["penalized"].as_array().unwrap();
+    assert!(
+        penalized.iter().any(|p| p["provider"] == liar.peer_id()),
+        "the corrupting provider was dropped: {done}"
+    );
+    assert!(penalized.iter().all(|p| p["provider"] != honest.peer_id()), "{done}");
+    // What the store holds is the publisher's bytes.
+    let shown = mur_json(&[
+        "artifact",
+        "show",
+        "model@1.0.0",
+        "--data-dir",
+        puller_dir.path().to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(shown["content"], added["content"]);
+    let blob = puller_dir.path().join("store/blobs/sha256").join(&added["content"].as_str().unwrap()[7..]);
+    assert_eq!(std::fs::read(blob).unwrap(), std::fs::read(&file).unwrap());
+    drop(liar);
+}
+
+#[test]
+fn a_pull_whose_provider_is_killed_finishes_from_another_and_a_restarted_puller_resumes() {
+    let work = tempfile::tempdir().unwrap();
+    let (key, public) = publisher(work.path());
+    let file = work.path().join("model.bin");
+    let size = 24usize << 20;
+    std::fs::write(&file, noise(size, 2)).unwrap();
+
+    // A serves slowly (so the pull is still running when it dies); B has the same artifact
+    // but is not started until A has served part of it.
+    let a_dir = init_data_dir_with("");
+    let added = add_signed(a_dir.path(), &file, "model", &key);
+    let mut a = start(a_dir.path(), None, &[("MURMUR_FAULT_SERVE_DELAY_MS", "1500")]);
+    let c_dir = init_data_dir_with(&trusting(&public));
+    let mut c = start(c_dir.path(), Some(&a), &[]);
+    wait_known(&c);
+
+    // First attempt: kill the puller after some chunks, restart it, and pull again: it
+    // resumes from the chunks already on disk.
+    let mut pull = Command::new(bin("mur"))
+        .args(["artifact", "pull", "model@1.0.0", "--json", "--node", &c.api])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(pull.stdout.take().unwrap()).lines();
+    let written = loop {
+        let line: Value = serde_json::from_str(&lines.next().expect("progress lines").unwrap()).unwrap();
+        if line["event"] == "chunks" && line["written"].as_u64().unwrap() >= 4 << 20 {
+            break line["written"].as_u64().unwrap();
+        }
+        assert!(
+            line["event"] != "done" && line["event"] != "error",
+            "ended before it could be interrupted: {line}"
+        );
+    };
+    assert!(written < size as u64);
+    c.kill();
+    let _ = pull.kill();
+    let _ = pull.wait();
+    let c = start(c_dir.path(), Some(&a), &[]);
+    wait_known(&c);
+
+    // Second attempt: it resumes from what the first wrote.
+    let mut pull = Command::new(bin("mur"))
+        .args(["artifact", "pull", "model@1.0.0", "--json", "--node", &c.api])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(pull.stdout.take().unwrap()).lines();
+    loop {
+        let line: Value = serde_json::from_str(&lines.next().expect("progress lines").unwrap()).unwrap();
+        assert!(line["event"] != "done" && line["event"] != "error", "{line}");
+        if line["event"] == "chunks" {
+            break;
+        }
+    }
+    // A dies with the pull half done; the pull waits for another provider, and B, holding
+    // the same artifact, starts and takes over.
+    a.kill();
+    let b_dir = init_data_dir_with("");
+    add_signed(b_dir.path(), &file, "model", &key);
+    let b = start(b_dir.path(), Some(&c), &[]);
+    let mut last = Value::Null;
+    for line in lines {
+        last = serde_json::from_str(&line.unwrap()).unwrap();
+    }
+    assert!(pull.wait().unwrap().success(), "{last}");
+    assert_eq!(last["event"], "done", "{last}");
+    assert_eq!(last["content"], added["content"]);
+    assert!(last["resumed_chunks"].as_u64().unwrap() >= 4, "the restarted pull resumed: {last}");
+    assert!(last["fetched"].as_u64().unwrap() < size as u64, "{last}");
+    assert!(
+        b.metric("murmur_artifact_requests_served_total{outcome=\"served\"}") > 0,
+        "B served chunks: {last}"
+    );
+    let blob = c_dir.path().join("store/blobs/sha256").join(&added["content"].as_str().unwrap()[7..]);
+    assert_eq!(std::fs::read(blob).unwrap(), std::fs::read(&file).unwrap());
+    assert!(
+        !c_dir
+            .path()
+            .join("store/.pull")
+            .join(format!("{}.part", &added["content"].as_str().unwrap()[7..]))
+            .exists()
+    );
+}
