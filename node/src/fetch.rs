@@ -107,7 +107,9 @@ struct Inner {
 impl Fetcher {
     #[must_use]
     pub fn new(mesh: MeshHandle, store: Arc<ArtifactStore>, publishers: Vec<PublicKey>) -> Self {
-        let config = PullConfig { per_provider: 8, in_flight_max: 32, ..PullConfig::default() };
+        // 32 chunks (32 MiB) in flight per provider: a libp2p connection (noise + yamux)
+        // needs that much outstanding to approach its throughput; 64 MiB per pull at most.
+        let config = PullConfig { per_provider: 32, in_flight_max: 64, ..PullConfig::default() };
         Self {
             inner: Arc::new(Inner {
                 mesh,
@@ -485,12 +487,17 @@ impl Fetcher {
                 () = tokio::time::sleep(wake) => run.pull.handle(clock::now(), Input::Tick),
                 _ = refresh.tick() => {
                     if let Ok(found) = mesh.artifact_providers(Some(manifest)).await {
+                        // New providers join; a stalled pull also takes back those dropped
+                        // only for failures (never one that served bad bytes).
                         let now = clock::now();
+                        let stalled = run.stalled_since.is_some();
                         for node in found {
-                            if run.known.insert(node) {
-                                run.stalled_since = None;
+                            if run.known.insert(node) || stalled {
                                 run.pull.handle(now, Input::AddProvider(node));
                             }
+                        }
+                        if run.pull.in_flight() > 0 {
+                            run.stalled_since = None;
                         }
                     }
                 }

@@ -14,14 +14,17 @@
 //!   smoothed latency, then the lowest node id: load spreads over every provider, and a
 //!   slow one gets less. At most [`PullConfig::per_provider`] requests per provider and
 //!   [`PullConfig::in_flight_max`] in all.
-//! - A provider that serves bad bytes is dropped from this pull at once and penalised.
+//! - A provider that serves bad bytes is dropped from this pull at once and penalised, for
+//!   good: it is never asked again by this pull.
 //! - A request without an answer after [`PullConfig::timeout_ms`] is a strike against its
 //!   provider (dropped at [`PullConfig::strikes_max`]); the chunk is asked of another.
 //! - A request still open after [`PullConfig::hedge_after_ms`] while another provider has
 //!   room is asked of that provider too; the first good answer wins, the other is ignored.
 //! - A resumed pull starts from the chunks already on disk (verified by the driver).
 //! - With no usable provider and chunks missing, the pull reports `Stalled` once and waits
-//!   for [`Input::AddProvider`].
+//!   for [`Input::AddProvider`]. A provider dropped only for failures (a partition, a
+//!   restart) is taken back when added again, with its strikes cleared: a burst of timeouts
+//!   must not shut an honest provider out of a pull for ever.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -119,6 +122,8 @@ pub struct PullStats {
     pub failures: u64,
     pub late_answers: u64,
     pub bytes_written: u64,
+    /// Providers dropped for failures and taken back when added again.
+    pub readmitted: u64,
 }
 
 /// One blob being pulled.
@@ -136,6 +141,8 @@ pub struct Pull {
     /// Strikes per provider, kept across removal and return.
     strikes: BTreeMap<NodeId, u32>,
     dropped: BTreeSet<NodeId>,
+    /// Providers that served bad bytes: never taken back.
+    banned: BTreeSet<NodeId>,
     /// Chunks never asked yet start at this index; chunks asked and returned to missing
     /// are in `retry`. Scheduling never scans the whole chunk list.
     cursor: usize,
@@ -186,6 +193,7 @@ impl Pull {
             providers: BTreeMap::new(),
             strikes: BTreeMap::new(),
             dropped: BTreeSet::new(),
+            banned: BTreeSet::new(),
             cursor: 0,
             retry: BTreeSet::new(),
             written: 0,
@@ -217,7 +225,11 @@ impl Pull {
         self.now = self.now.max(now);
         match input {
             Input::AddProvider(node) => {
-                if !self.dropped.contains(&node) {
+                if !self.banned.contains(&node) {
+                    if self.dropped.remove(&node) {
+                        self.strikes.remove(&node);
+                        self.stats.readmitted += 1;
+                    }
                     self.providers.entry(node).or_default();
                     self.stalled_reported = false;
                 }
@@ -306,6 +318,7 @@ impl Pull {
         }
         if !good {
             self.stats.bad_chunks += 1;
+            self.banned.insert(provider);
             self.drop_provider(provider, format!("chunk {index}: bytes that do not match the chunk list"));
             return;
         }

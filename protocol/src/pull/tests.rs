@@ -257,3 +257,30 @@ proptest! {
         prop_assert_eq!(written.len(), chunks as usize);
     }
 }
+
+#[test]
+fn a_provider_dropped_for_failures_is_taken_back_when_added_again() {
+    let config =
+        PullConfig { timeout_ms: 1000, hedge_after_ms: 5000, strikes_max: 3, ..PullConfig::default() };
+    let (size, digests) = blob(4);
+    let mut p = Pull::new(config, size, 100, digests, &[]).unwrap();
+    let honest = node(1);
+    p.handle(T0, Input::AddProvider(honest));
+    assert_eq!(requests(&drain(&mut p)).len(), 4);
+    // A partition: every request times out, three strikes, dropped, the pull stalls.
+    p.handle(T0.plus(1000), Input::Tick);
+    let outputs = drain(&mut p);
+    assert!(outputs.iter().any(|o| matches!(o, Output::Penalize { .. })));
+    assert!(outputs.iter().any(|o| matches!(o, Output::Stalled { missing: 4 })));
+    assert!(p.dropped().contains(&honest));
+    // The partition heals and the driver adds it again: it is asked again, strikes cleared.
+    p.handle(T0.plus(2000), Input::AddProvider(honest));
+    let asked = requests(&drain(&mut p));
+    assert_eq!(asked.len(), 4, "{asked:?}");
+    assert!(!p.dropped().contains(&honest));
+    assert_eq!(p.stats().readmitted, 1);
+    for (provider, index) in asked {
+        p.handle(T0.plus(2001), good(&p, provider, index));
+    }
+    assert!(p.is_done());
+}

@@ -73,9 +73,22 @@ enum Bench {
         #[arg(long, default_value = "bench-tasks.json")]
         out: PathBuf,
     },
+    /// Pull throughput between local nodes (from one and from two providers) next to
+    /// SHA-256 and a file copy. Uses the release binaries (`cargo build --release`).
+    Pull {
+        /// Artifact sizes in MiB.
+        #[arg(long, value_delimiter = ',', default_value = "64,512")]
+        sizes_mib: Vec<u64>,
+        /// Runs per figure (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Where to write the JSON results.
+        #[arg(long, default_value = "bench-pull.json")]
+        out: PathBuf,
+    },
     /// Bundle export, verify and import throughput next to SHA-256 and a file copy.
     Bundle {
-        /// Artifact sizes in MiB (the store takes at most 256).
+        /// Artifact sizes in MiB (the store takes at most 1024).
         #[arg(long, value_delimiter = ',', default_value = "64,256")]
         sizes_mib: Vec<u64>,
         /// Runs per figure (the median is reported).
@@ -129,6 +142,7 @@ fn main() -> anyhow::Result<()> {
         Bench::Runtime { iterations, out } => runtime_bench::run(iterations, &out)?,
         Bench::Tasks { samples, seconds, out } => tasks_bench::run(samples, seconds, &out)?,
         Bench::Bundle { sizes_mib, runs, out } => bundle_bench::run(&sizes_mib, runs, &out)?,
+        Bench::Pull { sizes_mib, runs, out } => pull_bench::run(&sizes_mib, runs, &out)?,
         Bench::Mesh { sizes, runs, out } => {
             let convergence: Vec<Convergence> =
                 sizes.iter().map(|&n| convergence(n, runs)).collect::<anyhow::Result<_>>()?;
@@ -382,6 +396,153 @@ mod bundle_bench {
                 r.verify_mb_s,
                 r.import_mb_s,
                 100.0 * r.import_mb_s / r.sha256_mb_s
+            );
+        }
+        std::fs::write(out, serde_json::to_string_pretty(&rows)?)?;
+        eprintln!("wrote {}", out.display());
+        Ok(())
+    }
+}
+
+mod pull_bench {
+    //! Pull figures: real nodes on 127.0.0.1, a fresh puller per run, the whole pull
+    //! (resolve, metadata, chunks, final check, commit) timed by the node.
+
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    use murmur_protocol::Digest;
+    use murmur_tests::{LOOPBACK, TestNode, init_data_dir_with, mur, wait_for};
+    use serde::Serialize;
+
+    #[derive(Debug, Serialize)]
+    struct Row {
+        size_mib: u64,
+        runs: usize,
+        sha256_mb_s: f64,
+        copy_mb_s: f64,
+        one_provider_mb_s: f64,
+        two_providers_mb_s: f64,
+    }
+
+    fn median(mut v: Vec<f64>) -> f64 {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    }
+
+    fn node(dir: &Path, peer: Option<&TestNode>) -> anyhow::Result<TestNode> {
+        let mut args: Vec<String> = LOOPBACK.iter().map(|s| (*s).to_owned()).collect();
+        if let Some(peer) = peer {
+            args.push("--bootstrap".into());
+            args.push(peer.dial_addrs()[0].clone());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        TestNode::start_in(dir, &args)
+    }
+
+    /// Pulls NAME@1.0.0 on a fresh node that knows `providers` providers; MB/s.
+    fn pull_once(first: &TestNode, providers: usize, public: &str, size: u64) -> anyhow::Result<f64> {
+        let dir = init_data_dir_with(&format!("[trust]\npublishers = [\"{public}\"]\n"));
+        let puller = node(dir.path(), Some(first))?;
+        wait_for(Duration::from_secs(30), "the providers' adverts", || {
+            let peers = puller.get("/v1/peers").ok()?;
+            let n = peers["peers"].as_array()?.iter().filter(|p| p["artifacts"] == 1).count();
+            (n >= providers).then_some(())
+        })?;
+        let out = mur(&["artifact", "pull", "big@1.0.0", "--json", "--node", &puller.api]);
+        anyhow::ensure!(out.status.success(), "pull failed: {}", String::from_utf8_lossy(&out.stdout));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let done: serde_json::Value = serde_json::from_str(text.lines().last().unwrap_or_default())?;
+        anyhow::ensure!(
+            done["providers"].as_u64() == Some(providers as u64),
+            "used {} providers",
+            done["providers"]
+        );
+        let ms = done["elapsed_ms"].as_f64().unwrap_or(f64::NAN).max(1.0);
+        Ok(size as f64 / 1e6 / (ms / 1000.0))
+    }
+
+    pub fn run(sizes_mib: &[u64], runs: usize, out: &Path) -> anyhow::Result<()> {
+        let work = tempfile::tempdir()?;
+        let key = work.path().join("publisher.key");
+        anyhow::ensure!(mur(&["key", "gen", "--out", key.to_str().unwrap_or_default()]).status.success());
+        let shown = mur(&["key", "show", key.to_str().unwrap_or_default(), "--json"]);
+        let public = serde_json::from_slice::<serde_json::Value>(&shown.stdout)?["public_key"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let mut rows = Vec::new();
+        for &mib in sizes_mib {
+            let size = mib << 20;
+            let content: Vec<u8> = (0..size).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+            let file = work.path().join("content.bin");
+            std::fs::write(&file, &content)?;
+            let (mut sha, mut copy) = (vec![], vec![]);
+            for _ in 0..runs.max(1) {
+                let started = Instant::now();
+                std::hint::black_box(Digest::of(&content));
+                sha.push(size as f64 / 1e6 / started.elapsed().as_secs_f64());
+                let started = Instant::now();
+                std::fs::copy(&file, work.path().join("copy"))?;
+                copy.push(size as f64 / 1e6 / started.elapsed().as_secs_f64());
+                std::fs::remove_file(work.path().join("copy"))?;
+            }
+            drop(content);
+            let mut provider_dirs = Vec::new();
+            for _ in 0..2 {
+                let dir = init_data_dir_with("");
+                let added = mur(&[
+                    "artifact",
+                    "add",
+                    file.to_str().unwrap_or_default(),
+                    "--name",
+                    "big",
+                    "--version",
+                    "1.0.0",
+                    "--kind",
+                    "tool",
+                    "--sign-key",
+                    key.to_str().unwrap_or_default(),
+                    "--data-dir",
+                    dir.path().to_str().unwrap_or_default(),
+                ]);
+                anyhow::ensure!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
+                provider_dirs.push(dir);
+            }
+            let (mut one, mut two) = (vec![], vec![]);
+            {
+                let first = node(provider_dirs[0].path(), None)?;
+                for _ in 0..runs.max(1) {
+                    one.push(pull_once(&first, 1, &public, size)?);
+                }
+                let _second = node(provider_dirs[1].path(), Some(&first))?;
+                for _ in 0..runs.max(1) {
+                    two.push(pull_once(&first, 2, &public, size)?);
+                }
+            }
+            rows.push(Row {
+                size_mib: mib,
+                runs: runs.max(1),
+                sha256_mb_s: median(sha),
+                copy_mb_s: median(copy),
+                one_provider_mb_s: median(one),
+                two_providers_mb_s: median(two),
+            });
+        }
+        println!(
+            "{:>6} {:>12} {:>10} {:>14} {:>15} {:>12} {:>12}",
+            "MiB", "sha256 MB/s", "copy MB/s", "pull, 1 prov.", "pull, 2 prov.", "1 / sha256", "2 / sha256"
+        );
+        for r in &rows {
+            println!(
+                "{:>6} {:>12.0} {:>10.0} {:>14.0} {:>15.0} {:>11.0}% {:>11.0}%",
+                r.size_mib,
+                r.sha256_mb_s,
+                r.copy_mb_s,
+                r.one_provider_mb_s,
+                r.two_providers_mb_s,
+                100.0 * r.one_provider_mb_s / r.sha256_mb_s,
+                100.0 * r.two_providers_mb_s / r.sha256_mb_s
             );
         }
         std::fs::write(out, serde_json::to_string_pretty(&rows)?)?;
