@@ -441,10 +441,7 @@ impl Fetcher {
             done: false,
             outcome: PullOutcome { resumed: have.len(), ..PullOutcome::default() },
         };
-        let now = clock::now();
-        for &node in providers {
-            run.pull.handle(now, Input::AddProvider(node));
-        }
+        run.pull.add_providers(clock::now(), providers);
         let mesh = &self.inner.mesh;
         let mut inflight = FuturesUnordered::new();
         let mut refresh = tokio::time::interval(PROVIDER_REFRESH);

@@ -225,14 +225,8 @@ impl Pull {
         self.now = self.now.max(now);
         match input {
             Input::AddProvider(node) => {
-                if !self.banned.contains(&node) {
-                    if self.dropped.remove(&node) {
-                        self.strikes.remove(&node);
-                        self.stats.readmitted += 1;
-                    }
-                    self.providers.entry(node).or_default();
-                    self.stalled_reported = false;
-                }
+                self.add_providers(now, &[node]);
+                return;
             }
             Input::RemoveProvider(node) => self.remove(&node),
             Input::Chunk { provider, index, digest, len } => self.arrived(now, provider, index, digest, len),
@@ -243,6 +237,23 @@ impl Pull {
                 }
             }
             Input::Tick => self.expire(now),
+        }
+        self.schedule(now);
+    }
+
+    /// Adds several providers at once, then schedules: the first requests spread over all
+    /// of them (one `AddProvider` at a time would give the first one its full share).
+    pub fn add_providers(&mut self, now: Millis, nodes: &[NodeId]) {
+        self.now = self.now.max(now);
+        for &node in nodes {
+            if !self.banned.contains(&node) {
+                if self.dropped.remove(&node) {
+                    self.strikes.remove(&node);
+                    self.stats.readmitted += 1;
+                }
+                self.providers.entry(node).or_default();
+                self.stalled_reported = false;
+            }
         }
         self.schedule(now);
     }

@@ -284,3 +284,14 @@ fn a_provider_dropped_for_failures_is_taken_back_when_added_again() {
     }
     assert!(p.is_done());
 }
+
+#[test]
+fn providers_added_together_share_the_first_requests() {
+    let config = PullConfig { per_provider: 32, in_flight_max: 64, ..PullConfig::default() };
+    let (size, digests) = blob(16);
+    let mut p = Pull::new(config, size, 100, digests, &[]).unwrap();
+    p.add_providers(T0, &[node(1), node(2)]);
+    let asked = requests(&drain(&mut p));
+    assert_eq!(asked.len(), 16);
+    assert_eq!(asked.iter().filter(|(provider, _)| *provider == node(1)).count(), 8);
+}
