@@ -46,6 +46,32 @@ pub struct RawConfig {
     pub trust: RawTrust,
     pub runtime: RawRuntime,
     pub capsules: Vec<RawCapsule>,
+    pub pins: Vec<RawPin>,
+}
+
+/// A pinned artifact: `[[pins]] artifact = "NAME@VERSION"`, `replicas = R`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPin {
+    pub artifact: String,
+    #[serde(default = "default_replicas")]
+    pub replicas: usize,
+}
+
+const fn default_replicas() -> usize {
+    murmur_protocol::replicate::REPLICATION_FACTOR_DEFAULT
+}
+
+/// Pins one config holds at most.
+pub const PINS_MAX: usize = 256;
+
+/// An artifact the mesh keeps on at least `replicas` nodes (every node that carries the
+/// pin in its config takes part).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pin {
+    pub name: String,
+    pub version: String,
+    pub replicas: usize,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -181,6 +207,8 @@ pub struct Config {
     pub runtime: RuntimeConfig,
     /// Capsules declared in the file, advertised as hosted (not run by this node).
     pub capsules: Vec<HostedCapsule>,
+    /// Artifacts kept on at least R nodes.
+    pub pins: Vec<Pin>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -355,6 +383,29 @@ impl Config {
             capsules.push(HostedCapsule { name: c.name.clone(), digest, version: c.version.clone() });
         }
 
+        if raw.pins.len() > PINS_MAX {
+            err("pins", format!("lists {} artifacts, more than {PINS_MAX}", raw.pins.len()));
+        }
+        let mut pins: Vec<Pin> = Vec::new();
+        for (i, pin) in raw.pins.iter().enumerate() {
+            let key = format!("pins[{i}]");
+            let Some((name, version)) = pin.artifact.split_once('@') else {
+                err(&format!("{key}.artifact"), format!("`{}` is not NAME@VERSION", pin.artifact));
+                continue;
+            };
+            if let Err(msg) = check_capsule_name(name).and_then(|()| check_version(version)) {
+                err(&format!("{key}.artifact"), msg);
+            }
+            let max = murmur_protocol::replicate::REPLICATION_FACTOR_MAX;
+            if !(1..=max).contains(&pin.replicas) {
+                err(&format!("{key}.replicas"), format!("is {} but must be 1..={max}", pin.replicas));
+            }
+            if pins.iter().any(|p| p.name == name && p.version == version) {
+                err(&format!("{key}.artifact"), format!("`{}` is pinned twice", pin.artifact));
+            }
+            pins.push(Pin { name: name.into(), version: version.into(), replicas: pin.replicas });
+        }
+
         if !errors.is_empty() {
             return Err(ConfigErrors(errors));
         }
@@ -385,6 +436,7 @@ impl Config {
                 pooling: raw.runtime.pooling,
             },
             capsules,
+            pins,
         })
     }
 }

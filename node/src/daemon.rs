@@ -34,6 +34,8 @@ pub const TASKS_DB: &str = "tasks.redb";
 /// How often the node checks its store for artifacts to advertise (added by `mur artifact
 /// add` or `mur bundle import` while it runs; its own pulls advertise at once).
 pub const ADVERTISE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+/// How often the node checks whether it should hold a pinned artifact it lacks.
+pub const PINS_EVERY: std::time::Duration = std::time::Duration::from_secs(3);
 use murmur_protocol::HostedCapsule;
 
 /// `murnode run`'s inputs after flag and environment parsing.
@@ -109,6 +111,7 @@ pub async fn run(options: RunOptions) -> CliResult {
     let fetcher = Fetcher::new(mesh.handle.clone(), runtime.store().clone(), config.trust.publishers.clone());
     runtime.attach_fetcher(fetcher.clone());
     tokio::spawn(fetcher.clone().advertise_every(ADVERTISE_EVERY));
+    tokio::spawn(fetcher.clone().keep_pins(config.pins.clone(), PINS_EVERY));
     let tasks = Tasks::new(manager.clone(), mesh.handle.clone());
     router.attach(tasks.clone());
     let state = Arc::new(ApiState {

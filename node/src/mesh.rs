@@ -62,6 +62,8 @@ pub enum ArtifactQuery {
     Providers { digest: Option<Digest>, reply: oneshot::Sender<Vec<NodeId>> },
     /// The manifests this node serves, for its advert.
     SetProvided(Vec<Digest>),
+    /// Every node with a live advert in the directory, this one included.
+    Members(oneshot::Sender<Vec<NodeId>>),
 }
 
 /// Artifact queries waiting for the driver; senders wait when it is full.
@@ -208,6 +210,19 @@ impl MeshHandle {
         let (tx, rx) = oneshot::channel();
         self.artifacts
             .send(ArtifactQuery::Providers { digest, reply: tx })
+            .await
+            .map_err(|_| anyhow::anyhow!("the mesh stopped"))?;
+        tokio::time::timeout(QUERY_TIMEOUT, rx)
+            .await
+            .context("the mesh did not answer in time")?
+            .context("the mesh stopped")
+    }
+
+    /// Every node with a live advert in this node's directory, itself included.
+    pub async fn members(&self) -> anyhow::Result<Vec<NodeId>> {
+        let (tx, rx) = oneshot::channel();
+        self.artifacts
+            .send(ArtifactQuery::Members(tx))
             .await
             .map_err(|_| anyhow::anyhow!("the mesh stopped"))?;
         tokio::time::timeout(QUERY_TIMEOUT, rx)

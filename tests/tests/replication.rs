@@ -285,3 +285,37 @@ fn a_pull_whose_provider_is_killed_finishes_from_another_and_a_restarted_puller_
             .exists()
     );
 }
+
+#[test]
+fn a_pinned_artifact_reaches_its_replication_factor_on_the_nodes_placement_picks() {
+    use murmur_protocol::{Digest, NodeId, replicate};
+
+    let work = tempfile::tempdir().unwrap();
+    let (key, public) = publisher(work.path());
+    let config = format!("{}\n[[pins]]\nartifact = \"echo@1.0.0\"\nreplicas = 2\n", trusting(&public));
+    let first_dir = init_data_dir_with(&config);
+    add_signed(first_dir.path(), &guest("echo"), "echo", &key);
+    let first = start(first_dir.path(), None, &[]);
+    let mut dirs = vec![first_dir];
+    let mut nodes = vec![first];
+    for _ in 0..3 {
+        let dir = init_data_dir_with(&config);
+        let node = start(dir.path(), Some(&nodes[0]), &[]);
+        dirs.push(dir);
+        nodes.push(node);
+    }
+    let members: Vec<NodeId> = nodes.iter().map(|n| n.peer_id().parse().unwrap()).collect();
+    let chosen = replicate::holders(&Digest::of(b"echo@1.0.0"), &members, 2);
+    let holds = |i: usize| {
+        mur(&["artifact", "show", "echo@1.0.0", "--data-dir", dirs[i].path().to_str().unwrap(), "--json"])
+            .status
+            .success()
+    };
+    wait_for(Duration::from_secs(40), "the pin's holders to pull it", || {
+        let holding: Vec<NodeId> = (0..nodes.len()).filter(|&i| holds(i)).map(|i| members[i]).collect();
+        chosen.iter().all(|c| holding.contains(c)).then_some(())
+    })
+    .unwrap();
+    let holding = (0..nodes.len()).filter(|&i| holds(i)).count();
+    assert!(holding >= 2, "at least the replication factor holds it: {holding}");
+}

@@ -32,6 +32,7 @@ fn every_commented_key_in_the_shipped_file_is_a_real_key() {
     assert!(uncommented.contains("\nttl_secs = 90\n"));
     let config = parse(&uncommented).unwrap();
     assert_eq!(config.capsules.len(), 1);
+    assert_eq!(config.pins.len(), 1);
 }
 
 #[test]
@@ -89,4 +90,16 @@ fn bootstrap_needs_a_peer_id() {
     let ok = format!("[network]\nbootstrap = [\"/ip4/10.0.0.1/tcp/7421/p2p/{peer}\"]\n");
     let config = parse(&ok).unwrap();
     assert_eq!(config.network.bootstrap[0].0, peer.to_peer_id());
+}
+
+#[test]
+fn pins_name_an_artifact_and_a_bounded_factor() {
+    let config = parse("[[pins]]\nartifact = \"model@1.0.0\"\n").unwrap();
+    assert_eq!(config.pins, vec![Pin { name: "model".into(), version: "1.0.0".into(), replicas: 3 }]);
+    let err = parse("[[pins]]\nartifact = \"model\"\n").unwrap_err();
+    assert!(err.contains("pins[0].artifact") && err.contains("NAME@VERSION"), "{err}");
+    let err = parse("[[pins]]\nartifact = \"model@1\"\nreplicas = 0\n").unwrap_err();
+    assert!(err.contains("pins[0].replicas"), "{err}");
+    let err = parse("[[pins]]\nartifact = \"m@1\"\n[[pins]]\nartifact = \"m@1\"\n").unwrap_err();
+    assert!(err.contains("pinned twice"), "{err}");
 }

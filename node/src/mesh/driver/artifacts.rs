@@ -101,6 +101,14 @@ impl Driver {
             ArtifactQuery::Providers { digest, reply } => {
                 let _ = reply.send(self.providers(digest.as_ref()));
             }
+            ArtifactQuery::Members(reply) => {
+                let now = clock::now();
+                let mut nodes: Vec<NodeId> = self.mesh.directory().records(now).map(|r| r.node()).collect();
+                nodes.push(self.mesh.id());
+                nodes.sort();
+                nodes.dedup();
+                let _ = reply.send(nodes);
+            }
             ArtifactQuery::SetProvided(artifacts) => {
                 self.mesh.handle(clock::now(), murmur_protocol::mesh::Input::SetArtifacts { artifacts });
             }
