@@ -31,7 +31,8 @@ use murmur_protocol::{Digest, Millis, PublicKey, SecretKey, Signed};
 use serde::Serialize;
 
 use crate::store::{
-    ArtifactStore, CONTENT_BYTES_MAX, METADATA_BYTES_MAX, Stored, hash_reader, parse_artifact,
+    ArtifactStore, CONTENT_BYTES_MAX, METADATA_BYTES_MAX, SIGNATURE_BYTES_MAX, Stored, hash_reader,
+    parse_artifact,
 };
 
 /// The catalog's entry name; always the first entry.
@@ -180,6 +181,15 @@ pub fn import(
         // name@version already present as another artifact, the store's limit.
         store.check_index(&lock, &artifacts)?;
         store.adopt(&lock, &staged)?;
+        // The catalog is a publisher's signature of every artifact it names: kept beside
+        // each manifest (when small enough), so peers that trust the same publisher can
+        // pull them from this node by name.
+        let envelope = catalog.envelope();
+        if envelope.encode().len() <= SIGNATURE_BYTES_MAX {
+            for (_, _, manifest) in &artifacts {
+                store.keep_signature(&lock, manifest, envelope)?;
+            }
+        }
         store.index_artifacts(&lock, &artifacts)?;
         Ok(report(&catalog, staged.len()))
     })();

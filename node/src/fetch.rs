@@ -36,10 +36,15 @@ use crate::clock;
 use crate::mesh::MeshHandle;
 use crate::store::{ArtifactStore, METADATA_BYTES_MAX, Stored, manifest_parts, parse_artifact};
 
-/// Providers asked to resolve a name@version at once.
+/// Providers asked to resolve a name@version at once (then the next as many, until one
+/// this node can trust answers).
 pub const RESOLVE_FANOUT: usize = 16;
-/// How long a pull with no usable provider waits for one to appear before it fails.
-pub const STALL_MAX: Duration = Duration::from_secs(30);
+/// How long a resolve, or a fetch of a small blob, waits for one provider.
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Offered manifests tried at most (with a content pin, each is fetched to be checked).
+pub const CANDIDATES_MAX: usize = 4;
+/// A pull that writes no chunk for this long fails (no provider serves good bytes).
+pub const IDLE_MAX: Duration = Duration::from_secs(60);
 /// How often a running pull looks for new providers (nodes that finished pulling the same
 /// artifact advertise it, and take load off the first ones).
 pub const PROVIDER_REFRESH: Duration = Duration::from_secs(2);
@@ -107,9 +112,10 @@ struct Inner {
 impl Fetcher {
     #[must_use]
     pub fn new(mesh: MeshHandle, store: Arc<ArtifactStore>, publishers: Vec<PublicKey>) -> Self {
-        // 32 chunks (32 MiB) in flight per provider: a libp2p connection (noise + yamux)
-        // needs that much outstanding to approach its throughput; 64 MiB per pull at most.
-        let config = PullConfig { per_provider: 32, in_flight_max: 64, ..PullConfig::default() };
+        // 16 chunks (16 MiB) in flight per provider: a libp2p connection (noise + yamux)
+        // needs that much outstanding to approach its throughput, and eight pullers at once
+        // still fit a provider's serving limit; 64 MiB per pull at most.
+        let config = PullConfig { per_provider: 16, in_flight_max: 64, ..PullConfig::default() };
         Self {
             inner: Arc::new(Inner {
                 mesh,
@@ -230,58 +236,37 @@ impl Fetcher {
             });
         }
 
-        let (manifest, signature, trusted_by, providers) = self.resolve(want, progress).await?;
-        let manifest_bytes = self.fetch_whole(&providers, manifest.0, manifest.1).await?;
-        let parts = manifest_parts(&manifest_bytes).with_context(|| format!("manifest {}", manifest.0))?;
-        let config_bytes = self.fetch_whole(&providers, parts.config.0, parts.config.1).await?;
-        let (meta, _) =
-            parse_artifact(&manifest_bytes, &|d| (*d == parts.config.0).then(|| config_bytes.clone()))
-                .with_context(|| format!("manifest {}", manifest.0))?;
-        if meta.name != want.name || meta.version != want.version {
-            bail!(
-                "manifest {} describes {}@{}, not {}@{}",
-                manifest.0,
-                meta.name,
-                meta.version,
-                want.name,
-                want.version
-            );
-        }
-        let (content, size) = parts.content;
-        if let Some(pin) = want.pin
-            && pin != manifest.0
-            && pin != content
-        {
-            bail!(
-                "{}@{} resolves to content {content}, not the pinned {pin}; nothing was written",
-                want.name,
-                want.version
-            );
-        }
-        let mut blobs = vec![(manifest.0, manifest_bytes), (parts.config.0, config_bytes)];
-        let chunks = match parts.chunk_list {
-            Some((digest, len)) => {
-                let bytes = self.fetch_whole(&providers, digest, len).await?;
-                let list = ChunkList::decode(&bytes).with_context(|| format!("chunk list {digest}"))?;
-                if list.size != size {
-                    bail!("chunk list {digest} describes {} bytes; the content is {size}", list.size);
+        // The candidates in order of preference; the first whose metadata checks out wins
+        // (with a content pin, a manifest is only known to be right once fetched).
+        let candidates = self.resolve(want, progress).await?;
+        let mut refusals = Vec::new();
+        let mut chosen = None;
+        for candidate in candidates.into_iter().take(CANDIDATES_MAX) {
+            match self.metadata(want, &candidate).await {
+                Ok(metadata) => {
+                    chosen = Some((candidate, metadata));
+                    break;
                 }
-                blobs.push((digest, bytes));
-                list
+                Err(err) => refusals.push(format!("manifest {}: {err:#}", candidate.manifest)),
             }
-            None if size <= CHUNK_BYTES_MAX => ChunkList {
-                v: 1,
-                size,
-                chunks: if size == 0 { vec![] } else { vec![content] },
-                chunk_size: size.max(1),
-            },
-            None => bail!(
-                "manifest {} has no chunk list for its {size}-byte content (it was added by an older murnode); re-add it on the provider",
-                manifest.0
-            ),
+        }
+        let Some((candidate, Metadata { blobs, chunks, content, size })) = chosen else {
+            bail!(
+                "no offered manifest of {}@{} checks out; nothing was written: {}",
+                want.name,
+                want.version,
+                refusals.join("; ")
+            );
         };
+        let (manifest, signature, trusted_by) = (candidate.manifest, candidate.signature, candidate.why);
+        let mut providers = candidate.holders;
+        for node in self.inner.mesh.artifact_providers(Some(manifest)).await? {
+            if !providers.contains(&node) {
+                providers.push(node);
+            }
+        }
         progress(Progress::Resolved {
-            manifest: manifest.0.to_string(),
+            manifest: manifest.to_string(),
             trusted_by,
             content: content.to_string(),
             size,
@@ -290,11 +275,19 @@ impl Fetcher {
 
         let _turn = self.turn(content).await;
         let mut outcome = PullOutcome::default();
-        let part = if store.blob_size(&content) == Some(size) && store.verify_blob(&content, size).is_ok() {
+        let present = {
+            let store = store.clone();
+            tokio::task::spawn_blocking(move || {
+                store.blob_size(&content) == Some(size) && store.verify_blob(&content, size).is_ok()
+            })
+            .await
+            .unwrap_or(false)
+        };
+        let part = if present {
             None
         } else {
             let part = store.pulls_dir()?.join(format!("{}.part", content.hex()));
-            outcome = self.fetch_content(&part, &chunks, (manifest.0, content), &providers, progress).await?;
+            outcome = self.fetch_content(&part, &chunks, (manifest, content), &providers, progress).await?;
             Some(part)
         };
         let stored = {
@@ -303,7 +296,7 @@ impl Fetcher {
             let signature = signature.clone();
             tokio::task::spawn_blocking(move || {
                 store.commit_pulled(
-                    (&want.name, &want.version, manifest.0),
+                    (&want.name, &want.version, manifest),
                     &blobs,
                     (content, part.as_deref()),
                     signature.as_ref(),
@@ -341,62 +334,83 @@ impl Fetcher {
         }
     }
 
-    /// Asks providers which manifest they hold as name@version and picks the one this node
-    /// trusts. Returns the manifest (digest, size), the signature to keep, what made it
-    /// trusted, and the nodes that hold it.
+    /// Asks providers which manifest they hold as name@version, in waves of
+    /// [`RESOLVE_FANOUT`] until one it can trust answers, and returns the candidates in
+    /// order of preference:
+    /// - with a pin equal to an offered manifest digest, that manifest alone;
+    /// - with a pin that is not (a content digest), every offered manifest, most holders
+    ///   first, each to be checked against the pin once fetched ([`Fetcher::metadata`]);
+    /// - without a pin, the manifests a trusted publisher signed for name@version, most
+    ///   holders first, then the lowest digest (every node picks the same).
     async fn resolve(
         &self,
         want: &Want,
         progress: &mut (dyn FnMut(Progress) + Send),
-    ) -> anyhow::Result<((Digest, u64), Option<Envelope>, String, Vec<NodeId>)> {
+    ) -> anyhow::Result<Vec<Candidate>> {
         let mesh = &self.inner.mesh;
-        let candidates = mesh.artifact_providers(None).await?;
-        if candidates.is_empty() {
+        let nodes = mesh.artifact_providers(None).await?;
+        if nodes.is_empty() {
             bail!("no node in this mesh advertises any artifact (is the node connected? see `mur peers`)");
         }
-        progress(Progress::Resolving { providers: candidates.len().min(RESOLVE_FANOUT) });
-        let mut asks: FuturesUnordered<_> = candidates
-            .iter()
-            .take(RESOLVE_FANOUT)
-            .map(|&node| async move {
-                let request =
-                    ArtifactRequest::Resolve { name: want.name.clone(), version: want.version.clone() };
-                (node, mesh.ask_artifact(node, request).await)
-            })
-            .collect();
-        // manifest → (size, holders, signature, why trusted)
-        let mut trusted: BTreeMap<Digest, (u64, Vec<NodeId>, Option<Envelope>, String)> = BTreeMap::new();
+        progress(Progress::Resolving { providers: nodes.len() });
+        let mut offered: BTreeMap<Digest, Candidate> = BTreeMap::new();
         let mut untrusted: BTreeSet<Digest> = BTreeSet::new();
-        while let Some((node, answer)) = asks.next().await {
-            let Ok(ArtifactResponse::Resolved { size, manifest, signature }) = answer else { continue };
-            if size > METADATA_BYTES_MAX {
-                continue;
+        for wave in nodes.chunks(RESOLVE_FANOUT) {
+            let mut asks: FuturesUnordered<_> = wave
+                .iter()
+                .map(|&node| async move {
+                    let request =
+                        ArtifactRequest::Resolve { name: want.name.clone(), version: want.version.clone() };
+                    (node, tokio::time::timeout(RESOLVE_TIMEOUT, mesh.ask_artifact(node, request)).await)
+                })
+                .collect();
+            while let Some((node, answer)) = asks.next().await {
+                let Ok(Ok(ArtifactResponse::Resolved { manifest, signature, .. })) = answer else { continue };
+                let why = match (want.pin, &signature) {
+                    (Some(pin), _) if pin == manifest => Some((None, format!("pinned digest {pin}"))),
+                    (Some(pin), _) => Some((None, format!("pinned content digest {pin}"))),
+                    (None, Some(envelope)) => {
+                        open_trusted::<Catalog>(envelope.clone(), &self.inner.publishers)
+                            .ok()
+                            .filter(|c| c.doc().manifest_of(&want.name, &want.version) == Some(manifest))
+                            .map(|c| (Some(envelope.clone()), format!("publisher {}", c.signer())))
+                    }
+                    (None, None) => None,
+                };
+                match why {
+                    Some((signature, why)) => {
+                        let candidate = offered.entry(manifest).or_insert_with(|| Candidate {
+                            manifest,
+                            holders: Vec::new(),
+                            signature: None,
+                            why,
+                        });
+                        candidate.holders.push(node);
+                        if candidate.signature.is_none() {
+                            candidate.signature = signature;
+                        }
+                    }
+                    None => {
+                        untrusted.insert(manifest);
+                    }
+                }
             }
-            let why = match (want.pin, &signature) {
-                (Some(pin), _) if pin == manifest => Some((None, format!("pinned digest {pin}"))),
-                (Some(_), _) => Some((None, "pinned content digest".to_owned())),
-                (None, Some(envelope)) => open_trusted::<Catalog>(envelope.clone(), &self.inner.publishers)
-                    .ok()
-                    .filter(|c| c.doc().manifest_of(&want.name, &want.version) == Some(manifest))
-                    .map(|c| (Some(envelope.clone()), format!("publisher {}", c.signer()))),
-                (None, None) => None,
-            };
-            match why {
-                Some((envelope, why)) => {
-                    let entry = trusted.entry(manifest).or_insert_with(|| (size, Vec::new(), envelope, why));
-                    entry.1.push(node);
-                }
-                None => {
-                    untrusted.insert(manifest);
-                }
+            if want.pin.is_some_and(|pin| offered.contains_key(&pin))
+                || (want.pin.is_none() && !offered.is_empty())
+            {
+                break;
             }
         }
-        // The manifest most providers hold, then the lowest digest: every node picks the same.
-        let Some((manifest, (size, mut holders, signature, why))) =
-            trusted.into_iter().max_by_key(|(d, (_, holders, _, _))| (holders.len(), std::cmp::Reverse(*d)))
-        else {
+        if let Some(pin) = want.pin
+            && let Some(exact) = offered.remove(&pin)
+        {
+            return Ok(vec![exact]);
+        }
+        let mut candidates: Vec<Candidate> = offered.into_values().collect();
+        candidates.sort_by_key(|c| (std::cmp::Reverse(c.holders.len()), c.manifest));
+        if candidates.is_empty() {
             if untrusted.is_empty() {
-                bail!("no provider answered for {}@{}", want.name, want.version);
+                bail!("no provider holds {}@{} (asked {} node(s))", want.name, want.version, nodes.len());
             }
             bail!(
                 "{} provider(s) offer {}@{} (manifest {}) but none with a signature by a publisher in this node's trust.publishers; add the publisher's key there, or pin the digest with --digest",
@@ -405,39 +419,89 @@ impl Fetcher {
                 want.version,
                 untrusted.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
             );
-        };
-        for node in mesh.artifact_providers(Some(manifest)).await? {
-            if !holders.contains(&node) {
-                holders.push(node);
-            }
         }
-        Ok(((manifest, size), signature, why, holders))
+        Ok(candidates)
+    }
+
+    /// Fetches and checks a candidate's manifest, config and chunk list: each against its
+    /// digest, the config naming name@version, the content digest against a pin.
+    async fn metadata(&self, want: &Want, candidate: &Candidate) -> anyhow::Result<Metadata> {
+        let providers = &candidate.holders;
+        let manifest = candidate.manifest;
+        let manifest_bytes = self.fetch_whole(providers, manifest, None).await?;
+        let parts = manifest_parts(&manifest_bytes)?;
+        let (content, size) = parts.content;
+        if let Some(pin) = want.pin
+            && pin != manifest
+            && pin != content
+        {
+            bail!("its content is {content}, not the pinned {pin}");
+        }
+        let config_bytes = self.fetch_whole(providers, parts.config.0, Some(parts.config.1)).await?;
+        let (meta, _) =
+            parse_artifact(&manifest_bytes, &|d| (*d == parts.config.0).then(|| config_bytes.clone()))?;
+        if meta.name != want.name || meta.version != want.version {
+            bail!("it describes {}@{}", meta.name, meta.version);
+        }
+        let mut blobs = vec![(manifest, manifest_bytes), (parts.config.0, config_bytes)];
+        let chunks = match parts.chunk_list {
+            Some((digest, len)) => {
+                let bytes = self.fetch_whole(providers, digest, Some(len)).await?;
+                let list = ChunkList::decode(&bytes).with_context(|| format!("chunk list {digest}"))?;
+                if list.size != size {
+                    bail!("its chunk list describes {} bytes; the content is {size}", list.size);
+                }
+                blobs.push((digest, bytes));
+                list
+            }
+            None if size <= CHUNK_BYTES_MAX => ChunkList {
+                v: 1,
+                size,
+                chunks: if size == 0 { vec![] } else { vec![content] },
+                chunk_size: size.max(1),
+            },
+            None => bail!(
+                "it has no chunk list for its {size}-byte content (it was added by an older murnode); re-add it on the provider"
+            ),
+        };
+        Ok(Metadata { blobs, chunks, content, size })
     }
 
     /// Fetches a small blob (a manifest, config or chunk list) whole, from the first
-    /// provider that serves it with the right digest.
-    async fn fetch_whole(&self, providers: &[NodeId], digest: Digest, size: u64) -> anyhow::Result<Vec<u8>> {
-        if size > CHUNK_BYTES_MAX {
-            bail!("blob {digest} is {size} bytes; metadata blobs are at most {CHUNK_BYTES_MAX}");
+    /// provider that serves bytes hashing to `digest`. `size` is the size the (already
+    /// verified) referring document declares; for a manifest, whose size only a provider
+    /// could state, up to [`METADATA_BYTES_MAX`] is asked for and the digest decides.
+    async fn fetch_whole(
+        &self,
+        providers: &[NodeId],
+        digest: Digest,
+        size: Option<u64>,
+    ) -> anyhow::Result<Vec<u8>> {
+        let ask = size.unwrap_or(METADATA_BYTES_MAX);
+        if ask > CHUNK_BYTES_MAX {
+            bail!("blob {digest} is {ask} bytes; metadata blobs are at most {CHUNK_BYTES_MAX}");
         }
-        if let Ok(bytes) = self.inner.store.read_blob(&digest, size) {
+        if let Ok(bytes) = self.inner.store.read_blob(&digest, ask)
+            && size.is_none_or(|s| bytes.len() as u64 == s)
+        {
             return Ok(bytes);
         }
         let mut last = String::from("no provider");
         for &node in providers {
-            let request = ArtifactRequest::Blob { len: size.max(1), digest, offset: 0 };
-            match self.inner.mesh.ask_artifact(node, request).await {
-                Ok(ArtifactResponse::Bytes { data })
-                    if data.len() as u64 == size && Digest::of(&data) == digest =>
+            let request = ArtifactRequest::Blob { len: ask.max(1), digest, offset: 0 };
+            match tokio::time::timeout(RESOLVE_TIMEOUT, self.inner.mesh.ask_artifact(node, request)).await {
+                Ok(Ok(ArtifactResponse::Bytes { data }))
+                    if size.is_none_or(|s| data.len() as u64 == s) && Digest::of(&data) == digest =>
                 {
                     return Ok(data);
                 }
-                Ok(ArtifactResponse::Bytes { .. }) => {
+                Ok(Ok(ArtifactResponse::Bytes { .. })) => {
                     warn!(provider = %node, blob = %digest, "provider served bytes that do not match the digest");
                     last = format!("{node} served bytes that do not match");
                 }
-                Ok(other) => last = format!("{node}: {other:?}"),
-                Err(err) => last = err,
+                Ok(Ok(other)) => last = format!("{node}: {other:?}"),
+                Ok(Err(err)) => last = err,
+                Err(_) => last = format!("{node} did not answer within {RESOLVE_TIMEOUT:?}"),
             }
         }
         bail!("no provider served blob {digest} ({last})")
@@ -469,15 +533,17 @@ impl Fetcher {
             &have,
         )
         .context("cannot schedule the pull")?;
+        let resumed_bytes = have.iter().map(|&i| pull.range(i).1).sum();
         let mut run = Run {
             pull,
             file,
             received: HashMap::new(),
             known: providers.iter().copied().collect(),
             used: BTreeSet::new(),
-            written: have.len() as u64 * chunks.chunk_size,
+            written: resumed_bytes,
             size: chunks.size,
-            stalled_since: None,
+            stalled: false,
+            last_write: Instant::now(),
             done: false,
             outcome: PullOutcome { resumed: have.len(), ..PullOutcome::default() },
         };
@@ -505,11 +571,9 @@ impl Fetcher {
             if run.done {
                 break;
             }
-            if let Some(since) = run.stalled_since
-                && since.elapsed() >= STALL_MAX
-            {
+            if run.last_write.elapsed() >= IDLE_MAX {
                 bail!(
-                    "the pull stalled with {} of {} chunks missing: no provider left that serves good bytes ({} dropped)",
+                    "the pull made no progress for {IDLE_MAX:?} with {} of {} chunks missing: no provider serves good bytes ({} dropped); run it again to resume",
                     run.pull.missing(),
                     chunks.chunks.len(),
                     run.outcome.penalized.len()
@@ -527,14 +591,13 @@ impl Fetcher {
                         // New providers join; a stalled pull also takes back those dropped
                         // only for failures (never one that served bad bytes).
                         let now = clock::now();
-                        let stalled = run.stalled_since.is_some();
                         for node in found {
-                            if run.known.insert(node) || stalled {
+                            if run.known.insert(node) || run.stalled {
                                 run.pull.handle(now, Input::AddProvider(node));
                             }
                         }
                         if run.pull.in_flight() > 0 {
-                            run.stalled_since = None;
+                            run.stalled = false;
                         }
                     }
                 }
@@ -543,11 +606,32 @@ impl Fetcher {
         let Run { pull, file, used, mut outcome, size, .. } = run;
         outcome.stats = pull.stats().clone();
         outcome.providers = used.len();
-        tokio::task::spawn_blocking(move || finish_part(&file, content, size))
+        let path = part.to_path_buf();
+        tokio::task::spawn_blocking(move || finish_part(&path, &file, content, size))
             .await
             .context("the final check failed")??;
         Ok(outcome)
     }
+}
+
+/// A manifest offered for name@version, with why it may be trusted.
+#[derive(Debug)]
+struct Candidate {
+    manifest: Digest,
+    /// Nodes that offered it.
+    holders: Vec<NodeId>,
+    /// The publisher's signature, to keep with it.
+    signature: Option<Envelope>,
+    why: String,
+}
+
+/// A candidate's checked metadata.
+struct Metadata {
+    /// Manifest, config and chunk list, each verified against its digest.
+    blobs: Vec<(Digest, Vec<u8>)>,
+    chunks: ChunkList,
+    content: Digest,
+    size: u64,
 }
 
 /// Holds a content digest's pull turn until dropped.
@@ -581,7 +665,9 @@ struct Run {
     used: BTreeSet<NodeId>,
     written: u64,
     size: u64,
-    stalled_since: Option<Instant>,
+    /// The scheduler said it has no provider left.
+    stalled: bool,
+    last_write: Instant,
     done: bool,
     outcome: PullOutcome,
 }
@@ -622,6 +708,7 @@ impl Run {
                     let (offset, _) = self.pull.range(index);
                     self.file.write_all_at(&data, offset).context("cannot write to the pull file")?;
                     self.written = self.written.saturating_add(data.len() as u64).min(self.size);
+                    self.last_write = Instant::now();
                     self.outcome.fetched += data.len() as u64;
                     self.used.insert(provider);
                 }
@@ -632,7 +719,7 @@ impl Run {
                 }
                 Output::Done => self.done = true,
                 Output::Stalled { .. } => {
-                    self.stalled_since.get_or_insert_with(Instant::now);
+                    self.stalled = true;
                 }
             }
         }
@@ -674,11 +761,13 @@ fn open_part(path: &Path, chunks: &ChunkList) -> anyhow::Result<(File, Vec<u32>)
 /// Checks the whole pulled file against the content digest and fsyncs it; a file that does
 /// not match is deleted (the chunk list and the content digest disagree: the publisher's
 /// manifest is inconsistent).
-fn finish_part(file: &File, content: Digest, size: u64) -> anyhow::Result<()> {
+fn finish_part(path: &Path, file: &File, content: Digest, size: u64) -> anyhow::Result<()> {
     let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
     std::io::Seek::rewind(&mut reader)?;
     let (found, len) = crate::store::hash_reader(&mut reader, None)?;
     if found != content || len != size {
+        // Every chunk matched the chunk list, so retrying would only fail again.
+        let _ = std::fs::remove_file(path);
         bail!(
             "the pulled content hashes to {found} ({len} bytes), not to {content}: the manifest's chunk list does not describe its content"
         );

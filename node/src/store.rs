@@ -297,11 +297,14 @@ impl ArtifactStore {
             std::fs::rename(file, self.blob_path(&digest))
                 .with_context(|| format!("cannot move blob {digest} into the store"))?;
         }
-        // The manifest last: a crash before the index write leaves only unnamed blobs.
-        for (_, bytes) in
-            blobs.iter().filter(|(d, _)| *d != manifest).chain(blobs.iter().filter(|(d, _)| *d == manifest))
-        {
-            self.put_blob(bytes)?;
+        // The manifest last: a crash before the index write leaves only unnamed blobs. A
+        // copy already in the store that no longer matches its digest is replaced.
+        let ordered =
+            blobs.iter().filter(|(d, _)| *d != manifest).chain(blobs.iter().filter(|(d, _)| *d == manifest));
+        for (digest, bytes) in ordered {
+            if self.read_blob(digest, bytes.len() as u64).is_err() {
+                write_atomic(&self.blob_path(digest), bytes)?;
+            }
         }
         File::open(self.root.join("blobs/sha256"))?.sync_all()?;
         if let Some(envelope) = signature {

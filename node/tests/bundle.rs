@@ -139,6 +139,9 @@ fn a_bundle_round_trips_into_another_store_and_importing_again_changes_nothing()
             target.content(&imported).unwrap(),
             ArtifactStore::open(&dir.path().join("source")).unwrap().content(original).unwrap()
         );
+        // The catalog is kept as the artifact's publisher signature, for peers that pull it.
+        let signature = target.signature(&imported.manifest).expect("the catalog is kept");
+        assert_eq!(signature.signer(), publisher().public());
     }
     let before = snapshot(&dir.path().join("target"));
     let again = bundle::import(&target, &bundle_path, &trusted(), &mut |_, _| {}).unwrap();

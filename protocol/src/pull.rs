@@ -17,7 +17,9 @@
 //! - A provider that serves bad bytes is dropped from this pull at once and penalised, for
 //!   good: it is never asked again by this pull.
 //! - A request without an answer after [`PullConfig::timeout_ms`] is a strike against its
-//!   provider (dropped at [`PullConfig::strikes_max`]); the chunk is asked of another.
+//!   provider (one per provider per tick, however many of its requests expired together;
+//!   dropped at [`PullConfig::strikes_max`]); the chunk is asked of another. Its answer, if
+//!   it still comes and verifies, fills the chunk when it is still missing.
 //! - A request still open after [`PullConfig::hedge_after_ms`] while another provider has
 //!   room is asked of that provider too; the first good answer wins, the other is ignored.
 //! - A resumed pull starts from the chunks already on disk (verified by the driver).
@@ -315,13 +317,28 @@ impl Pull {
     }
 
     fn arrived(&mut self, now: Millis, provider: NodeId, index: u32, digest: Digest, len: u64) {
-        let Some(request) = self.release(&provider, index) else {
-            // Never asked of it, or it timed out, or its provider was removed.
-            self.stats.late_answers += 1;
+        if index as usize >= self.chunks.len() {
             return;
-        };
+        }
         let (_, expected_len) = self.range(index);
         let good = digest == self.expected[index as usize] && len == expected_len;
+        let Some(request) = self.release(&provider, index) else {
+            // Never asked of it, or it timed out, or its provider was removed. Bytes that
+            // verify still fill a missing chunk (on a slow link every answer may come after
+            // its timeout); bytes that do not are bad bytes all the same.
+            self.stats.late_answers += 1;
+            if !good {
+                self.stats.bad_chunks += 1;
+                self.banned.insert(provider);
+                self.drop_provider(
+                    provider,
+                    format!("chunk {index}: bytes that do not match the chunk list"),
+                );
+            } else if self.chunks[index as usize] != Chunk::Written {
+                self.write(index, provider, len);
+            }
+            return;
+        };
         if self.chunks[index as usize] == Chunk::Written && good {
             // A hedge that lost: the chunk is written already.
             self.stats.late_answers += 1;
@@ -338,6 +355,11 @@ impl Pull {
             p.latency_ms = if p.served == 0 { took } else { (p.latency_ms * 3 + took) / 4 };
             p.served += 1;
         }
+        self.write(index, provider, len);
+    }
+
+    /// Marks chunk `index` written from `provider`'s bytes and tells the driver.
+    fn write(&mut self, index: u32, provider: NodeId, len: u64) {
         self.chunks[index as usize] = Chunk::Written;
         self.retry.remove(&index);
         self.written += 1;
@@ -397,10 +419,15 @@ impl Pull {
             .filter(|(_, r)| now.0.saturating_sub(r.since.0) >= self.config.timeout_ms)
             .map(|(key, _)| *key)
             .collect();
+        // One strike per provider per pass: requests sent together time out together, and
+        // one slow moment must not count as many failures.
+        let mut struck = BTreeSet::new();
         for (provider, index) in late {
             if self.release(&provider, index).is_some() {
                 self.stats.timeouts += 1;
-                self.strike(&provider, "timeouts");
+                if struck.insert(provider) {
+                    self.strike(&provider, "timeouts");
+                }
             }
         }
     }

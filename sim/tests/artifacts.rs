@@ -66,7 +66,9 @@ fn corrupt_providers_are_detected_and_penalised_for_seeds_one_to_five() {
         assert_eq!(outcome.verdict, Verdict::Pass, "seed {seed}: {:?}", outcome.findings);
         let a = artifacts(&outcome);
         assert!(a.corrupt_served > 0 && a.bad_chunks_detected > 0, "seed {seed}: {a:?}");
-        assert!(a.penalties >= a.bad_chunks_detected, "every bad chunk drops its provider: {a:?}");
+        // A provider is dropped at its first bad chunk; its later answers (requests already
+        // out) are detected too, but it is penalised once per pull.
+        assert!(a.penalties > 0 && a.penalties <= a.bad_chunks_detected, "seed {seed}: {a:?}");
         assert_eq!(a.pulls_completed, a.pulls_started, "seed {seed}: every pull finished: {a:?}");
         let fault = outcome.faults.iter().find(|f| f.fault == "byzantine(corrupt_provider)").unwrap();
         assert_eq!(fault.effects, a.bad_chunks_detected, "seed {seed}");

@@ -319,3 +319,42 @@ fn a_pinned_artifact_reaches_its_replication_factor_on_the_nodes_placement_picks
     let holding = (0..nodes.len()).filter(|&i| holds(i)).count();
     assert!(holding >= 2, "at least the replication factor holds it: {holding}");
 }
+
+#[test]
+fn a_script_capsule_pulls_a_tool_from_the_mesh_and_runs_it_in_the_same_call() {
+    let work = tempfile::tempdir().unwrap();
+    let (key, public) = publisher(work.path());
+    let a_dir = init_data_dir_with("");
+    let added = add_signed(a_dir.path(), &guest("wordcount"), "wordcount", &key);
+    let a = start(a_dir.path(), None, &[]);
+    // C runs the pipeline capsule, which pulls wordcount@1.0.0 through artifact-manager:
+    // C's store lacks it, so the node fetches it from the mesh.
+    let c_dir = init_data_dir_with(&trusting(&public));
+    let capsules = c_dir.path().join("capsules");
+    std::fs::create_dir_all(&capsules).unwrap();
+    std::fs::write(
+        capsules.join("pipeline.toml"),
+        format!(
+            "name = \"pipeline\"\nversion = \"0.1.0\"\nkind = \"capsule\"\nartifact = \"{}\"\n\
+             [capabilities]\ntools = [\"wordcount\"]\n[wasi]\nenv = {{ PIPELINE_PULL = \"wordcount@1.0.0\" }}\n",
+            guest("pipeline").display()
+        ),
+    )
+    .unwrap();
+    let c = start(c_dir.path(), Some(&a), &[]);
+    wait_known(&c);
+    let run = mur_json(&["capsule", "run", "pipeline", "--node", &c.api, "--json"]);
+    let stdout = run["stdout"].as_str().unwrap();
+    assert!(stdout.contains("pulled wordcount@1.0.0") && stdout.contains("\"words\":2"), "{stdout}");
+    let lock = std::fs::read_to_string(c_dir.path().join("work/pipeline/murmur.lock")).unwrap();
+    assert!(lock.contains(added["content"].as_str().unwrap()), "{lock}");
+    let shown = mur_json(&[
+        "artifact",
+        "show",
+        "wordcount@1.0.0",
+        "--data-dir",
+        c_dir.path().to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(shown["content"], added["content"], "now in C's store too");
+}

@@ -134,7 +134,8 @@ async fn install(
                 want.name,
                 want.version
             ),
-            _ => want.pin = Some(pinned),
+            // The lock's manifest digest pins the whole artifact (its metadata too).
+            _ => want.pin = Some(entry.manifest.parse().unwrap_or(pinned)),
         }
     }
     let pulled = state.fetcher.pull(&want, progress).await?;

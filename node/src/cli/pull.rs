@@ -51,7 +51,7 @@ pub fn run(args: PullArgs, install: bool) -> CliResult {
         bar
     });
     let mut outcome = None;
-    args.node.post_lines("/v1/artifacts/pull", &body, &mut |line| {
+    let streamed = args.node.post_lines("/v1/artifacts/pull", &body, &mut |line| {
         if args.json {
             println!("{line}");
         }
@@ -69,17 +69,22 @@ pub fn run(args: PullArgs, install: bool) -> CliResult {
             }
             "penalized" => {
                 if let Some(bar) = &bar {
-                    bar.println(format!("dropped provider {}: {}", line["provider"], line["reason"]));
+                    bar.println(format!(
+                        "dropped provider {}: {}",
+                        line["provider"].as_str().unwrap_or("?"),
+                        line["reason"].as_str().unwrap_or("?")
+                    ));
                 }
             }
             "done" | "error" => outcome = Some(line),
             _ => {}
         }
         Ok(())
-    })?;
+    });
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
+    streamed?;
     let outcome = outcome
         .ok_or_else(|| CliError::failed(anyhow::anyhow!("the node ended the pull without an outcome")))?;
     if outcome["event"] == "error" {
@@ -104,7 +109,11 @@ pub fn run(args: PullArgs, install: bool) -> CliResult {
                 outcome["content"].as_str().unwrap_or("?")
             );
             for dropped in outcome["penalized"].as_array().into_iter().flatten() {
-                println!("  dropped {}: {}", dropped["provider"], dropped["reason"]);
+                println!(
+                    "  dropped {}: {}",
+                    dropped["provider"].as_str().unwrap_or("?"),
+                    dropped["reason"].as_str().unwrap_or("?")
+                );
             }
         }
         if install {

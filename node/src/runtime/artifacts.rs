@@ -129,7 +129,9 @@ impl HostState {
                 // From the mesh, pinned to the lock's digest when it has this version: a
                 // mismatch fails before anything is written.
                 let pin = match lock.get(name) {
-                    Some(entry) if entry.version == version => Some(entry.digest()?),
+                    Some(entry) if entry.version == version => {
+                        Some(entry.manifest.parse().unwrap_or(entry.digest()?))
+                    }
                     _ => None,
                 };
                 let want = Want { name: name.into(), version: version.into(), pin };

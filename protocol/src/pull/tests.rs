@@ -90,7 +90,7 @@ fn a_provider_serving_bad_bytes_is_dropped_and_the_chunk_comes_from_another() {
 }
 
 #[test]
-fn a_silent_provider_times_out_and_its_late_answer_is_ignored() {
+fn a_silent_provider_times_out_and_its_late_answer_still_fills_the_missing_chunk_once() {
     let config = PullConfig { timeout_ms: 1000, hedge_after_ms: 5000, ..PullConfig::default() };
     let (size, digests) = blob(1);
     let mut p = Pull::new(config, size, 100, digests, &[]).unwrap();
@@ -103,12 +103,32 @@ fn a_silent_provider_times_out_and_its_late_answer_is_ignored() {
     let retried = requests(&drain(&mut p));
     assert_eq!(retried.len(), 1);
     assert_ne!(retried[0].0, first[0].0, "asked of the other provider");
-    // The first provider answers after all: ignored, nothing written twice.
+    // The first provider answers after all, with good bytes: the chunk is still missing,
+    // so they are written; the retry's answer then comes late and is ignored.
     p.handle(T0.plus(1001), good(&p, first[0].0, 0));
-    assert!(drain(&mut p).is_empty());
+    assert_eq!(drain(&mut p), vec![Output::Write { index: 0, provider: first[0].0 }, Output::Done]);
     assert_eq!(p.stats().late_answers, 1);
     p.handle(T0.plus(1002), good(&p, retried[0].0, 0));
-    assert_eq!(drain(&mut p), vec![Output::Write { index: 0, provider: retried[0].0 }, Output::Done]);
+    assert!(drain(&mut p).is_empty(), "nothing is written twice");
+    assert_eq!(p.stats().late_answers, 2);
+}
+
+#[test]
+fn requests_that_time_out_together_are_one_strike() {
+    let config =
+        PullConfig { timeout_ms: 1000, hedge_after_ms: 5000, strikes_max: 2, ..PullConfig::default() };
+    let (size, digests) = blob(4);
+    let mut p = Pull::new(config, size, 100, digests, &[]).unwrap();
+    p.handle(T0, Input::AddProvider(node(1)));
+    assert_eq!(requests(&drain(&mut p)).len(), 4);
+    p.handle(T0.plus(1000), Input::Tick);
+    assert!(!p.dropped().contains(&node(1)), "four timeouts in one pass are one strike");
+    assert_eq!(p.stats().timeouts, 4);
+    // A bad late answer still bans its provider.
+    p.handle(T0.plus(1001), Input::Chunk { provider: node(1), index: 0, digest: Digest::of(b"x"), len: 100 });
+    assert!(drain(&mut p).iter().any(|o| matches!(o, Output::Penalize { .. })));
+    p.handle(T0.plus(1002), Input::AddProvider(node(1)));
+    assert!(requests(&drain(&mut p)).is_empty(), "a provider that served bad bytes never comes back");
 }
 
 #[test]
@@ -261,13 +281,13 @@ proptest! {
 #[test]
 fn a_provider_dropped_for_failures_is_taken_back_when_added_again() {
     let config =
-        PullConfig { timeout_ms: 1000, hedge_after_ms: 5000, strikes_max: 3, ..PullConfig::default() };
+        PullConfig { timeout_ms: 1000, hedge_after_ms: 5000, strikes_max: 1, ..PullConfig::default() };
     let (size, digests) = blob(4);
     let mut p = Pull::new(config, size, 100, digests, &[]).unwrap();
     let honest = node(1);
     p.handle(T0, Input::AddProvider(honest));
     assert_eq!(requests(&drain(&mut p)).len(), 4);
-    // A partition: every request times out, three strikes, dropped, the pull stalls.
+    // A partition: every request times out, a strike (the limit here), dropped, stalled.
     p.handle(T0.plus(1000), Input::Tick);
     let outputs = drain(&mut p);
     assert!(outputs.iter().any(|o| matches!(o, Output::Penalize { .. })));

@@ -20,8 +20,9 @@ use crate::clock;
 use crate::mesh::ArtifactQuery;
 use crate::store::ArtifactStore;
 
-/// Requests from peers being served at once; more are answered "busy".
-pub const SERVING_MAX: usize = 64;
+/// Requests from peers being served at once (each holds up to one chunk in memory); more
+/// are answered "busy". Eight pullers at their full 16 requests each fit.
+pub const SERVING_MAX: usize = 128;
 /// Requests to peers in flight at once, for every pull together; more fail at once.
 pub const OUTBOUND_MAX: usize = 1024;
 
