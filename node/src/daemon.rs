@@ -32,8 +32,9 @@ use crate::tasks::{NodeRouter, TaskManager, Tasks};
 /// The task database, in the data directory.
 pub const TASKS_DB: &str = "tasks.redb";
 /// How often the node checks its store for artifacts to advertise (added by `mur artifact
-/// add` or `mur bundle import` while it runs; its own pulls advertise at once).
-pub const ADVERTISE_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+/// add` or `mur bundle import` while it runs; its own pulls advertise at once). A check is
+/// one `stat` of the index unless it changed.
+pub const ADVERTISE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// How often the node checks whether it should hold a pinned artifact it lacks.
 pub const PINS_EVERY: std::time::Duration = std::time::Duration::from_secs(3);
 use murmur_protocol::HostedCapsule;

@@ -7,7 +7,9 @@
 //! `mesh://wordcount` runs on the node that hosts it; the `relay` capsule on node1 sends a
 //! task to `mesh://wordcount` on node3 because its grant allows it, and is refused before
 //! anything leaves node1 when it tries `mesh://echo`, which its grant does not allow; a task
-//! that asks for input gets it. Each step prints what happened and how long it took.
+//! that asks for input gets it; an artifact published (signed) on node1 is installed on
+//! node3 from the mesh, chunk by verified chunk, and runs there. Each step prints what
+//! happened and how long it took.
 //! Without `--once` the nodes keep running for `mur` to explore until Ctrl-C.
 
 use std::io::{BufRead, BufReader};
@@ -98,6 +100,14 @@ fn rpc(node: &DemoNode, method: &str, params: Value) -> anyhow::Result<Value> {
     Ok(answer["result"].clone())
 }
 
+/// `POST /v1/artifacts/pull` with `install`: the last line of the answer.
+fn install(node: &DemoNode, artifact: &str) -> anyhow::Result<Value> {
+    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).build()?;
+    let body = json!({ "artifact": artifact, "install": true });
+    let text = client.post(format!("{}/v1/artifacts/pull", node.api)).json(&body).send()?.text()?;
+    Ok(serde_json::from_str(text.lines().last().unwrap_or("null"))?)
+}
+
 /// A2A 1.0 `SendMessage`, waiting for the result unless `immediately`; returns the task.
 fn send(node: &DemoNode, target: &str, text: &str, immediately: bool) -> anyhow::Result<Value> {
     let params = json!({
@@ -121,9 +131,9 @@ fn short(peer: &str) -> String {
     format!("…{}", &peer[peer.len().saturating_sub(8)..])
 }
 
-fn config(authority: &str) -> String {
+fn config(authority: &str, publisher: &str) -> String {
     format!(
-        "# murnode demo node: fast adverts so changes show within seconds.\n[adverts]\nrefresh_secs = 1\nttl_secs = 3\n\n[trust]\nauthorities = [\"{authority}\"]\n"
+        "# murnode demo node: fast adverts so changes show within seconds.\n[adverts]\nrefresh_secs = 1\nttl_secs = 3\n\n[trust]\nauthorities = [\"{authority}\"]\npublishers = [\"{publisher}\"]\n"
     )
 }
 
@@ -161,12 +171,12 @@ fn start(
     name: &str,
     capsules: &[(&str, &str, &str)],
     components: &Path,
-    authority: &str,
+    (authority, publisher): (&str, &str),
     bootstrap: Option<&str>,
 ) -> anyhow::Result<DemoNode> {
     let data_dir = dir.join(name);
     crate::data_dir::init(&data_dir)?;
-    std::fs::write(data_dir.join(crate::config::CONFIG_FILE), config(authority))?;
+    std::fs::write(data_dir.join(crate::config::CONFIG_FILE), config(authority, publisher))?;
     std::fs::create_dir_all(data_dir.join("capsules"))?;
     for (capsule, component, extra) in capsules {
         let manifest = format!(
@@ -267,10 +277,12 @@ fn walkthrough(exe: &Path, dir: &Path, components: &Path, once: bool) -> anyhow:
     std::fs::write(dir.join("relay.grant"), signed.envelope().encode())?;
     println!("   authority {}  (every node trusts it)", authority.public());
     println!("   {}  allows relay → mesh://wordcount, for 24 h", dir.join("relay.grant").display());
+    let publisher = crate::keyfile::generate();
+    println!("   publisher {}  (every node trusts the artifacts it signs)", publisher.public());
 
     step(2, "Start three nodes, each bootstrapped only to the previous one.");
     let mut nodes: Vec<DemoNode> = Vec::new();
-    let authority_text = authority.public().to_string();
+    let trust = (authority.public().to_string(), publisher.public().to_string());
     for (i, capsules) in CAPSULES.iter().enumerate() {
         let bootstrap = nodes.last().map(|n| n.dial.clone());
         let node = start(
@@ -279,7 +291,7 @@ fn walkthrough(exe: &Path, dir: &Path, components: &Path, once: bool) -> anyhow:
             &format!("node{}", i + 1),
             capsules,
             components,
-            &authority_text,
+            (&trust.0, &trust.1),
             bootstrap.as_deref(),
         )?;
         let names: Vec<&str> = capsules.iter().map(|c| c.0).collect();
@@ -361,6 +373,46 @@ fn walkthrough(exe: &Path, dir: &Path, components: &Path, once: bool) -> anyhow:
     let answered = rpc(&nodes[0], "SendMessage", params)?["task"].clone();
     anyhow::ensure!(state(&answered) == "completed", "ask: {}", text(&answered));
     println!("   replied \"blue\" through node1: {} → {}", state(&answered), text(&answered));
+
+    step(
+        8,
+        "Artifacts: node1 publishes `mirror` (the echo component, signed); node3 installs it from the mesh and runs it.",
+    );
+    let component = std::fs::read(components.join("echo.wasm"))?;
+    let meta = crate::store::ArtifactMeta {
+        name: "mirror".into(),
+        version: "1.0.0".into(),
+        kind: crate::store::Kind::Tool,
+        runtime: crate::store::Runtime::Wasm,
+        description: "says back what it is given".into(),
+        tags: vec!["demo".into()],
+        input_schema: None,
+        output_schema: None,
+    };
+    let store = crate::store::ArtifactStore::open(&dir.join("node1/store"))?;
+    let added = store.add(&meta, &component, Some((&publisher, clock::now())))?;
+    println!("   node1's store: mirror@1.0.0 = {} ({} bytes), signed", added.manifest, added.size);
+    let mut outcome = Value::Null;
+    let took = until("node3 to install mirror@1.0.0", || {
+        outcome = install(&nodes[2], "mirror@1.0.0").unwrap_or(Value::Null);
+        let done = outcome["event"] == "done";
+        if !done {
+            // Not advertised yet (node1 re-reads its store every few seconds).
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        done
+    })?;
+    println!(
+        "   node3 pulled {} bytes from {} provider(s), verified, pinned in murmur.lock, running: {} ms after publishing",
+        outcome["fetched"],
+        outcome["providers"],
+        took.as_millis()
+    );
+    let mirrored = send(&nodes[0], "mesh://mirror", "carried across the mesh", false)?;
+    anyhow::ensure!(state(&mirrored) == "completed", "mirror: {}", text(&mirrored));
+    let owner = mirrored["metadata"]["murmur"]["owner"].as_str().unwrap_or("");
+    anyhow::ensure!(owner == nodes[2].peer_id, "mirror ran on {owner}, not node3");
+    println!("   node1 → mesh://mirror ran on node3: {}", text(&mirrored));
 
     println!("\nEvery step behaved as expected.");
     if once {

@@ -107,6 +107,8 @@ struct Inner {
     active: Mutex<BTreeSet<Digest>>,
     /// The manifests last advertised.
     provided: Mutex<Vec<Digest>>,
+    /// Size and modification time of the store's index when it was last read.
+    index_seen: Mutex<Option<(u64, Option<std::time::SystemTime>)>>,
 }
 
 impl Fetcher {
@@ -124,6 +126,7 @@ impl Fetcher {
                 config,
                 active: Mutex::new(BTreeSet::new()),
                 provided: Mutex::new(Vec::new()),
+                index_seen: Mutex::new(None),
             }),
         }
     }
@@ -137,6 +140,18 @@ impl Fetcher {
     /// Advertises what the store holds (its manifests, up to the advert's bound), when that
     /// changed since the last call.
     pub async fn advertise(&self) -> anyhow::Result<()> {
+        // The index is rewritten (a rename) on every change: unchanged size and mtime mean
+        // nothing to read again.
+        let stamp = std::fs::metadata(self.inner.store.root().join("index.json"))
+            .ok()
+            .map(|m| (m.len(), m.modified().ok()));
+        {
+            let mut seen = self.inner.index_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if stamp.is_some() && *seen == stamp {
+                return Ok(());
+            }
+            *seen = stamp;
+        }
         let mut manifests: Vec<Digest> = self.inner.store.list()?.iter().map(|s| s.manifest).collect();
         manifests.sort();
         manifests.dedup();
