@@ -381,15 +381,23 @@ impl Fetcher {
                 .collect();
             while let Some((node, answer)) = asks.next().await {
                 let Ok(Ok(ArtifactResponse::Resolved { manifest, signature, .. })) = answer else { continue };
-                let why = match (want.pin, &signature) {
-                    (Some(pin), _) if pin == manifest => Some((None, format!("pinned digest {pin}"))),
-                    (Some(pin), _) => Some((None, format!("pinned content digest {pin}"))),
-                    (None, Some(envelope)) => {
-                        open_trusted::<Catalog>(envelope.clone(), &self.inner.publishers)
-                            .ok()
-                            .filter(|c| c.doc().manifest_of(&want.name, &want.version) == Some(manifest))
-                            .map(|c| (Some(envelope.clone()), format!("publisher {}", c.signer())))
+                // A signature by a trusted publisher naming this manifest as name@version:
+                // the trust without a pin, and kept with the artifact either way (so this node
+                // can pass it on to peers that rely on the publisher).
+                let signed = signature.and_then(|envelope| {
+                    open_trusted::<Catalog>(envelope.clone(), &self.inner.publishers)
+                        .ok()
+                        .filter(|c| c.doc().manifest_of(&want.name, &want.version) == Some(manifest))
+                        .map(|c| (envelope, c.signer()))
+                });
+                let why = match (want.pin, signed) {
+                    (Some(pin), signed) if pin == manifest => {
+                        Some((signed.map(|(e, _)| e), format!("pinned digest {pin}")))
                     }
+                    (Some(pin), signed) => {
+                        Some((signed.map(|(e, _)| e), format!("pinned content digest {pin}")))
+                    }
+                    (None, Some((envelope, signer))) => Some((Some(envelope), format!("publisher {signer}"))),
                     (None, None) => None,
                 };
                 match why {

@@ -123,12 +123,20 @@ fn a_capsule_added_on_one_node_is_installed_and_runs_on_another() {
     let message = lines.last().unwrap()["message"].as_str().unwrap().to_owned();
     assert!(message.contains("trust.publishers") && message.contains("--digest"), "{message}");
     assert!(std::fs::read_dir(b_dir.path().join("store/blobs/sha256")).unwrap().next().is_none());
+    // Pinned by its manifest digest, B takes it without trusting anyone (and keeps no
+    // signature: it cannot vouch for one).
+    let manifest = added["manifest"].as_str().unwrap();
+    let (ok, lines) = pull_lines(&b, &["artifact", "pull", "echo@1.0.0", "--digest", manifest]);
+    assert!(ok, "{lines:?}");
+    assert_eq!(lines.last().unwrap()["content"], added["content"]);
+    assert!(!b_dir.path().join("store/signatures").join(&manifest[7..]).exists());
 
     // C trusts it: install pulls, pins, runs and advertises.
     let done = pull_when_known(&c, &["install", "echo@1.0.0"]);
     assert_eq!(done["event"], "done", "{done}");
     assert_eq!(done["installed"], true);
     assert_eq!(done["content"], added["content"]);
+    assert!(c_dir.path().join("store/signatures").join(&manifest[7..]).exists(), "C keeps the signature");
     let lock = std::fs::read_to_string(c_dir.path().join("murmur.lock")).unwrap();
     assert!(lock.contains(added["content"].as_str().unwrap()), "{lock}");
     let run =
