@@ -618,15 +618,18 @@ impl ArtifactStore {
     /// disk; `None` when the store lacks the blob. For serving chunks to peers, who verify
     /// them.
     pub fn read_range(&self, digest: &Digest, offset: u64, len: u64) -> anyhow::Result<Option<Vec<u8>>> {
-        use std::os::unix::fs::FileExt;
-        let Ok(file) = File::open(self.blob_path(digest)) else { return Ok(None) };
+        use std::io::{Seek, SeekFrom};
+        let Ok(mut file) = File::open(self.blob_path(digest)) else { return Ok(None) };
         let size = file.metadata()?.len();
         if offset >= size && !(offset == 0 && size == 0) {
             bail!("offset {offset} is beyond blob {digest} ({size} bytes)");
         }
-        let len = usize::try_from(len.min(size - offset))?;
-        let mut data = vec![0u8; len];
-        file.read_exact_at(&mut data, offset)?;
+        let len = len.min(size - offset);
+        // Read into spare capacity (no zeroing first): a served chunk is read once.
+        let mut data = Vec::with_capacity(usize::try_from(len)?);
+        file.seek(SeekFrom::Start(offset))?;
+        file.take(len).read_to_end(&mut data)?;
+        anyhow::ensure!(data.len() as u64 == len, "blob {digest} ended early");
         Ok(Some(data))
     }
 

@@ -17,6 +17,9 @@ use murmur_protocol::task::{TASK_FRAME_BYTES_MAX, TaskRequest, TaskResponse};
 pub trait Frame: Sized + Send {
     /// Largest encoding accepted; a longer stream is refused before decoding.
     const BYTES_MAX: usize;
+    /// Bytes reserved before reading one (the typical size: growing a buffer by doubling
+    /// copies it each time).
+    const CAPACITY: usize = 4096;
     /// Canonical bytes.
     fn encode(&self) -> Vec<u8>;
     /// Strict, bounded decoding.
@@ -85,6 +88,8 @@ impl Frame for ArtifactRequest {
 
 impl Frame for ArtifactResponse {
     const BYTES_MAX: usize = ARTIFACT_FRAME_BYTES_MAX;
+    /// A 1 MiB chunk and its framing.
+    const CAPACITY: usize = murmur_protocol::artifact::CHUNK_BYTES as usize + 64;
 
     fn encode(&self) -> Vec<u8> {
         ArtifactResponse::encode(self)
@@ -112,7 +117,7 @@ impl<Req, Resp> Clone for FrameCodec<Req, Resp> {
 }
 
 async fn read_frame<F: Frame, T: AsyncRead + Unpin + Send>(io: &mut T) -> io::Result<F> {
-    let mut bytes = Vec::new();
+    let mut bytes = Vec::with_capacity(F::CAPACITY);
     // Read one byte past the limit, so an oversized message is detected, not truncated.
     io.take(F::BYTES_MAX as u64 + 1).read_to_end(&mut bytes).await?;
     if bytes.len() > F::BYTES_MAX {
