@@ -69,6 +69,9 @@ pub enum Progress {
     Resolving { providers: usize },
     /// The manifest to pull, why it is trusted, and the content to fetch.
     Resolved { manifest: String, trusted_by: String, content: String, size: u64, providers: usize },
+    /// Another pull of the same content runs on this node; this one waits for it (and then
+    /// finds the content in the store).
+    Waiting { content: String },
     /// Content bytes written so far (verified chunks, resumed ones included).
     Chunks { written: u64, size: u64, providers: usize },
     /// A provider was dropped from the pull.
@@ -288,6 +291,11 @@ impl Fetcher {
             providers: providers.len(),
         });
 
+        let busy =
+            self.inner.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(&content);
+        if busy {
+            progress(Progress::Waiting { content: content.to_string() });
+        }
         let _turn = self.turn(content).await;
         let mut outcome = PullOutcome::default();
         let present = {

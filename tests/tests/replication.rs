@@ -154,6 +154,13 @@ fn a_capsule_added_on_one_node_is_installed_and_runs_on_another() {
     let (ok, lines) = pull_lines(&c, &["artifact", "pull", "echo@1.0.0"]);
     assert!(ok);
     assert_eq!(lines.last().unwrap()["already"], true);
+    let bad = mur(&["artifact", "pull", "Echo@1.0.0", "--node", &c.api]);
+    assert_eq!(bad.status.code(), Some(2), "a malformed name is a usage error");
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("name"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
     let wrong = format!("sha256:{}", "0".repeat(64));
     let (ok, lines) = pull_lines(&c, &["artifact", "pull", "echo@1.0.0", "--digest", &wrong]);
     assert!(!ok);

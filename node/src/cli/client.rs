@@ -82,7 +82,13 @@ impl NodeArgs {
                 .ok()
                 .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
                 .unwrap_or(body);
-            return Err(CliError::failed(anyhow::anyhow!("the node answered {status}: {message}")));
+            let err = anyhow::anyhow!("the node answered {status}: {message}");
+            // A request the node calls malformed is the caller's to fix (exit 2).
+            return Err(if status == reqwest::StatusCode::BAD_REQUEST {
+                CliError::usage(err)
+            } else {
+                CliError::failed(err)
+            });
         }
         for line in std::io::BufReader::new(response).lines() {
             let line = line.context("reading the node's answer").map_err(CliError::failed)?;

@@ -62,6 +62,11 @@ pub fn run(args: PullArgs, install: bool) -> CliResult {
                     bar.set_message(format!("{} from {} provider(s)", args.artifact, line["providers"]));
                 }
             }
+            "waiting" => {
+                if let Some(bar) = &bar {
+                    bar.set_message(format!("{}: waiting for another pull of it on the node", args.artifact));
+                }
+            }
             "chunks" => {
                 if let Some(bar) = &bar {
                     bar.set_position(line["written"].as_u64().unwrap_or(0));
