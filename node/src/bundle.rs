@@ -181,16 +181,19 @@ pub fn import(
         // name@version already present as another artifact, the store's limit.
         store.check_index(&lock, &artifacts)?;
         store.adopt(&lock, &staged)?;
+        store.index_artifacts(&lock, &artifacts)?;
         // The catalog is a publisher's signature of every artifact it names: kept beside
-        // each manifest (when small enough), so peers that trust the same publisher can
-        // pull them from this node by name.
+        // each manifest that has none yet (when small enough), so peers that trust the same
+        // publisher can pull them from this node by name. After indexing: a refused import
+        // leaves no signature behind; a signature the store already has is kept.
         let envelope = catalog.envelope();
         if envelope.encode().len() <= SIGNATURE_BYTES_MAX {
             for (_, _, manifest) in &artifacts {
-                store.keep_signature(&lock, manifest, envelope)?;
+                if store.signature(manifest).is_none() {
+                    store.keep_signature(&lock, manifest, envelope)?;
+                }
             }
         }
-        store.index_artifacts(&lock, &artifacts)?;
         Ok(report(&catalog, staged.len()))
     })();
     let _ = std::fs::remove_dir_all(&staging);

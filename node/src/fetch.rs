@@ -111,7 +111,7 @@ struct Inner {
     /// The manifests last advertised.
     provided: Mutex<Vec<Digest>>,
     /// Size and modification time of the store's index when it was last read.
-    index_seen: Mutex<Option<(u64, Option<std::time::SystemTime>)>>,
+    index_seen: Mutex<Option<(u64, u64, Option<std::time::SystemTime>)>>,
 }
 
 impl Fetcher {
@@ -145,28 +145,29 @@ impl Fetcher {
     pub async fn advertise(&self) -> anyhow::Result<()> {
         // The index is rewritten (a rename) on every change: unchanged size and mtime mean
         // nothing to read again.
+        // The inode too: every rewrite is a rename of a new file.
         let stamp = std::fs::metadata(self.inner.store.root().join("index.json"))
             .ok()
-            .map(|m| (m.len(), m.modified().ok()));
+            .map(|m| (std::os::unix::fs::MetadataExt::ino(&m), m.len(), m.modified().ok()));
         {
-            let mut seen = self.inner.index_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let seen = self.inner.index_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if stamp.is_some() && *seen == stamp {
                 return Ok(());
             }
-            *seen = stamp;
         }
         let mut manifests: Vec<Digest> = self.inner.store.list()?.iter().map(|s| s.manifest).collect();
         manifests.sort();
         manifests.dedup();
         manifests.truncate(PROVIDED_MAX);
-        {
-            let mut last = self.inner.provided.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if *last == manifests {
-                return Ok(());
-            }
-            last.clone_from(&manifests);
+        let unchanged =
+            *self.inner.provided.lock().unwrap_or_else(std::sync::PoisonError::into_inner) == manifests;
+        if !unchanged {
+            self.inner.mesh.set_provided(manifests.clone()).await?;
         }
-        self.inner.mesh.set_provided(manifests).await
+        // Both remembered only once advertised, so a failed attempt is made again.
+        *self.inner.provided.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = manifests;
+        *self.inner.index_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = stamp;
+        Ok(())
     }
 
     /// Keeps the advert in step with the store (artifacts added by `mur artifact add` or

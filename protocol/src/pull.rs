@@ -105,6 +105,10 @@ enum Chunk {
 #[derive(Clone, Copy, Debug)]
 struct Request {
     since: Millis,
+    /// Timed out: its chunk is asked elsewhere, but it still counts against its provider
+    /// until the driver reports its end (an answer or a failure), so a slow provider is not
+    /// sent more while the old requests still use its link.
+    expired: bool,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -156,6 +160,9 @@ pub struct Pull {
     done_reported: bool,
     stats: PullStats,
 }
+
+/// An expired request the driver never reported is forgotten after this many timeouts.
+const ZOMBIE_TIMEOUTS: u64 = 3;
 
 /// Why a pull cannot start.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -233,7 +240,7 @@ impl Pull {
             Input::RemoveProvider(node) => self.remove(&node),
             Input::Chunk { provider, index, digest, len } => self.arrived(now, provider, index, digest, len),
             Input::Failed { provider, index, .. } => {
-                if self.release(&provider, index).is_some() {
+                if self.release(&provider, index).is_some_and(|r| !r.expired) {
                     self.stats.failures += 1;
                     self.strike(&provider, "failed requests");
                 }
@@ -272,6 +279,12 @@ impl Pull {
         self.outstanding
             .iter()
             .flat_map(|((_, index), r)| {
+                if r.expired {
+                    return [
+                        Some(r.since.plus(self.config.timeout_ms.saturating_mul(ZOMBIE_TIMEOUTS))),
+                        None,
+                    ];
+                }
                 let hedge = r.since.plus(self.config.hedge_after_ms);
                 let hedgeable = self.chunks[*index as usize] == Chunk::Asked(1) && hedge > self.now;
                 [Some(r.since.plus(self.config.timeout_ms)), hedgeable.then_some(hedge)]
@@ -322,18 +335,14 @@ impl Pull {
         }
         let (_, expected_len) = self.range(index);
         let good = digest == self.expected[index as usize] && len == expected_len;
-        let Some(request) = self.release(&provider, index) else {
+        let Some(request) = self.release(&provider, index).filter(|r| !r.expired) else {
             // Never asked of it, or it timed out, or its provider was removed. Bytes that
             // verify still fill a missing chunk (on a slow link every answer may come after
             // its timeout); bytes that do not are bad bytes all the same.
             self.stats.late_answers += 1;
             if !good {
                 self.stats.bad_chunks += 1;
-                self.banned.insert(provider);
-                self.drop_provider(
-                    provider,
-                    format!("chunk {index}: bytes that do not match the chunk list"),
-                );
+                self.ban(provider, index);
             } else if self.chunks[index as usize] != Chunk::Written {
                 self.write(index, provider, len);
             }
@@ -346,8 +355,7 @@ impl Pull {
         }
         if !good {
             self.stats.bad_chunks += 1;
-            self.banned.insert(provider);
-            self.drop_provider(provider, format!("chunk {index}: bytes that do not match the chunk list"));
+            self.ban(provider, index);
             return;
         }
         if let Some(p) = self.providers.get_mut(&provider) {
@@ -375,6 +383,15 @@ impl Pull {
     /// unwritten chunk with no request left is missing again.
     fn release(&mut self, provider: &NodeId, index: u32) -> Option<Request> {
         let request = self.outstanding.remove(&(*provider, index))?;
+        if !request.expired {
+            self.unask(index);
+        }
+        Some(request)
+    }
+
+    /// One request for chunk `index` no longer counts for it; with none left, it is
+    /// missing again.
+    fn unask(&mut self, index: u32) {
         if let Some(Chunk::Asked(n)) = self.chunks.get(index as usize).copied() {
             if n <= 1 {
                 self.chunks[index as usize] = Chunk::Missing;
@@ -383,7 +400,18 @@ impl Pull {
                 self.chunks[index as usize] = Chunk::Asked(n - 1);
             }
         }
-        Some(request)
+    }
+
+    /// `provider` served bad bytes for chunk `index`: out of this pull for good, penalised
+    /// once (also when it had already been dropped for failures).
+    fn ban(&mut self, provider: NodeId, index: u32) {
+        let newly_banned = self.banned.insert(provider);
+        let newly_dropped = self.dropped.insert(provider);
+        if newly_banned || newly_dropped {
+            let reason = format!("chunk {index}: bytes that do not match the chunk list");
+            self.push(Output::Penalize { provider, reason });
+        }
+        self.remove(&provider);
     }
 
     fn strike(&mut self, provider: &NodeId, what: &str) {
@@ -413,17 +441,31 @@ impl Pull {
     }
 
     fn expire(&mut self, now: Millis) {
+        // Expired requests the driver never reported are forgotten after a while, so a
+        // driver that loses a report cannot hold a provider's room for ever.
+        let zombie_ms = self.config.timeout_ms.saturating_mul(ZOMBIE_TIMEOUTS);
+        let forgotten: Vec<(NodeId, u32)> = self
+            .outstanding
+            .iter()
+            .filter(|(_, r)| r.expired && now.0.saturating_sub(r.since.0) >= zombie_ms)
+            .map(|(key, _)| *key)
+            .collect();
+        for key in forgotten {
+            self.outstanding.remove(&key);
+        }
         let late: Vec<(NodeId, u32)> = self
             .outstanding
             .iter()
-            .filter(|(_, r)| now.0.saturating_sub(r.since.0) >= self.config.timeout_ms)
+            .filter(|(_, r)| !r.expired && now.0.saturating_sub(r.since.0) >= self.config.timeout_ms)
             .map(|(key, _)| *key)
             .collect();
         // One strike per provider per pass: requests sent together time out together, and
         // one slow moment must not count as many failures.
         let mut struck = BTreeSet::new();
         for (provider, index) in late {
-            if self.release(&provider, index).is_some() {
+            if let Some(request) = self.outstanding.get_mut(&(provider, index)) {
+                request.expired = true;
+                self.unask(index);
                 self.stats.timeouts += 1;
                 if struck.insert(provider) {
                     self.strike(&provider, "timeouts");
@@ -452,7 +494,7 @@ impl Pull {
             _ => Chunk::Asked(1),
         };
         self.retry.remove(&index);
-        self.outstanding.insert((provider, index), Request { since: now });
+        self.outstanding.insert((provider, index), Request { since: now, expired: false });
         self.stats.requests += 1;
         self.push(Output::Request { provider, index, offset, len });
         true
@@ -487,7 +529,8 @@ impl Pull {
             .outstanding
             .iter()
             .filter(|((_, index), r)| {
-                self.chunks[*index as usize] == Chunk::Asked(1)
+                !r.expired
+                    && self.chunks[*index as usize] == Chunk::Asked(1)
                     && now.0.saturating_sub(r.since.0) >= self.config.hedge_after_ms
             })
             .map(|(key, _)| *key)

@@ -129,13 +129,15 @@ fn a_corrupt_provider_nobody_asks_makes_the_run_vacuous() {
 }
 
 #[test]
-fn pulls_that_lost_every_provider_to_a_partition_are_rebuilt_and_finish() {
+fn pulls_that_lost_every_provider_to_a_partition_finish_after_it_heals() {
     let mut scenario = small();
     scenario.duration_s = 120;
     let workload = scenario.artifacts.as_mut().unwrap();
     (workload.providers_initial, workload.pinned, workload.size_mib_min, workload.size_mib_max) =
         (1, 0, 16, 16);
-    workload.exercise = vec![ArtifactExercise::Rebuilt, ArtifactExercise::Timeout];
+    // Timed-out requests keep counting against their provider until they end, so the one
+    // provider is rarely dropped (the driver's rebuild of a pull may or may not be needed).
+    workload.exercise = vec![ArtifactExercise::Timeout];
     // The pull gives up on a silent provider before request-response does (10 s).
     workload.timeout_ms = 5_000;
     scenario.network.bandwidth_kbps = 100_000;
@@ -149,7 +151,8 @@ fn pulls_that_lost_every_provider_to_a_partition_are_rebuilt_and_finish() {
     let outcome = run(&scenario, 2, None);
     assert_eq!(outcome.verdict, Verdict::Pass, "{:?}", outcome.findings);
     let a = artifacts(&outcome);
-    assert!(a.pulls_rebuilt > 0, "{a:?}");
+    assert!(a.timeouts > 0, "{a:?}");
+    assert_eq!(a.pulls_completed, a.pulls_started, "{a:?}");
 }
 
 #[test]

@@ -103,6 +103,8 @@ fn a_silent_provider_times_out_and_its_late_answer_still_fills_the_missing_chunk
     let retried = requests(&drain(&mut p));
     assert_eq!(retried.len(), 1);
     assert_ne!(retried[0].0, first[0].0, "asked of the other provider");
+    assert_eq!(p.in_flight_to(&first[0].0), 1, "the expired request still counts against its provider");
+    assert!(p.poll_timeout().unwrap() > T0.plus(1000), "no timeout in the past");
     // The first provider answers after all, with good bytes: the chunk is still missing,
     // so they are written; the retry's answer then comes late and is ignored.
     p.handle(T0.plus(1001), good(&p, first[0].0, 0));
