@@ -105,7 +105,7 @@ pub async fn run(options: RunOptions) -> CliResult {
         .await
         .map_err(CliError::failed)?;
     let (stop_tx, stop_rx) = watch::channel(false);
-    let hosted = hosted_capsules(&config, &runtime);
+    let hosted = hosted_capsules(&runtime, &config.capsules);
     let mesh = mesh::start(&key, &config, hosted, cert, manager.clone(), runtime.store().clone(), stop_rx)
         .await
         .context("cannot start networking")?;
@@ -193,9 +193,10 @@ fn install_all(runtime: &Runtime, config: &Config, data_dir: &std::path::Path) -
 }
 
 /// What the node advertises: the capsules it runs, then those its config only declares.
-fn hosted_capsules(config: &Config, runtime: &Runtime) -> Vec<HostedCapsule> {
+/// `declared`: the capsules the config declares without running them.
+pub fn hosted_capsules(runtime: &Runtime, declared: &[HostedCapsule]) -> Vec<HostedCapsule> {
     let mut hosted = runtime.hosted();
-    for declared in &config.capsules {
+    for declared in declared {
         if !hosted.iter().any(|h| h.name == declared.name) {
             hosted.push(declared.clone());
         }
@@ -246,7 +247,7 @@ async fn reload_on_sighup(
         for problem in install_all(&runtime, &next, &options.data_dir) {
             warn!(problem = %problem, "capsule not (re)installed");
         }
-        let hosted = hosted_capsules(&next, &runtime);
+        let hosted = hosted_capsules(&runtime, &next.capsules);
         match mesh.set_hosted(hosted.clone()).await {
             Ok(()) => info!(capsules = hosted.len(), "config reloaded: hosted capsules updated"),
             Err(err) => warn!(error = %err, "config reload: cannot update capsules"),

@@ -205,30 +205,26 @@ impl MeshHandle {
         }
     }
 
-    /// Nodes that advertise `digest` (any artifact when `None`).
-    pub async fn artifact_providers(&self, digest: Option<Digest>) -> anyhow::Result<Vec<NodeId>> {
+    async fn artifact_query<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> ArtifactQuery,
+    ) -> anyhow::Result<T> {
         let (tx, rx) = oneshot::channel();
-        self.artifacts
-            .send(ArtifactQuery::Providers { digest, reply: tx })
-            .await
-            .map_err(|_| anyhow::anyhow!("the mesh stopped"))?;
+        self.artifacts.send(make(tx)).await.map_err(|_| anyhow::anyhow!("the mesh stopped"))?;
         tokio::time::timeout(QUERY_TIMEOUT, rx)
             .await
             .context("the mesh did not answer in time")?
             .context("the mesh stopped")
     }
 
+    /// Nodes that advertise `digest` (any artifact when `None`).
+    pub async fn artifact_providers(&self, digest: Option<Digest>) -> anyhow::Result<Vec<NodeId>> {
+        self.artifact_query(|reply| ArtifactQuery::Providers { digest, reply }).await
+    }
+
     /// Every node with a live advert in this node's directory, itself included.
     pub async fn members(&self) -> anyhow::Result<Vec<NodeId>> {
-        let (tx, rx) = oneshot::channel();
-        self.artifacts
-            .send(ArtifactQuery::Members(tx))
-            .await
-            .map_err(|_| anyhow::anyhow!("the mesh stopped"))?;
-        tokio::time::timeout(QUERY_TIMEOUT, rx)
-            .await
-            .context("the mesh did not answer in time")?
-            .context("the mesh stopped")
+        self.artifact_query(ArtifactQuery::Members).await
     }
 
     /// Advertises the manifests this node serves (republishes when they changed).

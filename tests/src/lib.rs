@@ -401,6 +401,24 @@ impl TestNode {
     }
 }
 
+/// Generates a publisher key file `dir/publisher.key`; returns its path and public key.
+pub fn publisher(dir: &Path) -> (String, String) {
+    let path = dir.join("publisher.key");
+    let out = mur(&["key", "gen", "--out", path.to_str().expect("utf-8 path")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let shown = mur_json(&["key", "show", path.to_str().expect("utf-8 path"), "--json"]);
+    (
+        path.to_str().expect("utf-8 path").to_owned(),
+        shown["public_key"].as_str().expect("public_key").to_owned(),
+    )
+}
+
+/// A node config that trusts publisher key `public` (and nothing else).
+#[must_use]
+pub fn trusting(public: &str) -> String {
+    format!("[trust]\npublishers = [\"{public}\"]\n")
+}
+
 /// Writes a capsule manifest `NAME.toml` into `data_dir/capsules` for the guest component
 /// `component`, with `extra` TOML lines appended.
 pub fn install_manifest(data_dir: &Path, name: &str, component: &str, extra: &str) {

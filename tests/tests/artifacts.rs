@@ -6,7 +6,7 @@ use std::process::Output;
 
 use serde_json::Value;
 
-use murmur_tests::{TestNode, guest, init_data_dir, mur, mur_json};
+use murmur_tests::{TestNode, guest, init_data_dir, mur, mur_json, publisher, trusting};
 
 /// `mur ARGS --data-dir DIR`.
 fn mur_in(dir: &Path, args: &[&str]) -> Output {
@@ -35,18 +35,8 @@ fn export(dir: &Path, key: &str, reference: &str, out: &Path) -> Output {
     mur_in(dir, &["bundle", "export", reference, "--sign-key", key, "-o", out.to_str().unwrap()])
 }
 
-/// A publisher key file and its public key.
-fn publisher(dir: &Path) -> (String, String) {
-    let path = dir.join("publisher.key");
-    let out = mur(&["key", "gen", "--out", path.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let shown = mur_json(&["key", "show", path.to_str().unwrap(), "--json"]);
-    (path.to_str().unwrap().to_owned(), shown["public_key"].as_str().unwrap().to_owned())
-}
-
 fn trust(data_dir: &Path, publisher: &str) {
-    std::fs::write(data_dir.join("murnode.toml"), format!("[trust]\npublishers = [\"{publisher}\"]\n"))
-        .unwrap();
+    std::fs::write(data_dir.join("murnode.toml"), trusting(publisher)).unwrap();
 }
 
 #[test]

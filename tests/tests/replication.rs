@@ -2,27 +2,16 @@
 //! one node installed and run on another, a provider serving corrupted chunks, a provider
 //! killed in the middle of a pull, and a puller killed and restarted.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Lines};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 
-use murmur_tests::{LOOPBACK, TestNode, bin, guest, init_data_dir_with, mur, mur_json, wait_for};
-
-/// A publisher key file and its public key.
-fn publisher(dir: &Path) -> (String, String) {
-    let path = dir.join("publisher.key");
-    let out = mur(&["key", "gen", "--out", path.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let shown = mur_json(&["key", "show", path.to_str().unwrap(), "--json"]);
-    (path.to_str().unwrap().to_owned(), shown["public_key"].as_str().unwrap().to_owned())
-}
-
-fn trusting(public: &str) -> String {
-    format!("[trust]\npublishers = [\"{public}\"]\n")
-}
+use murmur_tests::{
+    LOOPBACK, TestNode, bin, guest, init_data_dir_with, mur, mur_json, publisher, trusting, wait_for,
+};
 
 /// Adds `file` to the store of `dir` as NAME@1.0.0 (a tool), signed with `key`.
 fn add_signed(dir: &Path, file: &Path, name: &str, key: &str) -> Value {
@@ -89,6 +78,18 @@ fn wait_known(node: &TestNode) {
         (!message.contains("advertises any artifact")).then_some(())
     })
     .unwrap();
+}
+
+/// `mur artifact pull ARTIFACT --json` through `node`, running: the child and its lines.
+fn spawn_pull(node: &TestNode, artifact: &str) -> (Child, Lines<BufReader<ChildStdout>>) {
+    let mut pull = Command::new(bin("mur"))
+        .args(["artifact", "pull", artifact, "--json", "--node", &node.api])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = BufReader::new(pull.stdout.take().unwrap()).lines();
+    (pull, lines)
 }
 
 /// `size` bytes that compress badly and differ per `seed`.
@@ -232,13 +233,7 @@ fn a_pull_whose_provider_is_killed_finishes_from_another_and_a_restarted_puller_
 
     // First attempt: kill the puller after some chunks, restart it, and pull again: it
     // resumes from the chunks already on disk.
-    let mut pull = Command::new(bin("mur"))
-        .args(["artifact", "pull", "model@1.0.0", "--json", "--node", &c.api])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(pull.stdout.take().unwrap()).lines();
+    let (mut pull, mut lines) = spawn_pull(&c, "model@1.0.0");
     let written = loop {
         let line: Value = serde_json::from_str(&lines.next().expect("progress lines").unwrap()).unwrap();
         if line["event"] == "chunks" && line["written"].as_u64().unwrap() >= 4 << 20 {
@@ -257,13 +252,7 @@ fn a_pull_whose_provider_is_killed_finishes_from_another_and_a_restarted_puller_
     wait_known(&c);
 
     // Second attempt: it resumes from what the first wrote.
-    let mut pull = Command::new(bin("mur"))
-        .args(["artifact", "pull", "model@1.0.0", "--json", "--node", &c.api])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(pull.stdout.take().unwrap()).lines();
+    let (mut pull, mut lines) = spawn_pull(&c, "model@1.0.0");
     loop {
         let line: Value = serde_json::from_str(&lines.next().expect("progress lines").unwrap()).unwrap();
         assert!(line["event"] != "done" && line["event"] != "error", "{line}");

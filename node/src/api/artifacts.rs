@@ -179,13 +179,7 @@ async fn install(
         manifest: stored.manifest.to_string(),
     })?;
     lock.write(&data_dir)?;
-    let mut hosted = state.runtime.hosted();
-    for declared in &state.install.declared {
-        if !hosted.iter().any(|h| h.name == declared.name) {
-            hosted.push(declared.clone());
-        }
-    }
-    hosted.truncate(murmur_protocol::limits::ADVERT_CAPSULES_MAX);
+    let hosted = crate::daemon::hosted_capsules(&state.runtime, &state.install.declared);
     state.mesh.set_hosted(hosted).await?;
     Ok(done(&pulled, true))
 }

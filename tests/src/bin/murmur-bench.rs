@@ -412,7 +412,7 @@ mod pull_bench {
     use std::time::{Duration, Instant};
 
     use murmur_protocol::Digest;
-    use murmur_tests::{LOOPBACK, TestNode, init_data_dir_with, mur, wait_for};
+    use murmur_tests::{LOOPBACK, TestNode, init_data_dir_with, mur, publisher, trusting, wait_for};
     use serde::Serialize;
 
     #[derive(Debug, Serialize)]
@@ -442,7 +442,7 @@ mod pull_bench {
 
     /// Pulls NAME@1.0.0 on a fresh node that knows `providers` providers; MB/s.
     fn pull_once(first: &TestNode, providers: usize, public: &str, size: u64) -> anyhow::Result<f64> {
-        let dir = init_data_dir_with(&format!("[trust]\npublishers = [\"{public}\"]\n"));
+        let dir = init_data_dir_with(&trusting(public));
         let puller = node(dir.path(), Some(first))?;
         wait_for(Duration::from_secs(30), "the providers' adverts", || {
             let peers = puller.get("/v1/peers").ok()?;
@@ -464,13 +464,7 @@ mod pull_bench {
 
     pub fn run(sizes_mib: &[u64], runs: usize, out: &Path) -> anyhow::Result<()> {
         let work = tempfile::tempdir()?;
-        let key = work.path().join("publisher.key");
-        anyhow::ensure!(mur(&["key", "gen", "--out", key.to_str().unwrap_or_default()]).status.success());
-        let shown = mur(&["key", "show", key.to_str().unwrap_or_default(), "--json"]);
-        let public = serde_json::from_slice::<serde_json::Value>(&shown.stdout)?["public_key"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
+        let (key, public) = publisher(work.path());
         let mut rows = Vec::new();
         for &mib in sizes_mib {
             let size = mib << 20;
@@ -502,7 +496,7 @@ mod pull_bench {
                     "--kind",
                     "tool",
                     "--sign-key",
-                    key.to_str().unwrap_or_default(),
+                    &key,
                     "--data-dir",
                     dir.path().to_str().unwrap_or_default(),
                 ]);
