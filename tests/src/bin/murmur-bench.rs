@@ -18,6 +18,13 @@
 //! target/release/murmur-bench bundle [--sizes-mib 64,256] [--runs 3] [--out bench-bundle.json]
 //! ```
 //!
+//! ```text
+//! target/release/murmur-bench pull [--sizes-mib 64,512] [--runs 3] [--out bench-pull.json]
+//! ```
+//!
+//! `pull` measures a mesh pull between real local nodes (a fresh puller per run, from one
+//! and from two providers), next to single-core SHA-256 and a file copy, in MB/s.
+//!
 //! `bundle` measures air-gapped bundle export, verify and import of one artifact, next to
 //! single-core SHA-256 of the same bytes in memory (the ceiling: every step hashes every
 //! byte) and a plain file copy, in MB/s, medians of the runs.
