@@ -483,15 +483,14 @@ impl Fetcher {
                 if list.size != size {
                     bail!("its chunk list describes {} bytes; the content is {size}", list.size);
                 }
+                if list.v >= 2 && !list.proves(&content) {
+                    bail!("its chunk list does not end in the content digest {content}");
+                }
                 blobs.push((digest, bytes));
                 list
             }
-            None if size <= CHUNK_BYTES_MAX => ChunkList {
-                v: 1,
-                size,
-                chunks: if size == 0 { vec![] } else { vec![content] },
-                chunk_size: size.max(1),
-            },
+            None if size == 0 => ChunkList::of(&[], 1),
+            None if size <= CHUNK_BYTES_MAX => ChunkList::single(content, size),
             None => bail!(
                 "it has no chunk list for its {size}-byte content (it was added by an older murnode); re-add it on the provider"
             ),
@@ -568,6 +567,7 @@ impl Fetcher {
         let resumed_bytes = have.iter().map(|&i| pull.range(i).1).sum();
         let mut run = Run {
             pull,
+            chunks: Arc::new(chunks.clone()),
             file,
             received: HashMap::new(),
             known: providers.iter().copied().collect(),
@@ -587,9 +587,14 @@ impl Fetcher {
         let mut reported = Instant::now();
         loop {
             for (provider, index, offset, len) in run.carry_out(progress)? {
+                let chunks = Arc::clone(&run.chunks);
                 inflight.push(async move {
                     let request = ArtifactRequest::Blob { len, digest: content, offset };
-                    (provider, index, mesh.ask_artifact(provider, request).await)
+                    (
+                        provider,
+                        index,
+                        Answer::check(mesh.ask_artifact(provider, request).await, chunks, index).await,
+                    )
                 });
             }
             if reported.elapsed() >= Duration::from_millis(200) || run.done {
@@ -635,11 +640,12 @@ impl Fetcher {
                 }
             }
         }
-        let Run { pull, file, used, mut outcome, size, .. } = run;
+        let Run { pull, file, used, mut outcome, size, chunks, .. } = run;
         outcome.stats = pull.stats().clone();
         outcome.providers = used.len();
         let path = part.to_path_buf();
-        tokio::task::spawn_blocking(move || finish_part(&path, &file, content, size))
+        let proven = chunks.proves(&content);
+        tokio::task::spawn_blocking(move || finish_part(&path, &file, (content, proven), size))
             .await
             .context("the final check failed")??;
         Ok(outcome)
@@ -687,9 +693,37 @@ struct PullOutcome {
     stats: PullStats,
 }
 
+/// A chunk request's answer; bytes come with their link in the chunk list, computed on a
+/// blocking thread so that hashing overlaps the pull's network work.
+enum Answer {
+    Bytes { data: Vec<u8>, link: Digest },
+    Other(Result<ArtifactResponse, String>),
+}
+
+impl Answer {
+    async fn check(answer: Result<ArtifactResponse, String>, chunks: Arc<ChunkList>, index: u32) -> Self {
+        match answer {
+            Ok(ArtifactResponse::Bytes { data }) => {
+                match tokio::task::spawn_blocking(move || {
+                    let link = chunks.link(index, &data);
+                    (data, link)
+                })
+                .await
+                {
+                    Ok((data, link)) => Self::Bytes { data, link },
+                    Err(err) => Self::Other(Err(format!("the chunk check failed: {err}"))),
+                }
+            }
+            other => Self::Other(other),
+        }
+    }
+}
+
 /// One content pull in progress: the scheduler and what carries out its decisions.
 struct Run {
     pull: Pull,
+    /// What each chunk must link to.
+    chunks: Arc<ChunkList>,
     file: File,
     /// Bytes received and not yet approved or refused, by (provider, chunk).
     received: HashMap<(NodeId, u32), Vec<u8>>,
@@ -705,20 +739,25 @@ struct Run {
 }
 
 impl Run {
-    /// Feeds an answer to the scheduler, as the digest of the bytes (the bytes wait in
+    /// Feeds an answer to the scheduler, as the bytes' link in the chunk list (the bytes wait in
     /// `received` until [`Run::carry_out`] writes or drops them).
-    fn answered(&mut self, provider: NodeId, index: u32, answer: Result<ArtifactResponse, String>) {
+    fn answered(&mut self, provider: NodeId, index: u32, answer: Answer) {
         let input = match answer {
-            Ok(ArtifactResponse::Bytes { data }) => {
-                let digest = Digest::of(&data);
+            Answer::Bytes { data, link } => {
                 let len = data.len() as u64;
                 self.received.insert((provider, index), data);
-                Input::Chunk { provider, index, digest, len }
+                Input::Chunk { provider, index, digest: link, len }
             }
-            Ok(ArtifactResponse::NotFound) => Input::Failed { provider, index, reason: "not found".into() },
-            Ok(ArtifactResponse::Error { reason }) => Input::Failed { provider, index, reason },
-            Ok(other) => Input::Failed { provider, index, reason: format!("unexpected answer {other:?}") },
-            Err(reason) => Input::Failed { provider, index, reason },
+            Answer::Other(Ok(ArtifactResponse::NotFound)) => {
+                Input::Failed { provider, index, reason: "not found".into() }
+            }
+            Answer::Other(Ok(ArtifactResponse::Error { reason })) => {
+                Input::Failed { provider, index, reason }
+            }
+            Answer::Other(Ok(other)) => {
+                Input::Failed { provider, index, reason: format!("unexpected answer {other:?}") }
+            }
+            Answer::Other(Err(reason)) => Input::Failed { provider, index, reason },
         };
         self.pull.handle(clock::now(), input);
     }
@@ -764,7 +803,7 @@ impl Run {
 }
 
 /// Opens (creating, pre-sized) the pull file and finds the chunks it already holds: those
-/// whose bytes hash to the chunk list's digest.
+/// whose bytes link to the chunk list's entry.
 fn open_part(path: &Path, chunks: &ChunkList) -> anyhow::Result<(File, Vec<u32>)> {
     let file = OpenOptions::new()
         .read(true)
@@ -780,7 +819,7 @@ fn open_part(path: &Path, chunks: &ChunkList) -> anyhow::Result<(File, Vec<u32>)
             let offset = index as u64 * chunks.chunk_size;
             let len = usize::try_from(chunks.chunk_size.min(chunks.size - offset))?;
             file.read_exact_at(&mut buf[..len], offset)?;
-            if Digest::of(&buf[..len]) == *expected {
+            if chunks.link(u32::try_from(index)?, &buf[..len]) == *expected {
                 have.push(u32::try_from(index)?);
             }
         }
@@ -790,20 +829,69 @@ fn open_part(path: &Path, chunks: &ChunkList) -> anyhow::Result<(File, Vec<u32>)
     Ok((file, have))
 }
 
-/// Checks the whole pulled file against the content digest and fsyncs it; a file that does
-/// not match is deleted (the chunk list and the content digest disagree: the publisher's
-/// manifest is inconsistent).
-fn finish_part(path: &Path, file: &File, content: Digest, size: u64) -> anyhow::Result<()> {
-    let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
-    std::io::Seek::rewind(&mut reader)?;
-    let (found, len) = crate::store::hash_reader(&mut reader, None)?;
-    if found != content || len != size {
-        // Every chunk matched the chunk list, so retrying would only fail again.
-        let _ = std::fs::remove_file(path);
-        bail!(
-            "the pulled content hashes to {found} ({len} bytes), not to {content}: the manifest's chunk list does not describe its content"
-        );
+/// Fsyncs the pulled file, first checking it whole against the content digest unless the
+/// chunk list already `proven` it (a version-2 list: chunks that all link are the content).
+/// A file that does not match is deleted (the chunk list and the content digest disagree:
+/// the publisher's manifest is inconsistent).
+fn finish_part(path: &Path, file: &File, (content, proven): (Digest, bool), size: u64) -> anyhow::Result<()> {
+    if !proven {
+        let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
+        std::io::Seek::rewind(&mut reader)?;
+        let (found, len) = crate::store::hash_reader(&mut reader, None)?;
+        if found != content || len != size {
+            // Every chunk matched the chunk list, so retrying would only fail again.
+            let _ = std::fs::remove_file(path);
+            bail!(
+                "the pulled content hashes to {found} ({len} bytes), not to {content}: the manifest's chunk list does not describe its content"
+            );
+        }
     }
     file.sync_all()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    /// A pull file holding `bytes`, as a pull would have left it.
+    fn part(dir: &Path, bytes: &[u8]) -> (PathBuf, File) {
+        let path = dir.join("content.part");
+        std::fs::write(&path, bytes).unwrap();
+        let file = OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        (path, file)
+    }
+
+    #[test]
+    fn resume_keeps_the_chunks_that_link_whatever_the_list_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes: Vec<u8> = (0..10_000u32).map(|i| (i % 241) as u8).collect();
+        let mut on_disk = bytes.clone();
+        on_disk[5_000] ^= 1; // chunk 1 of 4,096-byte chunks is damaged
+        let v2 = ChunkList::of(&bytes, 4096);
+        let v1 = ChunkList { v: 1, chunks: bytes.chunks(4096).map(Digest::of).collect(), ..v2.clone() };
+        for list in [v2, v1] {
+            let (path, _) = part(dir.path(), &on_disk);
+            let (_, have) = open_part(&path, &list).unwrap();
+            assert_eq!(have, vec![0, 2], "version {}", list.v);
+        }
+    }
+
+    #[test]
+    fn the_whole_file_is_hashed_again_only_when_the_list_does_not_prove_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = b"the content".to_vec();
+        let content = Digest::of(&bytes);
+        let (path, file) = part(dir.path(), b"other bytes");
+        // Proven by a version-2 list: no second pass (a version-2 list whose chunks all
+        // linked cannot be wrong, so this only checks that the pass is skipped).
+        finish_part(&path, &file, (content, true), bytes.len() as u64).unwrap();
+        let err = finish_part(&path, &file, (content, false), bytes.len() as u64).unwrap_err().to_string();
+        assert!(err.contains("does not describe its content"), "{err}");
+        assert!(!path.exists(), "a file that does not match is deleted");
+        let (path, file) = part(dir.path(), &bytes);
+        finish_part(&path, &file, (content, false), bytes.len() as u64).unwrap();
+    }
 }

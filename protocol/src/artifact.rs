@@ -22,7 +22,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::codec::{self, DecodeError};
-use crate::digest::Digest;
+use crate::digest::{Chain, Digest};
 use crate::names::{check_capsule_name, check_version};
 use crate::signed::Envelope;
 
@@ -41,8 +41,11 @@ pub const CHUNKED_BLOB_BYTES_MAX: u64 = 4 << 30;
 pub const CHUNK_LIST_BYTES_MAX: usize = 160 * 1024;
 /// Longest error text in a response.
 pub const ARTIFACT_REASON_BYTES_MAX: usize = 512;
-/// The chunk-list document version.
-pub const CHUNK_LIST_VERSION: u16 = 1;
+/// The chunk-list version this build writes: 2, chaining values (see [`ChunkList`]).
+/// It also reads version 1, a plain SHA-256 per chunk.
+pub const CHUNK_LIST_VERSION: u16 = 2;
+/// The first chunk-list version: each entry is SHA-256 of its chunk alone.
+const CHUNK_LIST_VERSION_PER_CHUNK: u16 = 1;
 
 /// A request on `/murmur/artifact/1`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,33 +166,88 @@ impl ArtifactResponse {
     }
 }
 
-/// The digests of a blob's fixed-size chunks, in order. Stored as a blob itself, named by
-/// the artifact's manifest, so the publisher's signature covers every chunk.
+/// What a blob's fixed-size chunks must hash to, in order. Stored as a blob itself, named
+/// by the artifact's manifest, so the publisher's signature covers every chunk.
+///
+/// Version 2 (written since chained verification) lists SHA-256's chaining value after
+/// each chunk, the last entry being the content digest itself ([`Chain`]): a chunk checks
+/// alone, and chunks that all check prove the content digest, so a pull hashes the bytes
+/// once. Version 1 lists SHA-256 of each chunk alone; a pull of it must hash the whole
+/// content again at the end. [`ChunkList::link`] is the check for either.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChunkList {
     // Fields are in canonical key order (see `codec`).
-    /// Document version, [`CHUNK_LIST_VERSION`].
+    /// Document version: [`CHUNK_LIST_VERSION`], or 1.
     pub v: u16,
     /// The blob's size in bytes.
     pub size: u64,
-    /// Digest of each chunk; the last may be shorter than `chunk_size`.
+    /// One entry per chunk; the last chunk may be shorter than `chunk_size`.
     pub chunks: Vec<Digest>,
-    /// Bytes per chunk.
+    /// Bytes per chunk (a whole number of SHA-256 blocks in version 2).
     pub chunk_size: u64,
 }
 
 impl ChunkList {
-    /// The chunk list of `bytes` in chunks of `chunk_size` (1..=[`CHUNK_BYTES_MAX`]).
+    /// The (version 2) chunk list of `bytes` in chunks of `chunk_size`, rounded down to whole
+    /// 64-byte blocks and kept within 64..=[`CHUNK_BYTES_MAX`].
     #[must_use]
     pub fn of(bytes: &[u8], chunk_size: u64) -> Self {
-        let step = usize::try_from(chunk_size.clamp(1, CHUNK_BYTES_MAX)).unwrap_or(1);
-        Self {
-            v: CHUNK_LIST_VERSION,
-            size: bytes.len() as u64,
-            chunks: bytes.chunks(step).map(Digest::of).collect(),
-            chunk_size: step as u64,
+        let block = Chain::BLOCK as u64;
+        let step = chunk_size.clamp(block, CHUNK_BYTES_MAX) / block * block;
+        let step = usize::try_from(step).unwrap_or(Chain::BLOCK);
+        let mut chain = Chain::start();
+        let mut chunks = Vec::with_capacity(bytes.len().div_ceil(step));
+        let mut pieces = bytes.chunks(step).peekable();
+        while let Some(piece) = pieces.next() {
+            if pieces.peek().is_some() {
+                chain.absorb(piece);
+                chunks.push(chain.value());
+            } else {
+                chunks.push(chain.finish(piece, bytes.len() as u64));
+            }
         }
+        Self { v: CHUNK_LIST_VERSION, size: bytes.len() as u64, chunks, chunk_size: step as u64 }
+    }
+
+    /// The list of content small enough to be one chunk: its one entry is the content
+    /// digest (the same in both versions).
+    #[must_use]
+    pub fn single(content: Digest, size: u64) -> Self {
+        Self { v: CHUNK_LIST_VERSION, size, chunks: vec![content], chunk_size: size.max(1) }
+    }
+
+    /// What chunk `index` holding `bytes` links to: the value the list must hold at
+    /// `index` for the bytes to be that chunk. Bytes of the wrong length never match.
+    #[must_use]
+    pub fn link(&self, index: u32, bytes: &[u8]) -> Digest {
+        let index = index as usize;
+        let offset = (index as u64).saturating_mul(self.chunk_size);
+        let expected_len = self.chunk_size.min(self.size.saturating_sub(offset));
+        if self.v == CHUNK_LIST_VERSION_PER_CHUNK
+            || index >= self.chunks.len()
+            || bytes.len() as u64 != expected_len
+        {
+            // Version 1's check; in version 2, bytes that cannot be the chunk get a plain
+            // digest, which no chaining value equals short of breaking SHA-256.
+            return Digest::of(bytes);
+        }
+        let mut chain = match index.checked_sub(1) {
+            Some(before) => Chain::resume(&self.chunks[before]),
+            None => Chain::start(),
+        };
+        if index + 1 == self.chunks.len() {
+            return chain.finish(bytes, self.size);
+        }
+        chain.absorb(bytes);
+        chain.value()
+    }
+
+    /// Whether chunks that all match this list are, together, content with digest
+    /// `content` (version 2 ending in it), so the whole need not be hashed again.
+    #[must_use]
+    pub fn proves(&self, content: &Digest) -> bool {
+        self.v != CHUNK_LIST_VERSION_PER_CHUNK && self.chunks.last() == Some(content)
     }
 
     /// Canonical bytes.
@@ -199,18 +257,24 @@ impl ChunkList {
     }
 
     /// Decodes and checks a chunk list: its version, chunk size, and that it has exactly
-    /// one digest per chunk of `size` bytes.
+    /// one entry per chunk of `size` bytes.
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let list: Self = crate::signed::decode_versioned(
-            "chunk list",
-            bytes,
-            CHUNK_LIST_BYTES_MAX,
-            CHUNK_LIST_VERSION,
-            |l: &Self| l.v,
-        )?;
+        let versioned =
+            |v| crate::signed::decode_versioned("chunk list", bytes, CHUNK_LIST_BYTES_MAX, v, |l: &Self| l.v);
+        let list = match versioned(CHUNK_LIST_VERSION) {
+            Err(DecodeError::UnsupportedVersion { found, .. })
+                if found == u64::from(CHUNK_LIST_VERSION_PER_CHUNK) =>
+            {
+                versioned(CHUNK_LIST_VERSION_PER_CHUNK)?
+            }
+            other => other?,
+        };
         let invalid = |field, reason: String| DecodeError::Invalid { what: "chunk list", field, reason };
         if list.chunk_size == 0 || list.chunk_size > CHUNK_BYTES_MAX {
             return Err(invalid("chunk_size", format!("must be 1..={CHUNK_BYTES_MAX}")));
+        }
+        if list.v != CHUNK_LIST_VERSION_PER_CHUNK && list.chunk_size % Chain::BLOCK as u64 != 0 {
+            return Err(invalid("chunk_size", format!("must be a multiple of {} bytes", Chain::BLOCK)));
         }
         if list.size > CHUNKED_BLOB_BYTES_MAX {
             return Err(invalid("size", format!("is more than {CHUNKED_BLOB_BYTES_MAX} bytes")));
@@ -219,7 +283,7 @@ impl ChunkList {
         if list.chunks.len() as u64 != expected {
             return Err(invalid(
                 "chunks",
-                format!("has {} digests; {} bytes make {expected} chunks", list.chunks.len(), list.size),
+                format!("has {} entries; {} bytes make {expected} chunks", list.chunks.len(), list.size),
             ));
         }
         Ok(list)
@@ -299,17 +363,64 @@ mod tests {
         let bytes: Vec<u8> = (0..2_500_000u32).map(|i| (i % 251) as u8).collect();
         let list = ChunkList::of(&bytes, CHUNK_BYTES);
         assert_eq!(list.chunks.len(), 3);
-        assert_eq!(list.chunks[2], Digest::of(&bytes[2 << 20..]));
+        assert_eq!(list.chunks[2], Digest::of(&bytes));
+        assert!(list.proves(&Digest::of(&bytes)));
         let encoded = list.encode();
         crate::codec::tests::assert_canonical_key_order(&encoded);
         assert_eq!(ChunkList::decode(&encoded).unwrap(), list);
         let mut short = list.clone();
         short.chunks.pop();
         assert!(ChunkList::decode(&short.encode()).unwrap_err().to_string().contains("chunks"));
-        let mut zero = list;
+        let mut zero = list.clone();
         zero.chunk_size = 0;
         assert!(ChunkList::decode(&zero.encode()).is_err());
+        let mut unaligned = list;
+        unaligned.chunk_size = 1000;
+        unaligned.chunks = vec![Digest::of(b"x"); 2_500];
+        let err = ChunkList::decode(&unaligned.encode()).unwrap_err().to_string();
+        assert!(err.contains("multiple of 64"), "{err}");
         assert_eq!(ChunkList::of(&[], CHUNK_BYTES).chunks.len(), 0);
+    }
+
+    #[test]
+    fn each_chunk_links_alone_and_only_its_own_bytes_do() {
+        let bytes: Vec<u8> = (0..10_000u32).map(|i| (i % 253) as u8).collect();
+        let list = ChunkList::of(&bytes, 4096);
+        assert_eq!(list.chunks.len(), 3);
+        // Checked in any order, each from the list alone.
+        for index in [2u32, 0, 1] {
+            let (from, to) = (index as usize * 4096, (index as usize * 4096 + 4096).min(bytes.len()));
+            assert_eq!(list.link(index, &bytes[from..to]), list.chunks[index as usize]);
+            let mut flipped = bytes[from..to].to_vec();
+            flipped[7] ^= 1;
+            assert_ne!(list.link(index, &flipped), list.chunks[index as usize]);
+            assert_ne!(list.link(index, &bytes[from..to - 64]), list.chunks[index as usize]);
+        }
+        // Another chunk's bytes never link in its place.
+        assert_ne!(list.link(1, &bytes[..4096]), list.chunks[1]);
+        // A single-chunk list is the content digest, whatever the version.
+        let single = ChunkList::single(Digest::of(&bytes), bytes.len() as u64);
+        assert_eq!(single.link(0, &bytes), single.chunks[0]);
+        assert!(single.proves(&Digest::of(&bytes)));
+    }
+
+    #[test]
+    fn version_1_lists_are_still_read_and_checked_per_chunk() {
+        let bytes: Vec<u8> = (0..9_000u32).map(|i| (i % 249) as u8).collect();
+        let v1 = ChunkList {
+            v: 1,
+            size: bytes.len() as u64,
+            chunks: bytes.chunks(4096).map(Digest::of).collect(),
+            chunk_size: 4096,
+        };
+        let read = ChunkList::decode(&v1.encode()).unwrap();
+        assert_eq!(read, v1);
+        assert_eq!(read.link(1, &bytes[4096..8192]), v1.chunks[1]);
+        assert!(!read.proves(&Digest::of(&bytes)));
+        let mut v3 = v1;
+        v3.v = 3;
+        let err = ChunkList::decode(&v3.encode()).unwrap_err().to_string();
+        assert!(err.contains("version 3"), "{err}");
     }
 
     proptest! {

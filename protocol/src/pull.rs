@@ -1,15 +1,15 @@
 //! The pull scheduler: fetching one blob in fixed-size chunks from several providers.
 //!
 //! Sans-IO, like the directory and the router: the driver says which providers hold the
-//! blob and what came back for each request (the digest of the bytes it received, never
-//! the bytes), and carries out the outputs: ask a provider for a chunk, write a verified
+//! blob and what came back for each request (the bytes' link in the chunk list,
+//! [`crate::artifact::ChunkList::link`], never the bytes), and carries out the outputs: ask a provider for a chunk, write a verified
 //! chunk, penalise a provider. Every decision is here, so the simulator drives the same
 //! code as the node.
 //!
 //! # Rules
 //!
-//! - A chunk is written only when the bytes received hash to the chunk list's digest for
-//!   it (the chunk list is covered by the artifact's signed manifest), and only once.
+//! - A chunk is written only when the bytes received link to the chunk list's entry for it
+//!   (the chunk list is covered by the artifact's signed manifest), and only once.
 //! - Requests go to the provider with the fewest requests in flight, then the lowest
 //!   smoothed latency, then the lowest node id: load spreads over every provider, and a
 //!   slow one gets less. At most [`PullConfig::per_provider`] requests per provider and
@@ -69,7 +69,7 @@ pub enum Input {
     AddProvider(NodeId),
     /// A node that no longer does, or whose connection closed.
     RemoveProvider(NodeId),
-    /// The answer to a request: `len` bytes hashing to `digest`.
+    /// The answer to a request: `len` bytes whose link in the chunk list is `digest`.
     Chunk { provider: NodeId, index: u32, digest: Digest, len: u64 },
     /// The request failed (error answer, connection lost).
     Failed { provider: NodeId, index: u32, reason: String },
@@ -176,8 +176,8 @@ pub enum PullError {
 }
 
 impl Pull {
-    /// A pull of a `size`-byte blob in `chunk_size`-byte chunks whose digests are
-    /// `expected` (in order); `have` lists the chunks already written (a resumed pull).
+    /// A pull of a `size`-byte blob in `chunk_size`-byte chunks whose chunk-list entries
+    /// are `expected` (in order); `have` lists the chunks already written (a resumed pull).
     pub fn new(
         config: PullConfig,
         size: u64,

@@ -3,6 +3,7 @@
 
 use std::io;
 use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use libp2p::StreamProtocol;
@@ -100,33 +101,92 @@ impl Frame for ArtifactResponse {
     }
 }
 
-/// Codec for a request type and a response type.
+/// Codec for a request type and a response type. libp2p clones it for every stream; the
+/// clones share one pool of read buffers.
 #[derive(Debug)]
-pub struct FrameCodec<Req, Resp>(PhantomData<fn() -> (Req, Resp)>);
+pub struct FrameCodec<Req, Resp> {
+    buffers: Arc<BufferPool>,
+    _types: PhantomData<fn() -> (Req, Resp)>,
+}
 
 impl<Req, Resp> Default for FrameCodec<Req, Resp> {
     fn default() -> Self {
-        Self(PhantomData)
+        Self { buffers: Arc::default(), _types: PhantomData }
     }
 }
 
 impl<Req, Resp> Clone for FrameCodec<Req, Resp> {
     fn clone(&self) -> Self {
-        Self::default()
+        Self { buffers: Arc::clone(&self.buffers), _types: PhantomData }
     }
 }
 
-async fn read_frame<F: Frame, T: AsyncRead + Unpin + Send>(io: &mut T) -> io::Result<F> {
-    let mut bytes = Vec::with_capacity(F::CAPACITY);
-    // Read one byte past the limit, so an oversized message is detected, not truncated.
-    io.take(F::BYTES_MAX as u64 + 1).read_to_end(&mut bytes).await?;
-    if bytes.len() > F::BYTES_MAX {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("message longer than {} bytes", F::BYTES_MAX),
-        ));
+/// Read buffers kept between messages, already initialised: a fresh 1 MiB buffer per chunk
+/// costs zeroing and page faults on every answer.
+#[derive(Debug, Default)]
+struct BufferPool(Mutex<Vec<Vec<u8>>>);
+
+impl BufferPool {
+    /// Buffers kept at most (16 chunk-sized ones are 16 MiB, for 64 requests in flight).
+    const KEPT_MAX: usize = 16;
+
+    /// A buffer of at least `len` initialised bytes.
+    fn take(&self, len: usize) -> Vec<u8> {
+        let mut buffer = self.0.lock().unwrap_or_else(PoisonError::into_inner).pop().unwrap_or_default();
+        if buffer.len() < len {
+            buffer.resize(len, 0);
+        }
+        buffer
     }
-    F::decode(&bytes).map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))
+
+    /// Keeps `buffer` for another message, unless it grew past `len_max` (a rare large
+    /// message's buffer is not worth holding on to) or enough are kept.
+    fn give(&self, buffer: Vec<u8>, len_max: usize) {
+        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if kept.len() < Self::KEPT_MAX && buffer.len() <= len_max {
+            kept.push(buffer);
+        }
+    }
+}
+
+async fn read_frame<F: Frame, T: AsyncRead + Unpin + Send>(
+    io: &mut T,
+    buffers: &BufferPool,
+) -> io::Result<F> {
+    let mut buffer = buffers.take(F::CAPACITY);
+    let read = read_into(io, &mut buffer, F::BYTES_MAX).await;
+    let frame = read.and_then(|len| {
+        F::decode(&buffer[..len]).map_err(|err| io::Error::new(io::ErrorKind::InvalidData, err))
+    });
+    buffers.give(buffer, F::CAPACITY);
+    frame
+}
+
+/// Reads to the end of the stream into `buffer` (grown as needed, never zeroed again),
+/// refusing more than `len_max` bytes; returns the length read.
+async fn read_into<T: AsyncRead + Unpin + Send>(
+    io: &mut T,
+    buffer: &mut Vec<u8>,
+    len_max: usize,
+) -> io::Result<usize> {
+    let mut len = 0;
+    loop {
+        if len == buffer.len() {
+            // One byte past the limit, so an oversized message is detected, not truncated.
+            let grown = buffer.len().saturating_mul(2).clamp(4096, len_max + 1);
+            if grown <= len {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("message longer than {len_max} bytes"),
+                ));
+            }
+            buffer.resize(grown, 0);
+        }
+        match io.read(&mut buffer[len..]).await? {
+            0 => return Ok(len),
+            n => len += n,
+        }
+    }
 }
 
 async fn write_frame<T: AsyncWrite + Unpin + Send>(io: &mut T, bytes: Vec<u8>) -> io::Result<()> {
@@ -144,7 +204,7 @@ impl<Req: Frame, Resp: Frame> Codec for FrameCodec<Req, Resp> {
         _: &StreamProtocol,
         io: &mut T,
     ) -> io::Result<Req> {
-        read_frame(io).await
+        read_frame(io, &self.buffers).await
     }
 
     async fn read_response<T: AsyncRead + Unpin + Send>(
@@ -152,7 +212,7 @@ impl<Req: Frame, Resp: Frame> Codec for FrameCodec<Req, Resp> {
         _: &StreamProtocol,
         io: &mut T,
     ) -> io::Result<Resp> {
-        read_frame(io).await
+        read_frame(io, &self.buffers).await
     }
 
     async fn write_request<T: AsyncWrite + Unpin + Send>(
@@ -171,5 +231,40 @@ impl<Req: Frame, Resp: Frame> Codec for FrameCodec<Req, Resp> {
         response: Resp,
     ) -> io::Result<()> {
         write_frame(io, response.encode()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::io::Cursor;
+    use murmur_protocol::Digest;
+
+    use super::*;
+
+    fn read<F: Frame>(bytes: Vec<u8>, buffers: &BufferPool) -> io::Result<F> {
+        futures::executor::block_on(read_frame::<F, _>(&mut Cursor::new(bytes), buffers))
+    }
+
+    #[test]
+    fn frames_are_read_whole_with_reused_buffers_and_refused_past_the_limit() {
+        let buffers = BufferPool::default();
+        let chunk = ArtifactResponse::Bytes { data: (0..1_048_576u32).map(|i| i as u8).collect() };
+        assert_eq!(read::<ArtifactResponse>(chunk.encode(), &buffers).unwrap(), chunk);
+        let small = ArtifactResponse::Error { reason: "busy".into() };
+        // The second read reuses the first one's buffer: nothing left in it leaks in.
+        assert_eq!(read::<ArtifactResponse>(small.encode(), &buffers).unwrap(), small);
+        assert_eq!(buffers.0.lock().unwrap().len(), 1);
+
+        let request = ArtifactRequest::Blob { digest: Digest::of(b"c"), offset: 0, len: 1 };
+        let mut long = request.encode();
+        long.resize(ArtifactRequest::BYTES_MAX + 1, 0);
+        let err = read::<ArtifactRequest>(long, &buffers).unwrap_err();
+        assert!(err.to_string().contains("longer than"), "{err}");
+        let mut trailing = request.encode();
+        trailing.push(0);
+        assert_eq!(
+            read::<ArtifactRequest>(trailing, &buffers).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
     }
 }
