@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use murmur_protocol::artifact::{ArtifactRequest, ArtifactResponse, CHUNK_BYTES_MAX, ChunkList};
 use murmur_protocol::catalog::Catalog;
 use murmur_protocol::pull::{Input, Output, Pull, PullConfig, PullStats};
@@ -48,6 +48,10 @@ pub const IDLE_MAX: Duration = Duration::from_secs(60);
 /// How often a running pull looks for new providers (nodes that finished pulling the same
 /// artifact advertise it, and take load off the first ones).
 pub const PROVIDER_REFRESH: Duration = Duration::from_secs(2);
+/// Bytes a pull writes before it flushes its file to disk in the background, so the fsync
+/// before the commit finds little left to write (it took 0.17 s of a 1.2 s pull of 512 MiB
+/// when everything waited for it).
+pub const FLUSH_EVERY: u64 = 64 << 20;
 /// Manifests advertised at most (the advert's own bound).
 pub const PROVIDED_MAX: usize = murmur_protocol::limits::ADVERT_ARTIFACTS_MAX;
 
@@ -568,7 +572,8 @@ impl Fetcher {
         let mut run = Run {
             pull,
             chunks: Arc::new(chunks.clone()),
-            file,
+            file: Arc::new(file),
+            flush: Flush::default(),
             received: HashMap::new(),
             known: providers.iter().copied().collect(),
             used: BTreeSet::new(),
@@ -640,7 +645,8 @@ impl Fetcher {
                 }
             }
         }
-        let Run { pull, file, used, mut outcome, size, chunks, .. } = run;
+        let Run { pull, file, used, mut outcome, size, chunks, flush, .. } = run;
+        flush.finish().await?;
         outcome.stats = pull.stats().clone();
         outcome.providers = used.len();
         let path = part.to_path_buf();
@@ -724,7 +730,8 @@ struct Run {
     pull: Pull,
     /// What each chunk must link to.
     chunks: Arc<ChunkList>,
-    file: File,
+    file: Arc<File>,
+    flush: Flush,
     /// Bytes received and not yet approved or refused, by (provider, chunk).
     received: HashMap<(NodeId, u32), Vec<u8>>,
     known: BTreeSet<NodeId>,
@@ -778,6 +785,7 @@ impl Run {
                         self.received.remove(&(provider, index)).context("approved bytes went missing")?;
                     let (offset, _) = self.pull.range(index);
                     self.file.write_all_at(&data, offset).context("cannot write to the pull file")?;
+                    self.flush.wrote(&self.file, data.len() as u64)?;
                     self.written = self.written.saturating_add(data.len() as u64).min(self.size);
                     self.last_write = Instant::now();
                     self.outcome.fetched += data.len() as u64;
@@ -799,6 +807,45 @@ impl Run {
         self.received.clear();
         self.done |= self.pull.is_done();
         Ok(requests)
+    }
+}
+
+/// Background flushes of a pull file: one at a time, every [`FLUSH_EVERY`] bytes written.
+/// A failed flush fails the pull (after a failed fsync the kernel may report the next one
+/// clean, so the error must not be lost).
+#[derive(Default)]
+struct Flush {
+    unflushed: u64,
+    running: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Flush {
+    fn wrote(&mut self, file: &Arc<File>, len: u64) -> anyhow::Result<()> {
+        self.unflushed += len;
+        if self.unflushed < FLUSH_EVERY {
+            return Ok(());
+        }
+        if let Some(running) = self.running.take_if(|running| running.is_finished()) {
+            running
+                .now_or_never()
+                .context("a finished flush is ready")?
+                .context("the flush panicked")?
+                .context("cannot flush the pull file")?;
+        }
+        if self.running.is_none() {
+            self.unflushed = 0;
+            let file = Arc::clone(file);
+            self.running = Some(tokio::task::spawn_blocking(move || file.sync_data()));
+        }
+        Ok(())
+    }
+
+    /// Waits for the flush in progress; its error is the pull's.
+    async fn finish(self) -> anyhow::Result<()> {
+        if let Some(running) = self.running {
+            running.await.context("the flush panicked")?.context("cannot flush the pull file")?;
+        }
+        Ok(())
     }
 }
 
@@ -877,6 +924,23 @@ mod tests {
             let (_, have) = open_part(&path, &list).unwrap();
             assert_eq!(have, vec![0, 2], "version {}", list.v);
         }
+    }
+
+    #[tokio::test]
+    async fn a_pull_file_is_flushed_in_the_background_every_so_many_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, file) = part(dir.path(), b"some bytes");
+        let file = Arc::new(file);
+        let mut flush = Flush::default();
+        flush.wrote(&file, FLUSH_EVERY - 1).unwrap();
+        assert!(flush.running.is_none());
+        flush.wrote(&file, 1).unwrap();
+        assert!(flush.running.is_some(), "a flush starts once FLUSH_EVERY bytes were written");
+        assert_eq!(flush.unflushed, 0);
+        // While one runs, another waits for it; bytes keep counting.
+        flush.wrote(&file, FLUSH_EVERY).unwrap();
+        assert!(flush.unflushed == FLUSH_EVERY || flush.unflushed == 0);
+        flush.finish().await.unwrap();
     }
 
     #[test]
