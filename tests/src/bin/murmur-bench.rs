@@ -92,6 +92,10 @@ enum Bench {
         /// Where to write the JSON results.
         #[arg(long, default_value = "bench-pull.json")]
         out: PathBuf,
+        /// Run the providers on core 0 and the puller on core 1 (with `taskset`), so that
+        /// no end shares a core with the other: shows which end is the limit.
+        #[arg(long)]
+        pin_cores: bool,
     },
     /// Bundle export, verify and import throughput next to SHA-256 and a file copy.
     Bundle {
@@ -149,7 +153,9 @@ fn main() -> anyhow::Result<()> {
         Bench::Runtime { iterations, out } => runtime_bench::run(iterations, &out)?,
         Bench::Tasks { samples, seconds, out } => tasks_bench::run(samples, seconds, &out)?,
         Bench::Bundle { sizes_mib, runs, out } => bundle_bench::run(&sizes_mib, runs, &out)?,
-        Bench::Pull { sizes_mib, runs, out } => pull_bench::run(&sizes_mib, runs, &out)?,
+        Bench::Pull { sizes_mib, runs, out, pin_cores } => {
+            pull_bench::run(&sizes_mib, runs, &out, pin_cores)?
+        }
         Bench::Mesh { sizes, runs, out } => {
             let convergence: Vec<Convergence> =
                 sizes.iter().map(|&n| convergence(n, runs)).collect::<anyhow::Result<_>>()?;
@@ -430,6 +436,8 @@ mod pull_bench {
         copy_mb_s: f64,
         one_provider_mb_s: f64,
         two_providers_mb_s: f64,
+        /// Providers on core 0, the puller on core 1 (`--pin-cores`).
+        pinned_cores: bool,
     }
 
     fn median(mut v: Vec<f64>) -> f64 {
@@ -437,20 +445,29 @@ mod pull_bench {
         v[v.len() / 2]
     }
 
-    fn node(dir: &Path, peer: Option<&TestNode>) -> anyhow::Result<TestNode> {
-        let mut args: Vec<String> = LOOPBACK.iter().map(|s| (*s).to_owned()).collect();
+    /// Starts a node, on core `core` alone when given (through `taskset`).
+    fn node(dir: &Path, peer: Option<&TestNode>, core: Option<u32>) -> anyhow::Result<TestNode> {
+        let mut args: Vec<String> = vec!["--api".into(), "127.0.0.1:0".into()];
+        args.extend(LOOPBACK.iter().map(|s| (*s).to_owned()));
         if let Some(peer) = peer {
             args.push("--bootstrap".into());
             args.push(peer.dial_addrs()[0].clone());
         }
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        TestNode::start_in(dir, &args)
+        let launcher: Vec<String> =
+            core.map(|core| vec!["taskset".into(), "-c".into(), core.to_string()]).unwrap_or_default();
+        TestNode::launch(&launcher, dir, &args)
     }
 
     /// Pulls NAME@1.0.0 on a fresh node that knows `providers` providers; MB/s.
-    fn pull_once(first: &TestNode, providers: usize, public: &str, size: u64) -> anyhow::Result<f64> {
+    fn pull_once(
+        first: &TestNode,
+        providers: usize,
+        (public, pin): (&str, bool),
+        size: u64,
+    ) -> anyhow::Result<f64> {
         let dir = init_data_dir_with(&trusting(public));
-        let puller = node(dir.path(), Some(first))?;
+        let puller = node(dir.path(), Some(first), pin.then_some(1))?;
         wait_for(Duration::from_secs(30), "the providers' adverts", || {
             let peers = puller.get("/v1/peers").ok()?;
             let n = peers["peers"].as_array()?.iter().filter(|p| p["artifacts"] == 1).count();
@@ -469,7 +486,15 @@ mod pull_bench {
         Ok(size as f64 / 1e6 / (ms / 1000.0))
     }
 
-    pub fn run(sizes_mib: &[u64], runs: usize, out: &Path) -> anyhow::Result<()> {
+    pub fn run(sizes_mib: &[u64], runs: usize, out: &Path, pin_cores: bool) -> anyhow::Result<()> {
+        if pin_cores {
+            let taskset = std::process::Command::new("taskset").args(["-c", "1", "true"]).status();
+            anyhow::ensure!(
+                taskset.is_ok_and(|s| s.success()),
+                "--pin-cores needs `taskset` (util-linux) and at least two cores"
+            );
+        }
+        let provider_core = pin_cores.then_some(0);
         let work = tempfile::tempdir()?;
         let (key, public) = publisher(work.path());
         let mut rows = Vec::new();
@@ -512,13 +537,13 @@ mod pull_bench {
             }
             let (mut one, mut two) = (vec![], vec![]);
             {
-                let first = node(provider_dirs[0].path(), None)?;
+                let first = node(provider_dirs[0].path(), None, provider_core)?;
                 for _ in 0..runs.max(1) {
-                    one.push(pull_once(&first, 1, &public, size)?);
+                    one.push(pull_once(&first, 1, (&public, pin_cores), size)?);
                 }
-                let _second = node(provider_dirs[1].path(), Some(&first))?;
+                let _second = node(provider_dirs[1].path(), Some(&first), provider_core)?;
                 for _ in 0..runs.max(1) {
-                    two.push(pull_once(&first, 2, &public, size)?);
+                    two.push(pull_once(&first, 2, (&public, pin_cores), size)?);
                 }
             }
             rows.push(Row {
@@ -528,6 +553,7 @@ mod pull_bench {
                 copy_mb_s: median(copy),
                 one_provider_mb_s: median(one),
                 two_providers_mb_s: median(two),
+                pinned_cores: pin_cores,
             });
         }
         println!(
@@ -545,6 +571,9 @@ mod pull_bench {
                 100.0 * r.one_provider_mb_s / r.sha256_mb_s,
                 100.0 * r.two_providers_mb_s / r.sha256_mb_s
             );
+        }
+        if pin_cores {
+            println!("(pinned: the providers on core 0, the puller on core 1)");
         }
         std::fs::write(out, serde_json::to_string_pretty(&rows)?)?;
         eprintln!("wrote {}", out.display());
