@@ -14,7 +14,7 @@
 //! A pull started again after a crash (or a failed attempt) hashes that file's chunks and
 //! asks only for those that do not match, so nothing trusted is kept in a side file.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -25,10 +25,9 @@ use anyhow::{Context, bail};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use murmur_protocol::artifact::{ArtifactRequest, ArtifactResponse, CHUNK_BYTES_MAX, ChunkList};
-use murmur_protocol::catalog::Catalog;
 use murmur_protocol::pull::{Input, Output, Pull, PullConfig, PullStats};
-use murmur_protocol::trust::open_trusted;
-use murmur_protocol::{Digest, Envelope, NodeId, PublicKey};
+use murmur_protocol::resolve::{Candidate, Resolution};
+use murmur_protocol::{Digest, NodeId, PublicKey};
 use serde::Serialize;
 use tracing::{info, warn};
 
@@ -281,7 +280,8 @@ impl Fetcher {
                 refusals.join("; ")
             );
         };
-        let (manifest, signature, trusted_by) = (candidate.manifest, candidate.signature, candidate.why);
+        let (manifest, signature, trusted_by) =
+            (candidate.manifest, candidate.signature, candidate.basis.to_string());
         let mut providers = candidate.holders;
         for node in self.inner.mesh.artifact_providers(Some(manifest)).await? {
             if !providers.contains(&node) {
@@ -363,13 +363,8 @@ impl Fetcher {
     }
 
     /// Asks providers which manifest they hold as name@version, in waves of
-    /// [`RESOLVE_FANOUT`] until one it can trust answers, and returns the candidates in
-    /// order of preference:
-    /// - with a pin equal to an offered manifest digest, that manifest alone;
-    /// - with a pin that is not (a content digest), every offered manifest, most holders
-    ///   first, each to be checked against the pin once fetched ([`Fetcher::metadata`]);
-    /// - without a pin, the manifests a trusted publisher signed for name@version, most
-    ///   holders first, then the lowest digest (every node picks the same).
+    /// [`RESOLVE_FANOUT`] until the protocol's [`Resolution`] is settled, and returns its
+    /// candidates in order of preference (trust and order are decided there).
     async fn resolve(
         &self,
         want: &Want,
@@ -381,8 +376,8 @@ impl Fetcher {
             bail!("no node in this mesh advertises any artifact (is the node connected? see `mur peers`)");
         }
         progress(Progress::Resolving { providers: nodes.len() });
-        let mut offered: BTreeMap<Digest, Candidate> = BTreeMap::new();
-        let mut untrusted: BTreeSet<Digest> = BTreeSet::new();
+        let mut resolution =
+            Resolution::new(&want.name, &want.version, want.pin, self.inner.publishers.clone());
         for wave in nodes.chunks(RESOLVE_FANOUT) {
             let mut asks: FuturesUnordered<_> = wave
                 .iter()
@@ -393,70 +388,15 @@ impl Fetcher {
                 })
                 .collect();
             while let Some((node, answer)) = asks.next().await {
-                let Ok(Ok(ArtifactResponse::Resolved { manifest, signature, .. })) = answer else { continue };
-                // A signature by a trusted publisher naming this manifest as name@version:
-                // the trust without a pin, and kept with the artifact either way (so this node
-                // can pass it on to peers that rely on the publisher).
-                let signed = signature.and_then(|envelope| {
-                    open_trusted::<Catalog>(envelope.clone(), &self.inner.publishers)
-                        .ok()
-                        .filter(|c| c.doc().manifest_of(&want.name, &want.version) == Some(manifest))
-                        .map(|c| (envelope, c.signer()))
-                });
-                let why = match (want.pin, signed) {
-                    (Some(pin), signed) if pin == manifest => {
-                        Some((signed.map(|(e, _)| e), format!("pinned digest {pin}")))
-                    }
-                    (Some(pin), signed) => {
-                        Some((signed.map(|(e, _)| e), format!("pinned content digest {pin}")))
-                    }
-                    (None, Some((envelope, signer))) => Some((Some(envelope), format!("publisher {signer}"))),
-                    (None, None) => None,
-                };
-                match why {
-                    Some((signature, why)) => {
-                        let candidate = offered.entry(manifest).or_insert_with(|| Candidate {
-                            manifest,
-                            holders: Vec::new(),
-                            signature: None,
-                            why,
-                        });
-                        candidate.holders.push(node);
-                        if candidate.signature.is_none() {
-                            candidate.signature = signature;
-                        }
-                    }
-                    None => {
-                        untrusted.insert(manifest);
-                    }
+                if let Ok(Ok(ArtifactResponse::Resolved { manifest, signature, .. })) = answer {
+                    resolution.offered(node, manifest, signature);
                 }
             }
-            if want.pin.is_some_and(|pin| offered.contains_key(&pin))
-                || (want.pin.is_none() && !offered.is_empty())
-            {
+            if resolution.settled() {
                 break;
             }
         }
-        if let Some(pin) = want.pin
-            && let Some(exact) = offered.remove(&pin)
-        {
-            return Ok(vec![exact]);
-        }
-        let mut candidates: Vec<Candidate> = offered.into_values().collect();
-        candidates.sort_by_key(|c| (std::cmp::Reverse(c.holders.len()), c.manifest));
-        if candidates.is_empty() {
-            if untrusted.is_empty() {
-                bail!("no provider holds {}@{} (asked {} node(s))", want.name, want.version, nodes.len());
-            }
-            bail!(
-                "{} provider(s) offer {}@{} (manifest {}) but none with a signature by a publisher in this node's trust.publishers; add the publisher's key there, or pin the digest with --digest",
-                untrusted.len(),
-                want.name,
-                want.version,
-                untrusted.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
-            );
-        }
-        Ok(candidates)
+        resolution.finish().map_err(|err| anyhow::anyhow!("{err} (asked {} node(s))", nodes.len()))
     }
 
     /// Fetches and checks a candidate's manifest, config and chunk list: each against its
@@ -656,17 +596,6 @@ impl Fetcher {
             .context("the final check failed")??;
         Ok(outcome)
     }
-}
-
-/// A manifest offered for name@version, with why it may be trusted.
-#[derive(Debug)]
-struct Candidate {
-    manifest: Digest,
-    /// Nodes that offered it.
-    holders: Vec<NodeId>,
-    /// The publisher's signature, to keep with it.
-    signature: Option<Envelope>,
-    why: String,
 }
 
 /// A candidate's checked metadata.

@@ -51,6 +51,7 @@ pub mod names;
 pub mod peer_url;
 pub mod pull;
 pub mod replicate;
+pub mod resolve;
 pub mod route;
 pub mod signed;
 pub mod sync;
