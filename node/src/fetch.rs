@@ -17,7 +17,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -483,7 +483,8 @@ impl Fetcher {
     }
 
     /// Fetches the content into `part` chunk by chunk, as the protocol's pull scheduler
-    /// directs, then checks the whole file against `content` and fsyncs it. New providers
+    /// directs, then fsyncs it (checking the whole file against `content` first when the
+    /// chunk list does not prove it). New providers
     /// of `manifest` (nodes that finished their own pull) join as they appear.
     async fn fetch_content(
         &self,
@@ -513,7 +514,7 @@ impl Fetcher {
             pull,
             chunks: Arc::new(chunks.clone()),
             file: Arc::new(file),
-            flush: Flush::default(),
+            flush: Flush::new(part),
             received: HashMap::new(),
             known: providers.iter().copied().collect(),
             used: BTreeSet::new(),
@@ -631,7 +632,11 @@ struct PullOutcome {
 /// A chunk request's answer; bytes come with their link in the chunk list, computed on a
 /// blocking thread so that hashing overlaps the pull's network work.
 enum Answer {
-    Bytes { data: Vec<u8>, link: Digest },
+    /// `link` is `None` for bytes of the wrong length (the scheduler refuses those).
+    Bytes {
+        data: Vec<u8>,
+        link: Option<Digest>,
+    },
     Other(Result<ArtifactResponse, String>),
 }
 
@@ -681,6 +686,9 @@ impl Run {
         let input = match answer {
             Answer::Bytes { data, link } => {
                 let len = data.len() as u64;
+                // Wrong-length bytes: `Pull` refuses them for their length whatever the
+                // digest, so their plain digest stands in for a link.
+                let link = link.unwrap_or_else(|| Digest::of(&data));
                 self.received.insert((provider, index), data);
                 Input::Chunk { provider, index, digest: link, len }
             }
@@ -740,26 +748,31 @@ impl Run {
 }
 
 /// Background flushes of a pull file: one at a time, every [`FLUSH_EVERY`] bytes written.
-/// A failed flush fails the pull (after a failed fsync the kernel may report the next one
-/// clean, so the error must not be lost).
-#[derive(Default)]
+/// A failed flush fails the pull and deletes the pull file: after a failed fsync the
+/// kernel may report the next one clean, and a resume would trust bytes the page cache
+/// still holds but the disk never got.
 struct Flush {
+    path: PathBuf,
     unflushed: u64,
     running: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
 
 impl Flush {
+    fn new(path: &Path) -> Self {
+        Self { path: path.to_path_buf(), unflushed: 0, running: None }
+    }
+
     fn wrote(&mut self, file: &Arc<File>, len: u64) -> anyhow::Result<()> {
         self.unflushed += len;
         if self.unflushed < FLUSH_EVERY {
             return Ok(());
         }
         if let Some(running) = self.running.take_if(|running| running.is_finished()) {
-            running
+            // Unconstrained: a finished task is ready even when this task's budget is spent.
+            let result = tokio::task::coop::unconstrained(running)
                 .now_or_never()
-                .context("a finished flush is ready")?
-                .context("the flush panicked")?
-                .context("cannot flush the pull file")?;
+                .context("a finished flush is ready")?;
+            self.check(result)?;
         }
         if self.running.is_none() {
             self.unflushed = 0;
@@ -770,11 +783,22 @@ impl Flush {
     }
 
     /// Waits for the flush in progress; its error is the pull's.
-    async fn finish(self) -> anyhow::Result<()> {
-        if let Some(running) = self.running {
-            running.await.context("the flush panicked")?.context("cannot flush the pull file")?;
+    async fn finish(mut self) -> anyhow::Result<()> {
+        if let Some(running) = self.running.take() {
+            let result = running.await;
+            self.check(result)?;
         }
         Ok(())
+    }
+
+    fn check(&self, result: Result<std::io::Result<()>, tokio::task::JoinError>) -> anyhow::Result<()> {
+        let failed = match result {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(err)) => anyhow::Error::new(err).context("cannot flush the pull file"),
+            Err(err) => anyhow::Error::new(err).context("the flush panicked"),
+        };
+        let _ = std::fs::remove_file(&self.path);
+        Err(failed.context("the pull file was deleted; the next pull starts over"))
     }
 }
 
@@ -795,7 +819,7 @@ fn open_part(path: &Path, chunks: &ChunkList) -> anyhow::Result<(File, Vec<u32>)
             let offset = index as u64 * chunks.chunk_size;
             let len = usize::try_from(chunks.chunk_size.min(chunks.size - offset))?;
             file.read_exact_at(&mut buf[..len], offset)?;
-            if chunks.link(u32::try_from(index)?, &buf[..len]) == *expected {
+            if chunks.link(u32::try_from(index)?, &buf[..len]) == Some(*expected) {
                 have.push(u32::try_from(index)?);
             }
         }
@@ -810,6 +834,19 @@ fn open_part(path: &Path, chunks: &ChunkList) -> anyhow::Result<(File, Vec<u32>)
 /// A file that does not match is deleted (the chunk list and the content digest disagree:
 /// the publisher's manifest is inconsistent).
 fn finish_part(path: &Path, file: &File, (content, proven): (Digest, bool), size: u64) -> anyhow::Result<()> {
+    let synced = finish_part_inner(path, file, (content, proven), size);
+    if synced.is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    synced
+}
+
+fn finish_part_inner(
+    path: &Path,
+    file: &File,
+    (content, proven): (Digest, bool),
+    size: u64,
+) -> anyhow::Result<()> {
     if !proven {
         let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
         std::io::Seek::rewind(&mut reader)?;
@@ -828,8 +865,6 @@ fn finish_part(path: &Path, file: &File, (content, proven): (Digest, bool), size
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use super::*;
 
     /// A pull file holding `bytes`, as a pull would have left it.
@@ -856,20 +891,27 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_pull_file_is_flushed_in_the_background_every_so_many_bytes() {
+    async fn a_pull_file_is_flushed_in_the_background_and_a_failed_flush_deletes_it() {
         let dir = tempfile::tempdir().unwrap();
-        let (_, file) = part(dir.path(), b"some bytes");
+        let (path, file) = part(dir.path(), b"some bytes");
         let file = Arc::new(file);
-        let mut flush = Flush::default();
+        let mut flush = Flush::new(&path);
         flush.wrote(&file, FLUSH_EVERY - 1).unwrap();
         assert!(flush.running.is_none());
         flush.wrote(&file, 1).unwrap();
         assert!(flush.running.is_some(), "a flush starts once FLUSH_EVERY bytes were written");
         assert_eq!(flush.unflushed, 0);
-        // While one runs, another waits for it; bytes keep counting.
-        flush.wrote(&file, FLUSH_EVERY).unwrap();
-        assert!(flush.unflushed == FLUSH_EVERY || flush.unflushed == 0);
         flush.finish().await.unwrap();
+        assert!(path.exists());
+
+        // A flush that fails (here: an fsync of a descriptor opened for reading only
+        // succeeds on Linux, so a failed result is handed in as the blocking task's)
+        // fails the pull and deletes the file.
+        let flush = Flush::new(&path);
+        let failed = Ok(Err(std::io::Error::other("disk on fire")));
+        let err = flush.check(failed).unwrap_err();
+        assert!(format!("{err:#}").contains("disk on fire"), "{err:#}");
+        assert!(!path.exists(), "a pull file whose flush failed is deleted");
     }
 
     #[test]

@@ -218,29 +218,28 @@ impl ChunkList {
     }
 
     /// What chunk `index` holding `bytes` links to: the value the list must hold at
-    /// `index` for the bytes to be that chunk. Bytes of the wrong length never match.
+    /// `index` for the bytes to be that chunk. `None` for bytes of the wrong length (or an
+    /// index past the end), which can never be the chunk.
     #[must_use]
-    pub fn link(&self, index: u32, bytes: &[u8]) -> Digest {
+    pub fn link(&self, index: u32, bytes: &[u8]) -> Option<Digest> {
         let index = index as usize;
         let offset = (index as u64).saturating_mul(self.chunk_size);
         let expected_len = self.chunk_size.min(self.size.saturating_sub(offset));
-        if self.v == CHUNK_LIST_VERSION_PER_CHUNK
-            || index >= self.chunks.len()
-            || bytes.len() as u64 != expected_len
-        {
-            // Version 1's check; in version 2, bytes that cannot be the chunk get a plain
-            // digest, which no chaining value equals short of breaking SHA-256.
-            return Digest::of(bytes);
+        if index >= self.chunks.len() || bytes.len() as u64 != expected_len {
+            return None;
+        }
+        if self.v == CHUNK_LIST_VERSION_PER_CHUNK {
+            return Some(Digest::of(bytes));
         }
         let mut chain = match index.checked_sub(1) {
             Some(before) => Chain::resume(&self.chunks[before]),
             None => Chain::start(),
         };
         if index + 1 == self.chunks.len() {
-            return chain.finish(bytes, self.size);
+            return Some(chain.finish(bytes, self.size));
         }
-        chain.absorb(bytes);
-        chain.value()
+        // A chunk size that is not whole blocks (refused by `decode`) links to nothing.
+        chain.absorb(bytes).then(|| chain.value())
     }
 
     /// Whether chunks that all match this list are, together, content with digest
@@ -390,17 +389,20 @@ mod tests {
         // Checked in any order, each from the list alone.
         for index in [2u32, 0, 1] {
             let (from, to) = (index as usize * 4096, (index as usize * 4096 + 4096).min(bytes.len()));
-            assert_eq!(list.link(index, &bytes[from..to]), list.chunks[index as usize]);
+            assert_eq!(list.link(index, &bytes[from..to]), Some(list.chunks[index as usize]));
             let mut flipped = bytes[from..to].to_vec();
             flipped[7] ^= 1;
-            assert_ne!(list.link(index, &flipped), list.chunks[index as usize]);
-            assert_ne!(list.link(index, &bytes[from..to - 64]), list.chunks[index as usize]);
+            assert_ne!(list.link(index, &flipped), Some(list.chunks[index as usize]));
+            assert_eq!(list.link(index, &bytes[from..to - 64]), None);
         }
-        // Another chunk's bytes never link in its place.
-        assert_ne!(list.link(1, &bytes[..4096]), list.chunks[1]);
+        // Another chunk's bytes never link in its place; the whole content is not the last
+        // chunk even though the last entry is its digest.
+        assert_ne!(list.link(1, &bytes[..4096]), Some(list.chunks[1]));
+        assert_eq!(list.link(2, &bytes), None);
+        assert_eq!(list.link(3, &bytes[..16]), None);
         // A single-chunk list is the content digest, whatever the version.
         let single = ChunkList::single(Digest::of(&bytes), bytes.len() as u64);
-        assert_eq!(single.link(0, &bytes), single.chunks[0]);
+        assert_eq!(single.link(0, &bytes), Some(single.chunks[0]));
         assert!(single.proves(&Digest::of(&bytes)));
     }
 
@@ -415,7 +417,8 @@ mod tests {
         };
         let read = ChunkList::decode(&v1.encode()).unwrap();
         assert_eq!(read, v1);
-        assert_eq!(read.link(1, &bytes[4096..8192]), v1.chunks[1]);
+        assert_eq!(read.link(1, &bytes[4096..8192]), Some(v1.chunks[1]));
+        assert_eq!(read.link(1, &bytes[4096..8000]), None);
         assert!(!read.proves(&Digest::of(&bytes)));
         let mut v3 = v1;
         v3.v = 3;

@@ -75,8 +75,6 @@ impl FromStr for Digest {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Chain {
     state: [u32; 8],
-    /// Bytes absorbed so far (from this chain's start, not from the content's).
-    absorbed: u64,
 }
 
 impl Chain {
@@ -97,7 +95,7 @@ impl Chain {
     /// A chain at the start of the content.
     #[must_use]
     pub fn start() -> Self {
-        Self { state: Self::INITIAL, absorbed: 0 }
+        Self { state: Self::INITIAL }
     }
 
     /// A chain at the chaining value `value` (as [`Chain::value`] wrote it).
@@ -107,7 +105,7 @@ impl Chain {
         for (word, bytes) in state.iter_mut().zip(value.0.as_chunks::<4>().0) {
             *word = u32::from_be_bytes(*bytes);
         }
-        Self { state, absorbed: 0 }
+        Self { state }
     }
 
     /// Absorbs `bytes`; `false` (and nothing absorbed) unless they are a whole number of
@@ -118,7 +116,6 @@ impl Chain {
             return false;
         }
         compress256(&mut self.state, blocks);
-        self.absorbed += bytes.len() as u64;
         true
     }
 
@@ -175,6 +172,20 @@ mod tests {
                 at += piece;
             }
             prop_assert_eq!(Chain::resume(&value).finish(&bytes[at..], bytes.len() as u64), whole);
+        }
+    }
+
+    #[test]
+    fn padding_is_right_at_every_block_boundary() {
+        let bytes: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+        for len in [0, 1, 55, 56, 57, 63, 64, 65, 119, 120, 127, 128, 129, 300] {
+            let data = &bytes[..len];
+            assert_eq!(Chain::start().finish(data, len as u64), Digest::of(data), "{len} bytes");
+            if len >= 64 {
+                let mut chain = Chain::start();
+                assert!(chain.absorb(&data[..64]));
+                assert_eq!(chain.finish(&data[64..], len as u64), Digest::of(data), "{len} bytes, resumed");
+            }
         }
     }
 

@@ -97,7 +97,10 @@ pub struct Resolution {
 }
 
 impl Resolution {
-    /// Distinct manifests kept at most: each digest a provider names costs memory.
+    /// Distinct manifests kept at most, counting only offers anyone may make (untrusted
+    /// ones, and any manifest under a content pin): each costs memory. The pinned manifest
+    /// and manifests a trusted publisher signed are always kept, so junk offers cannot
+    /// push them out.
     pub const OFFERED_MAX: usize = 256;
 
     /// A resolution of `name@version`, pinned to a manifest or content digest or trusting
@@ -117,13 +120,6 @@ impl Resolution {
     /// Provider `node` answered that it holds `manifest` as `name@version`, with the
     /// publisher `signature` it holds for it, if any.
     pub fn offered(&mut self, node: NodeId, manifest: Digest, signature: Option<Envelope>) {
-        if !self.holders.contains_key(&manifest) && self.holders.len() >= Self::OFFERED_MAX {
-            return;
-        }
-        let holders = self.holders.entry(manifest).or_default();
-        if !holders.contains(&node) {
-            holders.push(node);
-        }
         // A signature counts only if a trusted publisher made it for this very manifest
         // as this name@version.
         let signed = signature.and_then(|envelope| {
@@ -132,15 +128,34 @@ impl Resolution {
                 .then(|| (envelope, catalog.signer()))
         });
         let basis = match (self.pin, &signed) {
-            (Some(pin), _) if pin == manifest => Basis::PinnedManifest(pin),
-            (Some(pin), _) => Basis::PinnedContent(pin),
-            (None, Some((_, signer))) => Basis::Publisher(*signer),
-            (None, None) => return,
+            (Some(pin), _) if pin == manifest => Some(Basis::PinnedManifest(pin)),
+            (None, Some((_, signer))) => Some(Basis::Publisher(*signer)),
+            (Some(pin), _) => Some(Basis::PinnedContent(pin)),
+            (None, None) => None,
         };
+        let vouched = matches!(basis, Some(Basis::PinnedManifest(_) | Basis::Publisher(_)));
+        if !vouched && !self.holders.contains_key(&manifest) && self.open_offers() >= Self::OFFERED_MAX {
+            return;
+        }
+        let holders = self.holders.entry(manifest).or_default();
+        if !holders.contains(&node) {
+            holders.push(node);
+        }
+        let Some(basis) = basis else { return };
         let (_, kept) = self.trusted.entry(manifest).or_insert((basis, None));
         if kept.is_none() {
             *kept = signed.map(|(envelope, _)| envelope);
         }
+    }
+
+    /// Offered manifests nobody vouches for (see [`Resolution::OFFERED_MAX`]).
+    fn open_offers(&self) -> usize {
+        self.holders
+            .keys()
+            .filter(|m| {
+                !matches!(self.trusted.get(m), Some((Basis::PinnedManifest(_) | Basis::Publisher(_), _)))
+            })
+            .count()
     }
 
     /// Whether asking more providers can change nothing that matters: the pinned manifest
@@ -283,12 +298,25 @@ mod tests {
     }
 
     #[test]
-    fn offers_are_bounded() {
+    fn offers_are_bounded_but_junk_never_pushes_out_a_vouched_manifest() {
         let content = Digest::of(b"content");
         let mut r = Resolution::new("tool", "1.0.0", Some(content), vec![]);
         for i in 0..(Resolution::OFFERED_MAX as u32 + 10) {
             r.offered(node(1), Digest::of(&i.to_be_bytes()), None);
         }
         assert_eq!(r.finish().unwrap().len(), Resolution::OFFERED_MAX);
+
+        let publisher = SecretKey::from_seed([9; 32]);
+        let (signed, pinned) = (Digest::of(b"signed"), Digest::of(b"pinned"));
+        let mut r = Resolution::new("tool", "1.0.0", None, vec![publisher.public()]);
+        let mut p = Resolution::new("tool", "1.0.0", Some(pinned), vec![]);
+        for i in 0..(Resolution::OFFERED_MAX as u32 + 10) {
+            r.offered(node(1), Digest::of(&i.to_be_bytes()), None);
+            p.offered(node(1), Digest::of(&i.to_be_bytes()), None);
+        }
+        r.offered(node(2), signed, Some(signature(&publisher, "tool", signed)));
+        p.offered(node(2), pinned, None);
+        assert_eq!(r.finish().unwrap()[0].manifest, signed);
+        assert_eq!(p.finish().unwrap()[0].manifest, pinned);
     }
 }

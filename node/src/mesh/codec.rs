@@ -102,22 +102,28 @@ impl Frame for ArtifactResponse {
 }
 
 /// Codec for a request type and a response type. libp2p clones it for every stream; the
-/// clones share one pool of read buffers.
+/// clones share two pools of read buffers, one for requests and one for responses (their
+/// sizes differ: a chunk answer's buffer is not worth keeping for a small request).
 #[derive(Debug)]
 pub struct FrameCodec<Req, Resp> {
-    buffers: Arc<BufferPool>,
+    requests: Arc<BufferPool>,
+    responses: Arc<BufferPool>,
     _types: PhantomData<fn() -> (Req, Resp)>,
 }
 
 impl<Req, Resp> Default for FrameCodec<Req, Resp> {
     fn default() -> Self {
-        Self { buffers: Arc::default(), _types: PhantomData }
+        Self { requests: Arc::default(), responses: Arc::default(), _types: PhantomData }
     }
 }
 
 impl<Req, Resp> Clone for FrameCodec<Req, Resp> {
     fn clone(&self) -> Self {
-        Self { buffers: Arc::clone(&self.buffers), _types: PhantomData }
+        Self {
+            requests: Arc::clone(&self.requests),
+            responses: Arc::clone(&self.responses),
+            _types: PhantomData,
+        }
     }
 }
 
@@ -182,9 +188,11 @@ async fn read_into<T: AsyncRead + Unpin + Send>(
             }
             buffer.resize(grown, 0);
         }
-        match io.read(&mut buffer[len..]).await? {
-            0 => return Ok(len),
-            n => len += n,
+        match io.read(&mut buffer[len..]).await {
+            Ok(0) => return Ok(len),
+            Ok(n) => len += n,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
         }
     }
 }
@@ -204,7 +212,7 @@ impl<Req: Frame, Resp: Frame> Codec for FrameCodec<Req, Resp> {
         _: &StreamProtocol,
         io: &mut T,
     ) -> io::Result<Req> {
-        read_frame(io, &self.buffers).await
+        read_frame(io, &self.requests).await
     }
 
     async fn read_response<T: AsyncRead + Unpin + Send>(
@@ -212,7 +220,7 @@ impl<Req: Frame, Resp: Frame> Codec for FrameCodec<Req, Resp> {
         _: &StreamProtocol,
         io: &mut T,
     ) -> io::Result<Resp> {
-        read_frame(io, &self.buffers).await
+        read_frame(io, &self.responses).await
     }
 
     async fn write_request<T: AsyncWrite + Unpin + Send>(
