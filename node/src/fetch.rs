@@ -424,12 +424,8 @@ impl Fetcher {
             Some((digest, len)) => {
                 let bytes = self.fetch_whole(providers, digest, Some(len)).await?;
                 let list = ChunkList::decode(&bytes).with_context(|| format!("chunk list {digest}"))?;
-                if list.size != size {
-                    bail!("its chunk list describes {} bytes; the content is {size}", list.size);
-                }
-                if list.v >= 2 && !list.proves(&content) {
-                    bail!("its chunk list does not end in the content digest {content}");
-                }
+                list.describes(&content, size)
+                    .map_err(|reason| anyhow::anyhow!("its chunk list {reason}"))?;
                 blobs.push((digest, bytes));
                 list
             }

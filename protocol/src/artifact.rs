@@ -249,6 +249,19 @@ impl ChunkList {
         self.v != CHUNK_LIST_VERSION_PER_CHUNK && self.chunks.last() == Some(content)
     }
 
+    /// Checks that this list can describe content `content` of `size` bytes, before
+    /// anything is fetched: the size must agree, and a version-2 list must end in the
+    /// content digest (or no chunk could ever complete it). Says why not.
+    pub fn describes(&self, content: &Digest, size: u64) -> Result<(), String> {
+        if self.size != size {
+            return Err(format!("describes {} bytes; the content is {size}", self.size));
+        }
+        if self.v != CHUNK_LIST_VERSION_PER_CHUNK && size > 0 && !self.proves(content) {
+            return Err(format!("does not end in the content digest {content}"));
+        }
+        Ok(())
+    }
+
     /// Canonical bytes.
     #[must_use]
     pub fn encode(&self) -> Vec<u8> {
@@ -403,6 +416,13 @@ mod tests {
         // A single-chunk list is the content digest, whatever the version.
         let single = ChunkList::single(Digest::of(&bytes), bytes.len() as u64);
         assert_eq!(single.link(0, &bytes), Some(single.chunks[0]));
+        // A list fits only the content it ends in, and only its size.
+        let content = Digest::of(&bytes);
+        assert_eq!(list.describes(&content, bytes.len() as u64), Ok(()));
+        assert!(
+            list.describes(&Digest::of(b"other"), bytes.len() as u64).unwrap_err().contains("content digest")
+        );
+        assert!(list.describes(&content, 5).unwrap_err().contains("10000 bytes"));
         assert!(single.proves(&Digest::of(&bytes)));
     }
 
