@@ -40,6 +40,12 @@ use crate::store::{ArtifactStore, METADATA_BYTES_MAX, Stored, manifest_parts, pa
 pub const RESOLVE_FANOUT: usize = 16;
 /// How long a resolve, or a fetch of a small blob, waits for one provider.
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Once the resolution is settled, the providers still asked get as long again as settling
+/// took, within these bounds, to be counted as holders; then the pull starts without them.
+/// A provider that is down but still advertised (its advert not yet expired) would
+/// otherwise hold every pull for [`RESOLVE_TIMEOUT`]; one merely slow still joins through
+/// the pull's [`PROVIDER_REFRESH`].
+pub const RESOLVE_GRACE: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
 /// Offered manifests tried at most (with a content pin, each is fetched to be checked).
 pub const CANDIDATES_MAX: usize = 4;
 /// A pull that writes no chunk for this long fails (no provider serves good bytes).
@@ -70,8 +76,17 @@ pub struct Want {
 pub enum Progress {
     /// Asking providers which manifest they hold.
     Resolving { providers: usize },
-    /// The manifest to pull, why it is trusted, and the content to fetch.
-    Resolved { manifest: String, trusted_by: String, content: String, size: u64, providers: usize },
+    /// The manifest to pull, why it is trusted, and the content to fetch. `unanswered`:
+    /// providers asked that had not answered when the resolution settled (a node down but
+    /// still advertised, or a slow one; the pull takes a slow one on when it answers).
+    Resolved {
+        manifest: String,
+        trusted_by: String,
+        content: String,
+        size: u64,
+        providers: usize,
+        unanswered: usize,
+    },
     /// Another pull of the same content runs on this node; this one waits for it (and then
     /// finds the content in the store).
     Waiting { content: String },
@@ -260,7 +275,7 @@ impl Fetcher {
 
         // The candidates in order of preference; the first whose metadata checks out wins
         // (with a content pin, a manifest is only known to be right once fetched).
-        let candidates = self.resolve(want, progress).await?;
+        let (candidates, unanswered) = self.resolve(want, progress).await?;
         let mut refusals = Vec::new();
         let mut chosen = None;
         for candidate in candidates.into_iter().take(CANDIDATES_MAX) {
@@ -294,6 +309,7 @@ impl Fetcher {
             content: content.to_string(),
             size,
             providers: providers.len(),
+            unanswered,
         });
 
         let busy =
@@ -363,13 +379,15 @@ impl Fetcher {
     }
 
     /// Asks providers which manifest they hold as name@version, in waves of
-    /// [`RESOLVE_FANOUT`] until the protocol's [`Resolution`] is settled, and returns its
-    /// candidates in order of preference (trust and order are decided there).
+    /// [`RESOLVE_FANOUT`] until the protocol's [`Resolution`] is settled (the rest of the
+    /// wave gets a [`RESOLVE_GRACE`]), and returns its candidates in order of preference
+    /// (trust and order are decided there) and how many asked providers were left
+    /// unanswered.
     async fn resolve(
         &self,
         want: &Want,
         progress: &mut (dyn FnMut(Progress) + Send),
-    ) -> anyhow::Result<Vec<Candidate>> {
+    ) -> anyhow::Result<(Vec<Candidate>, usize)> {
         let mesh = &self.inner.mesh;
         let nodes = mesh.artifact_providers(None).await?;
         if nodes.is_empty() {
@@ -378,6 +396,8 @@ impl Fetcher {
         progress(Progress::Resolving { providers: nodes.len() });
         let mut resolution =
             Resolution::new(&want.name, &want.version, want.pin, self.inner.publishers.clone());
+        let started = Instant::now();
+        let mut unanswered = 0;
         for wave in nodes.chunks(RESOLVE_FANOUT) {
             let mut asks: FuturesUnordered<_> = wave
                 .iter()
@@ -387,16 +407,29 @@ impl Fetcher {
                     (node, tokio::time::timeout(RESOLVE_TIMEOUT, mesh.ask_artifact(node, request)).await)
                 })
                 .collect();
-            while let Some((node, answer)) = asks.next().await {
+            let mut deadline = None;
+            loop {
+                let next = match deadline {
+                    None => asks.next().await,
+                    Some(at) => tokio::time::timeout_at(at, asks.next()).await.unwrap_or_default(),
+                };
+                let Some((node, answer)) = next else { break };
                 if let Ok(Ok(ArtifactResponse::Resolved { manifest, signature, .. })) = answer {
                     resolution.offered(node, manifest, signature);
                 }
+                if deadline.is_none() && resolution.settled() {
+                    let (least, most) = RESOLVE_GRACE;
+                    deadline = Some(tokio::time::Instant::now() + started.elapsed().clamp(least, most));
+                }
             }
+            unanswered += asks.len();
             if resolution.settled() {
                 break;
             }
         }
-        resolution.finish().map_err(|err| anyhow::anyhow!("{err} (asked {} node(s))", nodes.len()))
+        let candidates =
+            resolution.finish().map_err(|err| anyhow::anyhow!("{err} (asked {} node(s))", nodes.len()))?;
+        Ok((candidates, unanswered))
     }
 
     /// Fetches and checks a candidate's manifest, config and chunk list: each against its

@@ -13,7 +13,9 @@
 //! - Requests go to the provider with the fewest requests in flight, then the lowest
 //!   smoothed latency, then the lowest node id: load spreads over every provider, and a
 //!   slow one gets less. At most [`PullConfig::per_provider`] requests per provider and
-//!   [`PullConfig::in_flight_max`] in all.
+//!   [`PullConfig::in_flight_max`] in all; a provider that has not served a good chunk yet
+//!   gets at most [`PullConfig::probe`], so a node that is down but still advertised holds
+//!   a few chunks until they are hedged, not a whole window of them.
 //! - A provider that serves bad bytes is dropped from this pull at once and penalised, for
 //!   good: it is never asked again by this pull.
 //! - A request without an answer after [`PullConfig::timeout_ms`] is a strike against its
@@ -22,6 +24,9 @@
 //!   it still comes and verifies, fills the chunk when it is still missing.
 //! - A request still open after [`PullConfig::hedge_after_ms`] while another provider has
 //!   room is asked of that provider too; the first good answer wins, the other is ignored.
+//!   In the endgame (every missing chunk asked) the wait is shorter when the fastest
+//!   provider answers faster: twice its smoothed answer time, so the last chunks do not
+//!   wait out `hedge_after_ms` behind a provider that is down.
 //! - A resumed pull starts from the chunks already on disk (verified by the driver).
 //! - With no usable provider and chunks missing, the pull reports `Stalled` once and waits
 //!   for [`Input::AddProvider`]. A provider dropped only for failures (a partition, a
@@ -46,6 +51,9 @@ pub const PULL_OUTPUTS_MAX: usize = 4096;
 pub struct PullConfig {
     /// Requests in flight per provider.
     pub per_provider: usize,
+    /// Requests in flight to a provider that has not served a good chunk yet (at most
+    /// `per_provider`).
+    pub probe: usize,
     /// Requests in flight in all.
     pub in_flight_max: usize,
     /// A request without an answer this long has failed.
@@ -58,7 +66,14 @@ pub struct PullConfig {
 
 impl Default for PullConfig {
     fn default() -> Self {
-        Self { per_provider: 4, in_flight_max: 16, timeout_ms: 10_000, hedge_after_ms: 2_000, strikes_max: 3 }
+        Self {
+            per_provider: 4,
+            probe: 2,
+            in_flight_max: 16,
+            timeout_ms: 10_000,
+            hedge_after_ms: 2_000,
+            strikes_max: 3,
+        }
     }
 }
 
@@ -285,7 +300,7 @@ impl Pull {
                         None,
                     ];
                 }
-                let hedge = r.since.plus(self.config.hedge_after_ms);
+                let hedge = r.since.plus(self.hedge_after());
                 let hedgeable = self.chunks[*index as usize] == Chunk::Asked(1) && hedge > self.now;
                 [Some(r.since.plus(self.config.timeout_ms)), hedgeable.then_some(hedge)]
             })
@@ -474,12 +489,42 @@ impl Pull {
         }
     }
 
+    /// Whether every chunk not written has a request out (nothing is left to ask for).
+    fn endgame(&self) -> bool {
+        self.retry.is_empty()
+            && self.chunks[self.cursor.min(self.chunks.len())..].iter().all(|c| *c != Chunk::Missing)
+    }
+
+    /// How long a chunk's only request stays open before it is asked of another provider
+    /// too (see the module's rules).
+    fn hedge_after(&self) -> u64 {
+        let fixed = self.config.hedge_after_ms;
+        if !self.endgame() {
+            return fixed;
+        }
+        self.providers
+            .values()
+            .filter(|p| p.served > 0)
+            .map(|p| p.latency_ms.saturating_mul(2).max(1))
+            .min()
+            .map_or(fixed, |fastest| fastest.min(fixed))
+    }
+
+    /// Requests `provider` may have in flight: a window once it has served a good chunk.
+    fn room(&self, provider: &Provider) -> usize {
+        if provider.served == 0 {
+            self.config.probe.clamp(1, self.config.per_provider)
+        } else {
+            self.config.per_provider
+        }
+    }
+
     /// The provider with room that should take the next request, not among `except`.
     fn pick(&self, except: &[NodeId]) -> Option<NodeId> {
         self.providers
             .iter()
             .map(|(node, p)| (node, p, self.in_flight_to(node)))
-            .filter(|(node, _, n)| *n < self.config.per_provider && !except.contains(node))
+            .filter(|(node, p, n)| *n < self.room(p) && !except.contains(node))
             .min_by_key(|(node, p, n)| (*n, p.latency_ms, **node))
             .map(|(node, _, _)| *node)
     }
@@ -525,13 +570,14 @@ impl Pull {
             }
         }
         // Hedges: a chunk with one request open too long is asked of another provider.
+        let hedge_after = self.hedge_after();
         let slow: Vec<(NodeId, u32)> = self
             .outstanding
             .iter()
             .filter(|((_, index), r)| {
                 !r.expired
                     && self.chunks[*index as usize] == Chunk::Asked(1)
-                    && now.0.saturating_sub(r.since.0) >= self.config.hedge_after_ms
+                    && now.0.saturating_sub(r.since.0) >= hedge_after
             })
             .map(|(key, _)| *key)
             .collect();

@@ -362,3 +362,49 @@ fn a_script_capsule_pulls_a_tool_from_the_mesh_and_runs_it_in_the_same_call() {
     ]);
     assert_eq!(shown["content"], added["content"], "now in C's store too");
 }
+
+/// Starts a node on `dir` that listens on QUIC only, bootstrapping to `peer`. A QUIC peer
+/// that is gone never refuses a dial (UDP has no connection to reset): asking it just
+/// goes unanswered until a timeout, like a host powered off.
+fn start_quic(dir: &Path, peer: Option<&TestNode>) -> TestNode {
+    let mut args: Vec<String> =
+        ["--listen", "/ip4/127.0.0.1/udp/0/quic-v1", "--no-mdns"].iter().map(|s| (*s).to_owned()).collect();
+    if let Some(peer) = peer {
+        args.extend(["--bootstrap".to_owned(), peer.dial_addrs()[0].clone()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    TestNode::start_in_env(dir, &args, &[]).unwrap()
+}
+
+#[test]
+fn a_provider_that_is_down_but_still_advertised_does_not_hold_up_the_resolve() {
+    let work = tempfile::tempdir().unwrap();
+    let (key, public) = publisher(work.path());
+    let file = work.path().join("model.bin");
+    std::fs::write(&file, noise(6 << 20, 5)).unwrap();
+    let a_dir = init_data_dir_with("");
+    add_signed(a_dir.path(), &file, "model", &key);
+    let a = start_quic(a_dir.path(), None);
+    // B pulls the artifact, so it advertises it too; then it dies without a word.
+    let b_dir = init_data_dir_with(&trusting(&public));
+    let mut b = start_quic(b_dir.path(), Some(&a));
+    let done = pull_when_known(&b, &["artifact", "pull", "model@1.0.0"]);
+    assert_eq!(done["event"], "done", "{done}");
+    let c_dir = init_data_dir_with(&trusting(&public));
+    let c = start_quic(c_dir.path(), Some(&a));
+    wait_for(Duration::from_secs(30), "C to know both providers", || {
+        let peers = c.get("/v1/peers").ok()?;
+        let providers = peers["peers"].as_array()?.iter().filter(|p| p["artifacts"] == 1).count();
+        (providers >= 2).then_some(())
+    })
+    .unwrap();
+    b.kill();
+
+    // B's advert is still live on C, so C asks it too; the resolve settles on A's answer and
+    // does not wait out B's timeout (5 s); the pull completes from A.
+    let (ok, lines) = pull_lines(&c, &["artifact", "pull", "model@1.0.0"]);
+    assert!(ok, "{lines:?}");
+    let resolved = lines.iter().find(|l| l["event"] == "resolved").expect("a resolved line");
+    assert_eq!(resolved["unanswered"], 1, "{resolved}");
+    assert_eq!(lines.last().unwrap()["event"], "done");
+}

@@ -117,8 +117,13 @@ fn a_silent_provider_times_out_and_its_late_answer_still_fills_the_missing_chunk
 
 #[test]
 fn requests_that_time_out_together_are_one_strike() {
-    let config =
-        PullConfig { timeout_ms: 1000, hedge_after_ms: 5000, strikes_max: 2, ..PullConfig::default() };
+    let config = PullConfig {
+        probe: 4,
+        timeout_ms: 1000,
+        hedge_after_ms: 5000,
+        strikes_max: 2,
+        ..PullConfig::default()
+    };
     let (size, digests) = blob(4);
     let mut p = Pull::new(config, size, 100, digests, &[]).unwrap();
     p.handle(T0, Input::AddProvider(node(1)));
@@ -282,8 +287,13 @@ proptest! {
 
 #[test]
 fn a_provider_dropped_for_failures_is_taken_back_when_added_again() {
-    let config =
-        PullConfig { timeout_ms: 1000, hedge_after_ms: 5000, strikes_max: 1, ..PullConfig::default() };
+    let config = PullConfig {
+        probe: 4,
+        timeout_ms: 1000,
+        hedge_after_ms: 5000,
+        strikes_max: 1,
+        ..PullConfig::default()
+    };
     let (size, digests) = blob(4);
     let mut p = Pull::new(config, size, 100, digests, &[]).unwrap();
     let honest = node(1);
@@ -309,11 +319,69 @@ fn a_provider_dropped_for_failures_is_taken_back_when_added_again() {
 
 #[test]
 fn providers_added_together_share_the_first_requests() {
-    let config = PullConfig { per_provider: 32, in_flight_max: 64, ..PullConfig::default() };
+    let config = PullConfig { per_provider: 32, probe: 32, in_flight_max: 64, ..PullConfig::default() };
     let (size, digests) = blob(16);
     let mut p = Pull::new(config, size, 100, digests, &[]).unwrap();
     p.add_providers(T0, &[node(1), node(2)]);
     let asked = requests(&drain(&mut p));
     assert_eq!(asked.len(), 16);
     assert_eq!(asked.iter().filter(|(provider, _)| *provider == node(1)).count(), 8);
+}
+
+#[test]
+fn a_provider_that_never_answers_holds_only_its_probe_requests() {
+    let config = PullConfig { per_provider: 8, probe: 2, in_flight_max: 16, ..PullConfig::default() };
+    let (size, digests) = blob(40);
+    let mut p = Pull::new(config, size, 100, digests, &[]).unwrap();
+    let (dead, live) = (node(1), node(2));
+    p.add_providers(T0, &[dead, live]);
+    let asked = requests(&drain(&mut p));
+    assert_eq!(asked.len(), 4, "two probes each before anyone answered: {asked:?}");
+    // The live provider answers: its window opens; the dead one stays at its probes.
+    let mut now = T0;
+    for (provider, index) in asked.iter().copied().filter(|(provider, _)| *provider == live) {
+        now = now.plus(1);
+        p.handle(now, good(&p, provider, index));
+    }
+    drain(&mut p);
+    assert_eq!(p.in_flight_to(&live), 8, "a provider that served gets its whole window");
+    assert_eq!(p.in_flight_to(&dead), 2, "one that has not keeps its probes");
+}
+
+#[test]
+fn in_the_endgame_chunks_held_by_a_silent_provider_are_hedged_after_twice_the_fastest_answer() {
+    let config = PullConfig { per_provider: 8, probe: 2, in_flight_max: 16, ..PullConfig::default() };
+    let (size, digests) = blob(12);
+    let mut p = Pull::new(config, size, 100, digests, &[]).unwrap();
+    let (silent, live) = (node(1), node(2));
+    p.add_providers(T0, &[silent, live]);
+    let first = requests(&drain(&mut p));
+    let held: Vec<u32> = first.iter().filter(|(who, _)| *who == silent).map(|(_, i)| *i).collect();
+    assert_eq!(held.len(), 2);
+    // The live provider answers each request 5 ms after it was made, until only the
+    // silent provider's chunks are missing.
+    let mut now = T0;
+    let mut open: Vec<(NodeId, u32)> = first;
+    for _ in 0..100 {
+        if p.missing() <= held.len() {
+            break;
+        }
+        now = now.plus(5);
+        for (who, index) in std::mem::take(&mut open).into_iter().filter(|(who, _)| *who == live) {
+            p.handle(now, good(&p, who, index));
+        }
+        open = requests(&drain(&mut p));
+    }
+    assert_eq!(p.missing(), held.len());
+    assert!(now.0 - T0.0 < 100, "well before hedge_after_ms");
+    // Endgame since the live provider's first answers (5 ms): the silent provider's chunks,
+    // open 10 ms by then, are asked of the live one, not after the configured 2 s.
+    assert_eq!(p.stats().hedges, 2);
+    let mut hedged: Vec<u32> = open.iter().filter(|(who, _)| *who == live).map(|(_, i)| *i).collect();
+    hedged.sort_unstable();
+    assert_eq!(hedged, held, "{open:?}");
+    for index in hedged {
+        p.handle(now.plus(5), good(&p, live, index));
+    }
+    assert!(p.is_done());
 }

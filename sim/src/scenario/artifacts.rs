@@ -54,6 +54,7 @@ pub struct ArtifactWorkload {
     pub pulls_per_node_max: usize,
     /// The pull scheduler's settings ([`PullConfig`]).
     pub per_provider: usize,
+    pub probe: usize,
     pub in_flight_max: usize,
     pub timeout_ms: u64,
     pub hedge_after_ms: u64,
@@ -84,6 +85,7 @@ impl Default for ArtifactWorkload {
             pull_interval_ms: 500,
             pulls_per_node_max: 8,
             per_provider: pull.per_provider,
+            probe: pull.probe,
             in_flight_max: pull.in_flight_max,
             timeout_ms: pull.timeout_ms,
             hedge_after_ms: pull.hedge_after_ms,
@@ -126,6 +128,7 @@ impl ArtifactWorkload {
     pub const fn pull_config(&self) -> PullConfig {
         PullConfig {
             per_provider: self.per_provider,
+            probe: self.probe,
             in_flight_max: self.in_flight_max,
             timeout_ms: self.timeout_ms,
             hedge_after_ms: self.hedge_after_ms,
@@ -182,6 +185,10 @@ impl ArtifactWorkload {
         anyhow::ensure!(
             self.per_provider >= 1 && self.per_provider <= self.in_flight_max,
             "artifacts.per_provider: 1 to in_flight_max"
+        );
+        anyhow::ensure!(
+            self.probe >= 1 && self.probe <= self.per_provider,
+            "artifacts.probe: 1 to per_provider"
         );
         anyhow::ensure!(self.timeout_ms >= 1, "artifacts.timeout_ms: at least 1");
         anyhow::ensure!(self.strikes_max >= 1, "artifacts.strikes_max: at least 1");

@@ -96,6 +96,9 @@ enum Bench {
         /// no end shares a core with the other: shows which end is the limit.
         #[arg(long)]
         pin_cores: bool,
+        /// The transport between the nodes: `tcp` (noise + yamux) or `quic` (TLS 1.3).
+        #[arg(long, value_enum, default_value_t = pull_bench::Transport::Tcp)]
+        transport: pull_bench::Transport,
     },
     /// Bundle export, verify and import throughput next to SHA-256 and a file copy.
     Bundle {
@@ -153,8 +156,8 @@ fn main() -> anyhow::Result<()> {
         Bench::Runtime { iterations, out } => runtime_bench::run(iterations, &out)?,
         Bench::Tasks { samples, seconds, out } => tasks_bench::run(samples, seconds, &out)?,
         Bench::Bundle { sizes_mib, runs, out } => bundle_bench::run(&sizes_mib, runs, &out)?,
-        Bench::Pull { sizes_mib, runs, out, pin_cores } => {
-            pull_bench::run(&sizes_mib, runs, &out, pin_cores)?
+        Bench::Pull { sizes_mib, runs, out, pin_cores, transport } => {
+            pull_bench::run(&sizes_mib, runs, &out, pin_cores, transport)?
         }
         Bench::Mesh { sizes, runs, out } => {
             let convergence: Vec<Convergence> =
@@ -425,8 +428,35 @@ mod pull_bench {
     use std::time::{Duration, Instant};
 
     use murmur_protocol::Digest;
-    use murmur_tests::{LOOPBACK, TestNode, init_data_dir_with, mur, publisher, trusting, wait_for};
+    use murmur_tests::{TestNode, init_data_dir_with, mur, publisher, trusting, wait_for};
     use serde::Serialize;
+
+    /// How the bench's nodes reach each other (all on 127.0.0.1).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+    #[serde(rename_all = "lowercase")]
+    pub enum Transport {
+        /// TCP with noise (ChaCha20-Poly1305) and yamux.
+        Tcp,
+        /// QUIC v1 (TLS 1.3, streams native to the transport).
+        Quic,
+    }
+
+    impl Transport {
+        fn listen(self) -> &'static str {
+            match self {
+                Self::Tcp => "/ip4/127.0.0.1/tcp/0",
+                Self::Quic => "/ip4/127.0.0.1/udp/0/quic-v1",
+            }
+        }
+    }
+
+    /// What every node of one bench run shares.
+    #[derive(Clone, Copy)]
+    struct Setup<'a> {
+        public: &'a str,
+        pin_cores: bool,
+        transport: Transport,
+    }
 
     #[derive(Debug, Serialize)]
     struct Row {
@@ -438,6 +468,7 @@ mod pull_bench {
         two_providers_mb_s: f64,
         /// Providers on core 0, the puller on core 1 (`--pin-cores`).
         pinned_cores: bool,
+        transport: Transport,
     }
 
     fn median(mut v: Vec<f64>) -> f64 {
@@ -446,9 +477,16 @@ mod pull_bench {
     }
 
     /// Starts a node, on core `core` alone when given (through `taskset`).
-    fn node(dir: &Path, peer: Option<&TestNode>, core: Option<u32>) -> anyhow::Result<TestNode> {
-        let mut args: Vec<String> = vec!["--api".into(), "127.0.0.1:0".into()];
-        args.extend(LOOPBACK.iter().map(|s| (*s).to_owned()));
+    fn node(
+        dir: &Path,
+        peer: Option<&TestNode>,
+        core: Option<u32>,
+        transport: Transport,
+    ) -> anyhow::Result<TestNode> {
+        let mut args: Vec<String> = ["--api", "127.0.0.1:0", "--listen", transport.listen(), "--no-mdns"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
         if let Some(peer) = peer {
             args.push("--bootstrap".into());
             args.push(peer.dial_addrs()[0].clone());
@@ -460,14 +498,9 @@ mod pull_bench {
     }
 
     /// Pulls NAME@1.0.0 on a fresh node that knows `providers` providers; MB/s.
-    fn pull_once(
-        first: &TestNode,
-        providers: usize,
-        (public, pin): (&str, bool),
-        size: u64,
-    ) -> anyhow::Result<f64> {
-        let dir = init_data_dir_with(&trusting(public));
-        let puller = node(dir.path(), Some(first), pin.then_some(1))?;
+    fn pull_once(first: &TestNode, providers: usize, setup: Setup<'_>, size: u64) -> anyhow::Result<f64> {
+        let dir = init_data_dir_with(&trusting(setup.public));
+        let puller = node(dir.path(), Some(first), setup.pin_cores.then_some(1), setup.transport)?;
         wait_for(Duration::from_secs(30), "the providers' adverts", || {
             let peers = puller.get("/v1/peers").ok()?;
             let n = peers["peers"].as_array()?.iter().filter(|p| p["artifacts"] == 1).count();
@@ -486,7 +519,13 @@ mod pull_bench {
         Ok(size as f64 / 1e6 / (ms / 1000.0))
     }
 
-    pub fn run(sizes_mib: &[u64], runs: usize, out: &Path, pin_cores: bool) -> anyhow::Result<()> {
+    pub fn run(
+        sizes_mib: &[u64],
+        runs: usize,
+        out: &Path,
+        pin_cores: bool,
+        transport: Transport,
+    ) -> anyhow::Result<()> {
         if pin_cores {
             let taskset = std::process::Command::new("taskset").args(["-c", "1", "true"]).status();
             anyhow::ensure!(
@@ -497,6 +536,7 @@ mod pull_bench {
         let provider_core = pin_cores.then_some(0);
         let work = tempfile::tempdir()?;
         let (key, public) = publisher(work.path());
+        let setup = Setup { public: &public, pin_cores, transport };
         let mut rows = Vec::new();
         for &mib in sizes_mib {
             let size = mib << 20;
@@ -537,13 +577,13 @@ mod pull_bench {
             }
             let (mut one, mut two) = (vec![], vec![]);
             {
-                let first = node(provider_dirs[0].path(), None, provider_core)?;
+                let first = node(provider_dirs[0].path(), None, provider_core, transport)?;
                 for _ in 0..runs.max(1) {
-                    one.push(pull_once(&first, 1, (&public, pin_cores), size)?);
+                    one.push(pull_once(&first, 1, setup, size)?);
                 }
-                let _second = node(provider_dirs[1].path(), Some(&first), provider_core)?;
+                let _second = node(provider_dirs[1].path(), Some(&first), provider_core, transport)?;
                 for _ in 0..runs.max(1) {
-                    two.push(pull_once(&first, 2, (&public, pin_cores), size)?);
+                    two.push(pull_once(&first, 2, setup, size)?);
                 }
             }
             rows.push(Row {
@@ -554,6 +594,7 @@ mod pull_bench {
                 one_provider_mb_s: median(one),
                 two_providers_mb_s: median(two),
                 pinned_cores: pin_cores,
+                transport,
             });
         }
         println!(
@@ -575,6 +616,7 @@ mod pull_bench {
         if pin_cores {
             println!("(pinned: the providers on core 0, the puller on core 1)");
         }
+        println!("(transport: {})", transport.listen());
         std::fs::write(out, serde_json::to_string_pretty(&rows)?)?;
         eprintln!("wrote {}", out.display());
         Ok(())
