@@ -60,6 +60,12 @@ pub fn run(args: PullArgs, install: bool) -> CliResult {
                 if let Some(bar) = &bar {
                     bar.set_length(line["size"].as_u64().unwrap_or(0));
                     bar.set_message(format!("{} from {} provider(s)", args.artifact, line["providers"]));
+                    let unanswered = line["unanswered"].as_u64().unwrap_or(0);
+                    if unanswered > 0 {
+                        bar.println(format!(
+                            "{unanswered} advertised provider(s) did not answer in time (down, or slow); pulling without them for now"
+                        ));
+                    }
                 }
             }
             "waiting" => {
