@@ -41,10 +41,10 @@ pub const RESOLVE_FANOUT: usize = 16;
 /// How long a resolve, or a fetch of a small blob, waits for one provider.
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Once the resolution is settled, the providers still asked get as long again as settling
-/// took, within these bounds, to be counted as holders; then the pull starts without them.
-/// A provider that is down but still advertised (its advert not yet expired) would
-/// otherwise hold every pull for [`RESOLVE_TIMEOUT`]; one merely slow still joins through
-/// the pull's [`PROVIDER_REFRESH`].
+/// took, within these bounds, to be counted as holders; then the resolve ends without
+/// their answers. A provider that is down but still advertised (its advert not yet expired)
+/// would otherwise hold every pull for [`RESOLVE_TIMEOUT`]. Advertised providers still join
+/// the pull, where one that has not served yet gets only a probe's worth of requests.
 pub const RESOLVE_GRACE: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
 /// Offered manifests tried at most (with a content pin, each is fetched to be checked).
 pub const CANDIDATES_MAX: usize = 4;
@@ -77,8 +77,8 @@ pub enum Progress {
     /// Asking providers which manifest they hold.
     Resolving { providers: usize },
     /// The manifest to pull, why it is trusted, and the content to fetch. `unanswered`:
-    /// providers asked that had not answered when the resolution settled (a node down but
-    /// still advertised, or a slow one; the pull takes a slow one on when it answers).
+    /// providers asked that gave no answer (their ask failed or timed out, or was still
+    /// open when the resolution settled: a node down but still advertised, or a slow one).
     Resolved {
         manifest: String,
         trusted_by: String,
@@ -414,8 +414,13 @@ impl Fetcher {
                     Some(at) => tokio::time::timeout_at(at, asks.next()).await.unwrap_or_default(),
                 };
                 let Some((node, answer)) = next else { break };
-                if let Ok(Ok(ArtifactResponse::Resolved { manifest, signature, .. })) = answer {
-                    resolution.offered(node, manifest, signature);
+                match answer {
+                    Ok(Ok(ArtifactResponse::Resolved { manifest, signature, .. })) => {
+                        resolution.offered(node, manifest, signature);
+                    }
+                    Ok(Ok(_)) => {}
+                    // Failed or timed out: no answer either.
+                    Err(_) | Ok(Err(_)) => unanswered += 1,
                 }
                 if deadline.is_none() && resolution.settled() {
                     let (least, most) = RESOLVE_GRACE;

@@ -22,8 +22,8 @@
 //!   provider (one per provider per tick, however many of its requests expired together;
 //!   dropped at [`PullConfig::strikes_max`]); the chunk is asked of another. Its answer, if
 //!   it still comes and verifies, fills the chunk when it is still missing.
-//! - A request still open after [`PullConfig::hedge_after_ms`] while another provider has
-//!   room is asked of that provider too; the first good answer wins, the other is ignored.
+//! - A request still open after [`PullConfig::hedge_after_ms`] while another provider that
+//!   has served a good chunk has room is asked of that provider too; the first good answer wins, the other is ignored.
 //!   In the endgame (every missing chunk asked) the wait is shorter when the fastest
 //!   provider answers faster: twice its smoothed answer time, so the last chunks do not
 //!   wait out `hedge_after_ms` behind a provider that is down.
@@ -291,6 +291,7 @@ impl Pull {
     /// Never a moment already passed, so a driver that sleeps until then never spins.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
+        let hedge_after = self.hedge_after();
         self.outstanding
             .iter()
             .flat_map(|((_, index), r)| {
@@ -300,7 +301,7 @@ impl Pull {
                         None,
                     ];
                 }
-                let hedge = r.since.plus(self.hedge_after());
+                let hedge = r.since.plus(hedge_after);
                 let hedgeable = self.chunks[*index as usize] == Chunk::Asked(1) && hedge > self.now;
                 [Some(r.since.plus(self.config.timeout_ms)), hedgeable.then_some(hedge)]
             })
@@ -350,11 +351,16 @@ impl Pull {
         }
         let (_, expected_len) = self.range(index);
         let good = digest == self.expected[index as usize] && len == expected_len;
-        let Some(request) = self.release(&provider, index).filter(|r| !r.expired) else {
+        let released = self.release(&provider, index);
+        let Some(request) = released.filter(|r| !r.expired) else {
             // Never asked of it, or it timed out, or its provider was removed. Bytes that
             // verify still fill a missing chunk (on a slow link every answer may come after
-            // its timeout); bytes that do not are bad bytes all the same.
+            // its timeout) and prove the provider serves; bytes that do not are bad bytes
+            // all the same.
             self.stats.late_answers += 1;
+            if good && let Some(request) = released {
+                self.credit(provider, now.0.saturating_sub(request.since.0));
+            }
             if !good {
                 self.stats.bad_chunks += 1;
                 self.ban(provider, index);
@@ -373,12 +379,16 @@ impl Pull {
             self.ban(provider, index);
             return;
         }
+        self.credit(provider, now.0.saturating_sub(request.since.0));
+        self.write(index, provider, len);
+    }
+
+    /// `provider` served a good chunk `took` ms after it was asked.
+    fn credit(&mut self, provider: NodeId, took: u64) {
         if let Some(p) = self.providers.get_mut(&provider) {
-            let took = now.0.saturating_sub(request.since.0);
             p.latency_ms = if p.served == 0 { took } else { (p.latency_ms * 3 + took) / 4 };
             p.served += 1;
         }
-        self.write(index, provider, len);
     }
 
     /// Marks chunk `index` written from `provider`'s bytes and tells the driver.
@@ -492,7 +502,7 @@ impl Pull {
     /// Whether every chunk not written has a request out (nothing is left to ask for).
     fn endgame(&self) -> bool {
         self.retry.is_empty()
-            && self.chunks[self.cursor.min(self.chunks.len())..].iter().all(|c| *c != Chunk::Missing)
+            && self.chunks.get(self.cursor..).is_none_or(|rest| rest.iter().all(|c| *c != Chunk::Missing))
     }
 
     /// How long a chunk's only request stays open before it is asked of another provider
@@ -513,16 +523,19 @@ impl Pull {
     /// Requests `provider` may have in flight: a window once it has served a good chunk.
     fn room(&self, provider: &Provider) -> usize {
         if provider.served == 0 {
-            self.config.probe.clamp(1, self.config.per_provider)
+            self.config.probe.min(self.config.per_provider).max(1)
         } else {
             self.config.per_provider
         }
     }
 
-    /// The provider with room that should take the next request, not among `except`.
-    fn pick(&self, except: &[NodeId]) -> Option<NodeId> {
+    /// The provider with room that should take the next request, not among `except`; for a
+    /// hedge (`proven`), only one that has served a good chunk: a chunk is hedged once, and
+    /// a second silent provider would hold it until its timeout.
+    fn pick(&self, except: &[NodeId], proven: bool) -> Option<NodeId> {
         self.providers
             .iter()
+            .filter(|(_, p)| !proven || p.served > 0)
             .map(|(node, p)| (node, p, self.in_flight_to(node)))
             .filter(|(node, p, n)| *n < self.room(p) && !except.contains(node))
             .min_by_key(|(node, p, n)| (*n, p.latency_ms, **node))
@@ -564,7 +577,7 @@ impl Pull {
     fn schedule(&mut self, now: Millis) {
         while self.in_flight() < self.config.in_flight_max {
             let Some(index) = self.next_missing() else { break };
-            let Some(provider) = self.pick(&[]) else { break };
+            let Some(provider) = self.pick(&[], false) else { break };
             if !self.ask(now, provider, index) {
                 break;
             }
@@ -585,7 +598,7 @@ impl Pull {
             if self.in_flight() >= self.config.in_flight_max {
                 break;
             }
-            let Some(provider) = self.pick(&[first]) else { continue };
+            let Some(provider) = self.pick(&[first], true) else { continue };
             if self.ask(now, provider, index) {
                 self.stats.hedges += 1;
             }

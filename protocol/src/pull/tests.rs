@@ -385,3 +385,55 @@ fn in_the_endgame_chunks_held_by_a_silent_provider_are_hedged_after_twice_the_fa
     }
     assert!(p.is_done());
 }
+
+#[test]
+fn a_hedge_goes_to_a_provider_that_has_served_never_to_another_silent_one() {
+    let config = PullConfig { per_provider: 8, probe: 2, in_flight_max: 16, ..PullConfig::default() };
+    let (size, digests) = blob(6);
+    let mut p = Pull::new(config, size, 100, digests, &[]).unwrap();
+    let (silent, live, newcomer) = (node(1), node(2), node(3));
+    p.add_providers(T0, &[silent, live]);
+    let mut open = requests(&drain(&mut p));
+    let held: Vec<u32> = open.iter().filter(|(who, _)| *who == silent).map(|(_, i)| *i).collect();
+    let mut now = T0;
+    while p.missing() > held.len() {
+        now = now.plus(5);
+        for (who, index) in std::mem::take(&mut open).into_iter().filter(|(who, _)| *who == live) {
+            p.handle(now, good(&p, who, index));
+        }
+        open = requests(&drain(&mut p));
+        if p.missing() > held.len() && p.stats().hedges == 0 {
+            // A provider nobody has heard from yet joins: idle, no answer time, the first
+            // choice by load and latency, and silent too.
+            p.handle(now, Input::AddProvider(newcomer));
+            open.extend(requests(&drain(&mut p)));
+        }
+    }
+    now = now.plus(1000);
+    p.handle(now, Input::Tick);
+    open.extend(requests(&drain(&mut p)));
+    let hedged: Vec<&(NodeId, u32)> = open.iter().filter(|(_, i)| held.contains(i)).collect();
+    assert_eq!(hedged.len(), held.len(), "{open:?}");
+    assert!(hedged.iter().all(|(who, _)| *who == live), "{hedged:?}");
+}
+
+#[test]
+fn a_good_answer_after_its_timeout_still_proves_the_provider() {
+    let config =
+        PullConfig { per_provider: 8, probe: 2, in_flight_max: 16, timeout_ms: 100, ..PullConfig::default() };
+    let (size, digests) = blob(20);
+    let mut p = Pull::new(config, size, 100, digests, &[]).unwrap();
+    let slow = node(1);
+    p.handle(T0, Input::AddProvider(slow));
+    let asked = requests(&drain(&mut p));
+    assert_eq!(asked.len(), 2);
+    p.handle(T0.plus(100), Input::Tick);
+    drain(&mut p);
+    // A slow link: the answers come after the timeout, and verify.
+    for (who, index) in asked {
+        p.handle(T0.plus(150), good(&p, who, index));
+    }
+    drain(&mut p);
+    assert_eq!(p.stats().late_answers, 2);
+    assert!(p.in_flight_to(&slow) > 2, "its window opened: {}", p.in_flight_to(&slow));
+}

@@ -128,7 +128,7 @@ impl ArtifactWorkload {
     pub const fn pull_config(&self) -> PullConfig {
         PullConfig {
             per_provider: self.per_provider,
-            probe: self.probe,
+            probe: if self.probe < self.per_provider { self.probe } else { self.per_provider },
             in_flight_max: self.in_flight_max,
             timeout_ms: self.timeout_ms,
             hedge_after_ms: self.hedge_after_ms,
@@ -187,8 +187,8 @@ impl ArtifactWorkload {
             "artifacts.per_provider: 1 to in_flight_max"
         );
         anyhow::ensure!(
-            self.probe >= 1 && self.probe <= self.per_provider,
-            "artifacts.probe: 1 to per_provider"
+            self.probe >= 1,
+            "artifacts.probe: at least 1 (above per_provider it is per_provider)"
         );
         anyhow::ensure!(self.timeout_ms >= 1, "artifacts.timeout_ms: at least 1");
         anyhow::ensure!(self.strikes_max >= 1, "artifacts.strikes_max: at least 1");
