@@ -44,7 +44,8 @@ pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// took, within these bounds, to be counted as holders; then the resolve ends without
 /// their answers. A provider that is down but still advertised (its advert not yet expired)
 /// would otherwise hold every pull for [`RESOLVE_TIMEOUT`]. Advertised providers still join
-/// the pull, where one that has not served yet gets only a probe's worth of requests.
+/// the pull at its first [`PROVIDER_REFRESH`], where one that has not served yet gets only
+/// a probe's worth of requests.
 pub const RESOLVE_GRACE: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
 /// Offered manifests tried at most (with a content pin, each is fetched to be checked).
 pub const CANDIDATES_MAX: usize = 4;
@@ -297,12 +298,11 @@ impl Fetcher {
         };
         let (manifest, signature, trusted_by) =
             (candidate.manifest, candidate.signature, candidate.basis.to_string());
-        let mut providers = candidate.holders;
-        for node in self.inner.mesh.artifact_providers(Some(manifest)).await? {
-            if !providers.contains(&node) {
-                providers.push(node);
-            }
-        }
+        // The pull starts with the providers that answered; every other node advertising the
+        // manifest (one down but not yet expired, one beyond the waves asked, one that
+        // answered after the grace) joins at the pull's first directory re-read. Started
+        // together, silent ones could take the probes a live one needs to prove itself.
+        let providers = candidate.holders;
         progress(Progress::Resolved {
             manifest: manifest.to_string(),
             trusted_by,

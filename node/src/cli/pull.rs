@@ -63,7 +63,7 @@ pub fn run(args: PullArgs, install: bool) -> CliResult {
                     let unanswered = line["unanswered"].as_u64().unwrap_or(0);
                     if unanswered > 0 {
                         bar.println(format!(
-                            "{unanswered} advertised provider(s) did not answer (down, or slow); each gets a few chunk requests until it serves one"
+                            "{unanswered} advertised provider(s) did not answer (down, or slow); the pull starts without them and tries them later"
                         ));
                     }
                 }
