@@ -35,7 +35,12 @@ fn add_signed(dir: &Path, file: &Path, name: &str, key: &str) -> Value {
 
 /// Starts a node on `dir` bootstrapping to `peer`, with fault-injection `env`.
 fn start(dir: &Path, peer: Option<&TestNode>, env: &[(&str, &str)]) -> TestNode {
-    let mut args: Vec<String> = LOOPBACK.iter().map(|s| (*s).to_owned()).collect();
+    start_on(LOOPBACK, dir, peer, env)
+}
+
+/// Starts a node with `flags` (where it listens) on `dir`, bootstrapping to `peer`.
+fn start_on(flags: &[&str], dir: &Path, peer: Option<&TestNode>, env: &[(&str, &str)]) -> TestNode {
+    let mut args: Vec<String> = flags.iter().map(|s| (*s).to_owned()).collect();
     if let Some(peer) = peer {
         args.push("--bootstrap".into());
         args.push(peer.dial_addrs()[0].clone());
@@ -363,18 +368,10 @@ fn a_script_capsule_pulls_a_tool_from_the_mesh_and_runs_it_in_the_same_call() {
     assert_eq!(shown["content"], added["content"], "now in C's store too");
 }
 
-/// Starts a node on `dir` that listens on QUIC only, bootstrapping to `peer`. A QUIC peer
-/// that is gone never refuses a dial (UDP has no connection to reset): asking it just
-/// goes unanswered until a timeout, like a host powered off.
-fn start_quic(dir: &Path, peer: Option<&TestNode>) -> TestNode {
-    let mut args: Vec<String> =
-        ["--listen", "/ip4/127.0.0.1/udp/0/quic-v1", "--no-mdns"].iter().map(|s| (*s).to_owned()).collect();
-    if let Some(peer) = peer {
-        args.extend(["--bootstrap".to_owned(), peer.dial_addrs()[0].clone()]);
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    TestNode::start_in_env(dir, &args, &[]).unwrap()
-}
+/// Flags for a node that listens on QUIC only. A QUIC peer that is gone never refuses a
+/// dial (UDP has no connection to reset): asking it just goes unanswered until a timeout,
+/// like a host powered off.
+const QUIC_ONLY: &[&str] = &["--listen", "/ip4/127.0.0.1/udp/0/quic-v1", "--no-mdns"];
 
 #[test]
 fn a_provider_that_is_down_but_still_advertised_does_not_hold_up_the_resolve() {
@@ -384,14 +381,14 @@ fn a_provider_that_is_down_but_still_advertised_does_not_hold_up_the_resolve() {
     std::fs::write(&file, noise(6 << 20, 5)).unwrap();
     let a_dir = init_data_dir_with("");
     add_signed(a_dir.path(), &file, "model", &key);
-    let a = start_quic(a_dir.path(), None);
+    let a = start_on(QUIC_ONLY, a_dir.path(), None, &[]);
     // B pulls the artifact, so it advertises it too; then it dies without a word.
     let b_dir = init_data_dir_with(&trusting(&public));
-    let mut b = start_quic(b_dir.path(), Some(&a));
+    let mut b = start_on(QUIC_ONLY, b_dir.path(), Some(&a), &[]);
     let done = pull_when_known(&b, &["artifact", "pull", "model@1.0.0"]);
     assert_eq!(done["event"], "done", "{done}");
     let c_dir = init_data_dir_with(&trusting(&public));
-    let c = start_quic(c_dir.path(), Some(&a));
+    let c = start_on(QUIC_ONLY, c_dir.path(), Some(&a), &[]);
     wait_for(Duration::from_secs(30), "C to know both providers", || {
         let peers = c.get("/v1/peers").ok()?;
         let providers = peers["peers"].as_array()?.iter().filter(|p| p["artifacts"] == 1).count();
