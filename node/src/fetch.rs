@@ -26,7 +26,7 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use murmur_protocol::artifact::{ArtifactRequest, ArtifactResponse, CHUNK_BYTES_MAX, ChunkList};
 use murmur_protocol::pull::{Input, Output, Pull, PullConfig, PullStats};
-use murmur_protocol::resolve::{Candidate, Resolution};
+use murmur_protocol::resolve::{Candidate, Offers, Resolution, ResolveConfig};
 use murmur_protocol::{Digest, NodeId, PublicKey};
 use serde::Serialize;
 use tracing::{info, warn};
@@ -35,18 +35,14 @@ use crate::clock;
 use crate::mesh::MeshHandle;
 use crate::store::{ArtifactStore, METADATA_BYTES_MAX, Stored, manifest_parts, parse_artifact};
 
-/// Providers asked to resolve a name@version at once (then the next as many, until one
-/// this node can trust answers).
-pub const RESOLVE_FANOUT: usize = 16;
-/// How long a resolve, or a fetch of a small blob, waits for one provider.
-pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Once the resolution is settled, the providers still asked get as long again as settling
-/// took, within these bounds, to be counted as holders; then the resolve ends without
-/// their answers. A provider that is down but still advertised (its advert not yet expired)
-/// would otherwise hold every pull for [`RESOLVE_TIMEOUT`]. Advertised providers still join
-/// the pull at its first [`PROVIDER_REFRESH`], where one that has not served yet gets only
-/// a probe's worth of requests.
-pub const RESOLVE_GRACE: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
+/// How a resolve asks providers: waves of 16, 5 s per ask, and once a trusted manifest is
+/// offered, a grace of as long as that took (50 ms to 1 s) for the rest of the wave (see
+/// [`murmur_protocol::resolve`]). Advertised providers that were not asked, or did not
+/// answer in time, still join the pull at its first [`PROVIDER_REFRESH`], where one that
+/// has not served yet gets only a probe's worth of requests.
+pub const RESOLVE: ResolveConfig = ResolveConfig::DEFAULT;
+/// How long a fetch of a small blob (manifest, config, chunk list) waits for one provider.
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_millis(RESOLVE.timeout_ms);
 /// Offered manifests tried at most (with a content pin, each is fetched to be checked).
 pub const CANDIDATES_MAX: usize = 4;
 /// A pull that writes no chunk for this long fails (no provider serves good bytes).
@@ -378,11 +374,9 @@ impl Fetcher {
         }
     }
 
-    /// Asks providers which manifest they hold as name@version, in waves of
-    /// [`RESOLVE_FANOUT`] until the protocol's [`Resolution`] is settled (the rest of the
-    /// wave gets a [`RESOLVE_GRACE`]), and returns its candidates in order of preference
-    /// (trust and order are decided there) and how many asked providers were left
-    /// unanswered.
+    /// Asks providers which manifest they hold as name@version, as the protocol's
+    /// [`Resolution`] directs, and returns its candidates in order of preference (trust and
+    /// order are decided there) and how many asked providers were left unanswered.
     async fn resolve(
         &self,
         want: &Want,
@@ -394,46 +388,37 @@ impl Fetcher {
             bail!("no node in this mesh advertises any artifact (is the node connected? see `mur peers`)");
         }
         progress(Progress::Resolving { providers: nodes.len() });
-        let mut resolution =
-            Resolution::new(&want.name, &want.version, want.pin, self.inner.publishers.clone());
-        let started = Instant::now();
-        let mut unanswered = 0;
-        for wave in nodes.chunks(RESOLVE_FANOUT) {
-            let mut asks: FuturesUnordered<_> = wave
-                .iter()
-                .map(|&node| async move {
-                    let request =
-                        ArtifactRequest::Resolve { name: want.name.clone(), version: want.version.clone() };
-                    (node, tokio::time::timeout(RESOLVE_TIMEOUT, mesh.ask_artifact(node, request)).await)
-                })
-                .collect();
-            let mut deadline = None;
-            loop {
-                let next = match deadline {
-                    None => asks.next().await,
-                    Some(at) => tokio::time::timeout_at(at, asks.next()).await.unwrap_or_default(),
-                };
-                let Some((node, answer)) = next else { break };
-                match answer {
-                    Ok(Ok(ArtifactResponse::Resolved { manifest, signature, .. })) => {
-                        resolution.offered(node, manifest, signature);
-                    }
-                    Ok(Ok(_)) => {}
-                    // Failed or timed out: no answer either.
-                    Err(_) | Ok(Err(_)) => unanswered += 1,
-                }
-                if deadline.is_none() && resolution.settled() {
-                    let (least, most) = RESOLVE_GRACE;
-                    deadline = Some(tokio::time::Instant::now() + started.elapsed().clamp(least, most));
-                }
+        let offers = Offers::new(&want.name, &want.version, want.pin, self.inner.publishers.clone());
+        let mut resolution = Resolution::new(offers, nodes, RESOLVE, clock::now());
+        // Asks the resolution gave up on are dropped with this set when it is done.
+        let mut asks = FuturesUnordered::new();
+        loop {
+            while let Some(node) = resolution.poll_ask() {
+                let request =
+                    ArtifactRequest::Resolve { name: want.name.clone(), version: want.version.clone() };
+                asks.push(async move { (node, mesh.ask_artifact(node, request).await) });
             }
-            unanswered += asks.len();
-            if resolution.settled() {
+            if resolution.is_done() {
                 break;
             }
+            let wake = resolution.poll_timeout().map_or(Duration::from_secs(1), |at| {
+                Duration::from_millis(at.since(clock::now()))
+                    .clamp(Duration::from_millis(1), Duration::from_secs(1))
+            });
+            tokio::select! {
+                Some((node, answer)) = asks.next() => match answer {
+                    Ok(ArtifactResponse::Resolved { manifest, signature, .. }) => {
+                        resolution.offered(clock::now(), node, manifest, signature);
+                    }
+                    Ok(_) => resolution.declined(clock::now(), node),
+                    Err(_) => resolution.failed(clock::now(), node),
+                },
+                () = tokio::time::sleep(wake) => resolution.handle_timeout(clock::now()),
+            }
         }
+        let (asked, unanswered) = (resolution.asked(), resolution.unanswered());
         let candidates =
-            resolution.finish().map_err(|err| anyhow::anyhow!("{err} (asked {} node(s))", nodes.len()))?;
+            resolution.finish().map_err(|err| anyhow::anyhow!("{err} (asked {asked} node(s))"))?;
         Ok((candidates, unanswered))
     }
 

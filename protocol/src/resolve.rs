@@ -1,10 +1,18 @@
 //! Choosing the manifest a pull of `name@version` takes, from what providers offer.
 //!
-//! Sans-IO, like the pull scheduler: the driver asks providers (`resolve` on
-//! `/murmur/artifact/1`) and reports each answer with [`Resolution::offered`]; this module
-//! decides which offers may be trusted, when enough have come in ([`Resolution::settled`])
-//! and the order in which candidates are tried ([`Resolution::finish`]). Trust never comes
-//! from a provider:
+//! Sans-IO, like the pull scheduler. [`Resolution`] decides whom to ask and when to stop:
+//! the driver sends a `resolve` on `/murmur/artifact/1` to each node [`Resolution::poll_ask`]
+//! names, reports each answer ([`Resolution::offered`], [`Resolution::declined`],
+//! [`Resolution::failed`]) and time ([`Resolution::handle_timeout`] at
+//! [`Resolution::poll_timeout`]), until [`Resolution::is_done`]. Providers are asked in
+//! waves of [`ResolveConfig::fanout`]; an ask unanswered after [`ResolveConfig::timeout_ms`]
+//! counts as failed. Once the offers are settled, the rest of the wave gets a grace as long
+//! as settling took (clamped), then the resolution ends without them: a provider that is
+//! down but still advertised must not hold every pull for the whole timeout.
+//!
+//! [`Offers`] decides which offers may be trusted, when enough have come in
+//! ([`Offers::settled`]) and the order in which candidates are tried ([`Offers::finish`]).
+//! Trust never comes from a provider:
 //!
 //! - a pin equal to an offered manifest digest takes that manifest alone;
 //! - a pin that is not (a content digest) makes every offered manifest a candidate, most
@@ -17,13 +25,14 @@
 //! pass it on to peers that rely on the publisher, and a node offering a trusted manifest
 //! without its signature still counts as a holder (the bytes are checked anyway).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 
 use crate::catalog::Catalog;
 use crate::digest::Digest;
 use crate::identity::{NodeId, PublicKey};
 use crate::signed::Envelope;
+use crate::time::Millis;
 use crate::trust::open_trusted;
 
 /// Why a candidate manifest may be pulled.
@@ -84,7 +93,7 @@ fn some(digests: &[Digest]) -> String {
 
 /// The offers for one `name@version` so far.
 #[derive(Debug)]
-pub struct Resolution {
+pub struct Offers {
     name: String,
     version: String,
     pin: Option<Digest>,
@@ -96,14 +105,14 @@ pub struct Resolution {
     trusted: BTreeMap<Digest, (Basis, Option<Envelope>)>,
 }
 
-impl Resolution {
+impl Offers {
     /// Distinct manifests kept at most, counting only offers anyone may make (untrusted
     /// ones, and any manifest under a content pin): each costs memory. The pinned manifest
     /// and manifests a trusted publisher signed are always kept, so junk offers cannot
     /// push them out.
     pub const OFFERED_MAX: usize = 256;
 
-    /// A resolution of `name@version`, pinned to a manifest or content digest or trusting
+    /// The offers for `name@version`, pinned to a manifest or content digest or trusting
     /// `publishers`' signatures.
     #[must_use]
     pub fn new(name: &str, version: &str, pin: Option<Digest>, publishers: Vec<PublicKey>) -> Self {
@@ -148,7 +157,7 @@ impl Resolution {
         }
     }
 
-    /// Offered manifests nobody vouches for (see [`Resolution::OFFERED_MAX`]).
+    /// Offered manifests nobody vouches for (see [`Offers::OFFERED_MAX`]).
     fn open_offers(&self) -> usize {
         self.holders
             .keys()
@@ -197,6 +206,185 @@ impl Resolution {
     }
 }
 
+/// How a [`Resolution`] asks providers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResolveConfig {
+    /// Providers asked at once; the next as many are asked when a wave ends unsettled.
+    pub fanout: usize,
+    /// An ask without an answer this long counts as failed.
+    pub timeout_ms: u64,
+    /// Once the offers are settled, the asks still open get as long again as settling
+    /// took, but at least this long ...
+    pub grace_min_ms: u64,
+    /// ... and at most this long.
+    pub grace_max_ms: u64,
+}
+
+impl ResolveConfig {
+    /// What `murnode` uses.
+    pub const DEFAULT: Self = Self { fanout: 16, timeout_ms: 5_000, grace_min_ms: 50, grace_max_ms: 1_000 };
+}
+
+impl Default for ResolveConfig {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// Resolving one `name@version`: whom to ask, when to stop, and the [`Offers`] so far.
+#[derive(Debug)]
+pub struct Resolution {
+    offers: Offers,
+    config: ResolveConfig,
+    started: Millis,
+    /// Providers not asked yet, in the order given.
+    waiting: VecDeque<NodeId>,
+    /// Asks to send (the driver takes them with [`Resolution::poll_ask`]).
+    to_send: VecDeque<NodeId>,
+    /// Asks of this wave without an answer, and when each times out.
+    open: BTreeMap<NodeId, Millis>,
+    /// When the open asks stop counting, once the offers are settled.
+    grace_until: Option<Millis>,
+    asked: usize,
+    unanswered: usize,
+    done: bool,
+}
+
+impl Resolution {
+    /// Starts resolving with `offers` by asking `providers` (duplicates are asked once),
+    /// the first wave at once.
+    #[must_use]
+    pub fn new(offers: Offers, providers: Vec<NodeId>, config: ResolveConfig, now: Millis) -> Self {
+        let mut seen = std::collections::BTreeSet::new();
+        let waiting = providers.into_iter().filter(|p| seen.insert(*p)).collect();
+        let mut resolution = Self {
+            offers,
+            config: ResolveConfig { fanout: config.fanout.max(1), ..config },
+            started: now,
+            waiting,
+            to_send: VecDeque::new(),
+            open: BTreeMap::new(),
+            grace_until: None,
+            asked: 0,
+            unanswered: 0,
+            done: false,
+        };
+        resolution.advance(now);
+        resolution
+    }
+
+    /// The next provider to ask, if any.
+    pub fn poll_ask(&mut self) -> Option<NodeId> {
+        self.to_send.pop_front()
+    }
+
+    /// `node` answered that it holds `manifest` as `name@version`, with the publisher
+    /// `signature` it holds for it, if any. An answer nobody is waiting for (never asked,
+    /// already answered, timed out, or after the end) changes nothing.
+    pub fn offered(&mut self, now: Millis, node: NodeId, manifest: Digest, signature: Option<Envelope>) {
+        if self.open.remove(&node).is_some() {
+            self.offers.offered(node, manifest, signature);
+            self.answered(now);
+        }
+    }
+
+    /// `node` answered that it holds no `name@version`.
+    pub fn declined(&mut self, now: Millis, node: NodeId) {
+        if self.open.remove(&node).is_some() {
+            self.answered(now);
+        }
+    }
+
+    /// Asking `node` failed (no connection, an error answer): it counts as unanswered.
+    pub fn failed(&mut self, now: Millis, node: NodeId) {
+        if self.open.remove(&node).is_some() {
+            self.unanswered += 1;
+            self.answered(now);
+        }
+    }
+
+    /// Time passed: asks past their timeout fail, a grace that ran out ends the wave.
+    pub fn handle_timeout(&mut self, now: Millis) {
+        let late: Vec<NodeId> = self.open.iter().filter(|(_, at)| **at <= now).map(|(n, _)| *n).collect();
+        for node in late {
+            self.open.remove(&node);
+            self.unanswered += 1;
+        }
+        self.advance(now);
+    }
+
+    /// When [`Resolution::handle_timeout`] should be called next.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Millis> {
+        if self.done {
+            return None;
+        }
+        let first_timeout = self.open.values().min().copied();
+        match (first_timeout, self.grace_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether asking is over: [`Resolution::finish`] gives the candidates.
+    #[must_use]
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Providers asked so far.
+    #[must_use]
+    pub fn asked(&self) -> usize {
+        self.asked
+    }
+
+    /// Asks that failed, timed out, or were still open when the resolution ended.
+    #[must_use]
+    pub fn unanswered(&self) -> usize {
+        self.unanswered
+    }
+
+    /// The candidates in the order to try them (asking ends here if it had not).
+    pub fn finish(self) -> Result<Vec<Candidate>, ResolveError> {
+        self.offers.finish()
+    }
+
+    fn answered(&mut self, now: Millis) {
+        if self.grace_until.is_none() && self.offers.settled() {
+            let grace = now.since(self.started).clamp(self.config.grace_min_ms, self.config.grace_max_ms);
+            self.grace_until = Some(now.plus(grace));
+        }
+        self.advance(now);
+    }
+
+    /// Ends the wave when nothing is open or its grace ran out; then ends the resolution,
+    /// or asks the next wave if the offers are not settled.
+    fn advance(&mut self, now: Millis) {
+        if self.done {
+            return;
+        }
+        let graced_out = self.grace_until.is_some_and(|at| at <= now);
+        if !self.open.is_empty() && !graced_out {
+            return;
+        }
+        self.unanswered += self.open.len();
+        self.open.clear();
+        if self.offers.settled() || self.waiting.is_empty() {
+            self.done = true;
+            self.to_send.clear();
+            return;
+        }
+        let deadline = now.plus(self.config.timeout_ms);
+        while self.open.len() < self.config.fanout
+            && let Some(node) = self.waiting.pop_front()
+        {
+            self.open.insert(node, deadline);
+            self.to_send.push_back(node);
+            self.asked += 1;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,7 +412,7 @@ mod tests {
         let publisher = SecretKey::from_seed([9; 32]);
         let stranger = SecretKey::from_seed([8; 32]);
         let (a, b, c) = (Digest::of(b"a"), Digest::of(b"b"), Digest::of(b"c"));
-        let mut r = Resolution::new("tool", "1.0.0", None, vec![publisher.public()]);
+        let mut r = Offers::new("tool", "1.0.0", None, vec![publisher.public()]);
         assert!(!r.settled());
         r.offered(node(1), a, Some(signature(&publisher, "tool", a)));
         assert!(r.settled());
@@ -246,7 +434,7 @@ mod tests {
         let (a, b) = (Digest::of(b"a"), Digest::of(b"b"));
         let low = a.min(b);
         for order in [[a, b], [b, a]] {
-            let mut r = Resolution::new("tool", "1.0.0", None, vec![publisher.public()]);
+            let mut r = Offers::new("tool", "1.0.0", None, vec![publisher.public()]);
             for (i, m) in order.into_iter().enumerate() {
                 r.offered(node(i as u8), m, Some(signature(&publisher, "tool", m)));
             }
@@ -258,7 +446,7 @@ mod tests {
     fn a_manifest_pin_takes_that_manifest_alone_and_keeps_a_trusted_signature() {
         let publisher = SecretKey::from_seed([9; 32]);
         let (pinned, other) = (Digest::of(b"pinned"), Digest::of(b"other"));
-        let mut r = Resolution::new("tool", "1.0.0", Some(pinned), vec![publisher.public()]);
+        let mut r = Offers::new("tool", "1.0.0", Some(pinned), vec![publisher.public()]);
         r.offered(node(1), other, None);
         r.offered(node(2), other, None);
         assert!(!r.settled(), "a content pin might still be any offer");
@@ -274,7 +462,7 @@ mod tests {
     fn a_content_pin_makes_every_offer_a_candidate_to_check() {
         let content = Digest::of(b"content");
         let (a, b) = (Digest::of(b"a"), Digest::of(b"b"));
-        let mut r = Resolution::new("tool", "1.0.0", Some(content), vec![]);
+        let mut r = Offers::new("tool", "1.0.0", Some(content), vec![]);
         r.offered(node(1), a, None);
         r.offered(node(2), b, None);
         r.offered(node(3), b, None);
@@ -286,12 +474,12 @@ mod tests {
     #[test]
     fn nothing_trusted_is_an_error_that_names_the_untrusted_manifests() {
         let a = Digest::of(b"a");
-        let r = Resolution::new("tool", "1.0.0", None, vec![]);
+        let r = Offers::new("tool", "1.0.0", None, vec![]);
         assert_eq!(
             r.finish().unwrap_err(),
             ResolveError::NotOffered { name: "tool".into(), version: "1.0.0".into() }
         );
-        let mut r = Resolution::new("tool", "1.0.0", None, vec![]);
+        let mut r = Offers::new("tool", "1.0.0", None, vec![]);
         r.offered(node(1), a, None);
         let err = r.finish().unwrap_err();
         assert!(err.to_string().contains(&a.to_string()) && err.to_string().contains("trust.publishers"));
@@ -300,17 +488,17 @@ mod tests {
     #[test]
     fn offers_are_bounded_but_junk_never_pushes_out_a_vouched_manifest() {
         let content = Digest::of(b"content");
-        let mut r = Resolution::new("tool", "1.0.0", Some(content), vec![]);
-        for i in 0..(Resolution::OFFERED_MAX as u32 + 10) {
+        let mut r = Offers::new("tool", "1.0.0", Some(content), vec![]);
+        for i in 0..(Offers::OFFERED_MAX as u32 + 10) {
             r.offered(node(1), Digest::of(&i.to_be_bytes()), None);
         }
-        assert_eq!(r.finish().unwrap().len(), Resolution::OFFERED_MAX);
+        assert_eq!(r.finish().unwrap().len(), Offers::OFFERED_MAX);
 
         let publisher = SecretKey::from_seed([9; 32]);
         let (signed, pinned) = (Digest::of(b"signed"), Digest::of(b"pinned"));
-        let mut r = Resolution::new("tool", "1.0.0", None, vec![publisher.public()]);
-        let mut p = Resolution::new("tool", "1.0.0", Some(pinned), vec![]);
-        for i in 0..(Resolution::OFFERED_MAX as u32 + 10) {
+        let mut r = Offers::new("tool", "1.0.0", None, vec![publisher.public()]);
+        let mut p = Offers::new("tool", "1.0.0", Some(pinned), vec![]);
+        for i in 0..(Offers::OFFERED_MAX as u32 + 10) {
             r.offered(node(1), Digest::of(&i.to_be_bytes()), None);
             p.offered(node(1), Digest::of(&i.to_be_bytes()), None);
         }
@@ -318,5 +506,132 @@ mod tests {
         p.offered(node(2), pinned, None);
         assert_eq!(r.finish().unwrap()[0].manifest, signed);
         assert_eq!(p.finish().unwrap()[0].manifest, pinned);
+    }
+
+    /// A resolution of "tool@1.0.0" trusting `publisher`, asking nodes 1..=n.
+    fn resolution(publisher: &SecretKey, n: u8, fanout: usize) -> Resolution {
+        let offers = Offers::new("tool", "1.0.0", None, vec![publisher.public()]);
+        let config = ResolveConfig { fanout, ..ResolveConfig::DEFAULT };
+        Resolution::new(offers, (1..=n).map(node).collect(), config, Millis(1_000))
+    }
+
+    fn asks(r: &mut Resolution) -> Vec<NodeId> {
+        std::iter::from_fn(|| r.poll_ask()).collect()
+    }
+
+    #[test]
+    fn providers_are_asked_in_waves_until_a_trusted_offer_comes() {
+        let publisher = SecretKey::from_seed([9; 32]);
+        let m = Digest::of(b"m");
+        let mut r = resolution(&publisher, 5, 2);
+        assert_eq!(asks(&mut r), vec![node(1), node(2)]);
+        r.declined(Millis(1_010), node(1));
+        assert!(asks(&mut r).is_empty(), "the wave is still open");
+        r.failed(Millis(1_020), node(2));
+        assert_eq!(asks(&mut r), vec![node(3), node(4)], "an unsettled wave is followed by the next");
+        r.offered(Millis(1_030), node(3), m, Some(signature(&publisher, "tool", m)));
+        r.offered(Millis(1_040), node(4), m, None);
+        assert!(r.is_done() && asks(&mut r).is_empty(), "settled: node 5 is never asked");
+        assert_eq!((r.asked(), r.unanswered()), (4, 1));
+        assert_eq!(r.finish().unwrap()[0].holders, vec![node(3), node(4)]);
+    }
+
+    #[test]
+    fn once_settled_the_rest_of_the_wave_gets_a_grace_as_long_as_settling_took() {
+        let publisher = SecretKey::from_seed([9; 32]);
+        let m = Digest::of(b"m");
+        let mut r = resolution(&publisher, 3, 16);
+        assert_eq!(asks(&mut r).len(), 3);
+        assert_eq!(r.poll_timeout(), Some(Millis(6_000)), "the asks' timeout");
+        r.offered(Millis(1_300), node(1), m, Some(signature(&publisher, "tool", m)));
+        assert_eq!(r.poll_timeout(), Some(Millis(1_600)), "300 ms to settle, 300 ms of grace");
+        r.offered(Millis(1_500), node(2), m, None);
+        r.handle_timeout(Millis(1_599));
+        assert!(!r.is_done());
+        r.handle_timeout(Millis(1_600));
+        assert!(r.is_done() && r.poll_timeout().is_none());
+        assert_eq!(r.unanswered(), 1, "node 3, down but still advertised, did not hold the pull");
+        r.offered(Millis(1_700), node(3), m, None); // too late: changes nothing
+        assert_eq!(r.finish().unwrap()[0].holders, vec![node(1), node(2)]);
+    }
+
+    #[test]
+    fn the_grace_is_clamped_both_ways() {
+        let publisher = SecretKey::from_seed([9; 32]);
+        let m = Digest::of(b"m");
+        for (settled_after, grace) in [(5, 50), (400, 400), (4_000, 1_000)] {
+            let mut r = resolution(&publisher, 2, 16);
+            let at = Millis(1_000 + settled_after);
+            r.offered(at, node(1), m, Some(signature(&publisher, "tool", m)));
+            assert_eq!(r.poll_timeout(), Some(at.plus(grace)), "settled after {settled_after} ms");
+        }
+    }
+
+    #[test]
+    fn asks_time_out_and_answers_nobody_waits_for_change_nothing() {
+        let publisher = SecretKey::from_seed([9; 32]);
+        let m = Digest::of(b"m");
+        let mut r = resolution(&publisher, 3, 2);
+        assert_eq!(asks(&mut r), vec![node(1), node(2)]);
+        r.offered(Millis(1_010), node(3), m, Some(signature(&publisher, "tool", m))); // never asked
+        assert!(!r.is_done());
+        r.handle_timeout(Millis(6_000));
+        assert_eq!(r.unanswered(), 2);
+        assert_eq!(asks(&mut r), vec![node(3)]);
+        r.offered(Millis(6_010), node(1), m, Some(signature(&publisher, "tool", m))); // timed out
+        r.declined(Millis(6_020), node(3));
+        assert!(r.is_done());
+        assert_eq!(
+            r.finish().unwrap_err(),
+            ResolveError::NotOffered { name: "tool".into(), version: "1.0.0".into() }
+        );
+    }
+
+    #[test]
+    fn no_providers_is_done_at_once() {
+        let publisher = SecretKey::from_seed([9; 32]);
+        let mut r = resolution(&publisher, 0, 16);
+        assert!(r.is_done() && r.poll_ask().is_none() && r.poll_timeout().is_none());
+        assert!(matches!(r.finish(), Err(ResolveError::NotOffered { .. })));
+    }
+
+    proptest::proptest! {
+        /// Whatever the answers and their timing: never more than a wave open, never a
+        /// provider asked twice, every ask accounted for, and done within one timeout per
+        /// wave.
+        #[test]
+        fn asking_is_bounded_and_always_ends(
+            n in 0u8..40,
+            fanout in 1usize..8,
+            events in proptest::collection::vec((0u8..4, 0u8..40, 0u64..3_000), 0..120),
+        ) {
+            let publisher = SecretKey::from_seed([9; 32]);
+            let m = Digest::of(b"m");
+            let sig = signature(&publisher, "tool", m);
+            let mut r = resolution(&publisher, n, fanout);
+            let mut now = Millis(1_000);
+            let mut asked = std::collections::BTreeSet::new();
+            for (kind, who, step) in events {
+                for ask in asks(&mut r) {
+                    proptest::prop_assert!(asked.insert(ask), "asked twice");
+                }
+                proptest::prop_assert!(r.open.len() <= fanout);
+                now = now.plus(step);
+                match kind {
+                    0 => r.offered(now, node(who), m, Some(sig.clone())),
+                    1 => r.declined(now, node(who)),
+                    2 => r.failed(now, node(who)),
+                    _ => r.handle_timeout(now),
+                }
+            }
+            for _ in 0..=usize::from(n).div_ceil(fanout) {
+                asks(&mut r);
+                now = now.plus(ResolveConfig::DEFAULT.timeout_ms);
+                r.handle_timeout(now);
+            }
+            proptest::prop_assert!(r.is_done());
+            proptest::prop_assert!(r.asked() <= usize::from(n));
+            proptest::prop_assert!(r.unanswered() <= r.asked());
+        }
     }
 }
