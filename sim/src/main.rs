@@ -21,6 +21,7 @@ use murmur_sim::{Options, Outcome, Scenario, Sim, Verdict};
 ///   murmur-sim run task-storm --plant retry-lost     # must fail (exit 4)
 ///   murmur-sim sweep artifact-storm --seeds 1..5
 ///   murmur-sim run byzantine-provider --plant write-unverified   # must fail (exit 4)
+///   murmur-sim run byzantine-provider --plant trust-any-offer    # must fail (exit 4)
 ///
 /// SCENARIO is a TOML file, or the name of one in sim/scenarios/.
 /// Exit codes: 0 pass, 2 usage, 3 crash, 4 safety violation, 5 liveness failure,
@@ -70,7 +71,8 @@ struct Common {
     canary: bool,
     /// Plant a known bug that its checker must catch: the task bugs skip-incoming-check (grant
     /// checker), retry-lost (executed-twice checker), volatile-accept (lost-task checker),
-    /// or the artifact bug write-unverified (corrupted-write checker).
+    /// or the artifact bugs write-unverified (corrupted-write checker) and trust-any-offer
+    /// (forged-manifest checker).
     #[arg(long, value_parser = parse_plant)]
     plant: Option<Plant>,
     /// Print JSON lines instead of text.

@@ -134,6 +134,18 @@ pub struct ArtifactMetrics {
     pub failures: u64,
     /// Crashes of providers with chunk requests out to them.
     pub provider_crashes: u64,
+    /// Resolutions started (one before every pull, and again when one found nothing
+    /// trusted), and of them those that found nothing.
+    pub resolves_started: u64,
+    pub resolves_empty: u64,
+    /// Resolve asks sent, and asks left unanswered (failed, timed out, or cut off by the
+    /// grace once a trusted offer came).
+    pub resolve_asks: u64,
+    pub resolve_unanswered: u64,
+    /// Forged offers corrupt providers sent, and those that reached the asking node (a
+    /// resolution refuses them, or ignores them if it is over; one taken fails the run).
+    pub forged_offers_sent: u64,
+    pub forged_offers_heard: u64,
     /// Fewest live honest holders of a pinned artifact at the last liveness check.
     pub pinned_holders_min: Option<u64>,
     /// When every pull settled, after faults ended and pull requests stopped.
@@ -353,7 +365,12 @@ impl Outcome {
         if let Some(a) = &m.artifacts {
             let _ = writeln!(
                 out,
-                "  artifacts: {} pulls started, {} completed (p50 {} ms, p99 {} ms), {} resumed, {} rebuilt, {} for pins; chunks {} requested, {} written; {} corrupt served, {} detected; {} penalties; settled after {}",
+                "  artifacts: {} resolves ({} asks, {} unanswered, {} found nothing, {} forged offers refused); {} pulls started, {} completed (p50 {} ms, p99 {} ms), {} resumed, {} rebuilt, {} for pins; chunks {} requested, {} written; {} corrupt served, {} detected; {} penalties; settled after {}",
+                a.resolves_started,
+                a.resolve_asks,
+                a.resolve_unanswered,
+                a.resolves_empty,
+                a.forged_offers_heard,
                 a.pulls_started,
                 a.pulls_completed,
                 a.completion_p50_ms,

@@ -14,6 +14,7 @@ mod gossip;
 mod net;
 mod owner;
 mod pulls;
+mod resolves;
 mod routing;
 mod tasks;
 mod topology;
@@ -98,12 +99,21 @@ pub enum Plant {
     /// it. Caught by the artifact write checker (a corrupt provider is added if the
     /// scenario has none, and artifact traffic if it has none).
     WriteUnverified,
+    /// Resolutions trust the corrupt providers' own key as well as the publisher's, so a
+    /// forged manifest can be taken. Caught by the resolution checker (a corrupt provider is
+    /// added if the scenario has none, and artifact traffic if it has none).
+    TrustAnyOffer,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Self; 4] =
-        [Self::SkipIncomingCheck, Self::RetryLost, Self::VolatileAccept, Self::WriteUnverified];
+    pub const ALL: [Self; 5] = [
+        Self::SkipIncomingCheck,
+        Self::RetryLost,
+        Self::VolatileAccept,
+        Self::WriteUnverified,
+        Self::TrustAnyOffer,
+    ];
 
     /// The name on the command line (`--plant NAME`).
     #[must_use]
@@ -113,6 +123,7 @@ impl Plant {
             Self::RetryLost => "retry-lost",
             Self::VolatileAccept => "volatile-accept",
             Self::WriteUnverified => "write-unverified",
+            Self::TrustAnyOffer => "trust-any-offer",
         }
     }
 }

@@ -4,7 +4,9 @@
 //! Safety, checked on every write to a node's store: the digest of the bytes the provider
 //! sent for the chunk the node writes is the chunk's true digest (so a corrupted chunk is
 //! never stored, whatever the pull scheduler decided), and a blob completed on disk hashes
-//! to its true digest. Bounds, checked after every input to a pull: requests in flight stay
+//! to its true digest; and when a resolution ends, every candidate manifest it returns is
+//! the blob's true one (a forged offer is never taken). Bounds, checked after every input
+//! to a pull: requests in flight stay
 //! within the pull's configured limits, in all and per provider.
 //!
 //! Liveness (judged by the world, which knows who is alive): once faults have ended and
@@ -96,6 +98,22 @@ impl ArtifactOracle {
         }
     }
 
+    /// Checks the candidate manifests `node`'s resolution of `blob` returned.
+    pub fn resolved(&self, node: u32, blob: usize, candidates: &[Digest]) -> Result<(), String> {
+        let Some(truth) = self.blobs.get(blob).map(|b| b.digest) else {
+            return Err(format!("node {node} resolved art-{blob}, which does not exist"));
+        };
+        let forged: Vec<String> =
+            candidates.iter().filter(|c| **c != truth).map(ToString::to_string).collect();
+        if forged.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "node {node} resolved art-{blob} to candidate manifest(s) {} that no trusted publisher signed (the true manifest is {truth})",
+            forged.join(", ")
+        ))
+    }
+
     /// Checks a pull's requests in flight against its limits.
     pub fn bounds(
         node: u32,
@@ -135,5 +153,8 @@ mod tests {
         assert!(ArtifactOracle::bounds(1, 0, (17, 16), (1, 4)).is_err());
         assert!(ArtifactOracle::bounds(1, 0, (16, 16), (5, 4)).is_err());
         assert!(ArtifactOracle::bounds(1, 0, (16, 16), (4, 4)).is_ok());
+        assert!(oracle.resolved(1, 0, &[truth.digest]).is_ok());
+        let forged = Digest::of(b"forged");
+        assert!(oracle.resolved(1, 0, &[truth.digest, forged]).unwrap_err().contains("no trusted publisher"));
     }
 }

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use murmur_protocol::limits::ADVERT_ARTIFACTS_MAX;
 use murmur_protocol::pull::{PULL_CHUNKS_MAX, PullConfig};
 use murmur_protocol::replicate::REPLICATION_FACTOR_MAX;
+use murmur_protocol::resolve::ResolveConfig;
 
 /// Largest artifact a scenario may ask for: the chunk digests of every blob are kept per
 /// node, so a run's memory grows with it.
@@ -59,6 +60,9 @@ pub struct ArtifactWorkload {
     pub timeout_ms: u64,
     pub hedge_after_ms: u64,
     pub strikes_max: u32,
+    /// How long a resolve ask may go unanswered before it counts as failed
+    /// ([`ResolveConfig::timeout_ms`]; the rest of the resolution's settings are `murnode`'s).
+    pub resolve_timeout_ms: u64,
     /// Once faults have ended and pull requests stopped, within this many seconds every
     /// pull at a live node of an artifact a live honest node holds must be complete, and
     /// every pinned artifact held by `min(replication_factor, live honest nodes)` nodes.
@@ -90,6 +94,7 @@ impl Default for ArtifactWorkload {
             timeout_ms: pull.timeout_ms,
             hedge_after_ms: pull.hedge_after_ms,
             strikes_max: pull.strikes_max,
+            resolve_timeout_ms: ResolveConfig::DEFAULT.timeout_ms,
             liveness_bound_s: 60,
             exercise: Vec::new(),
         }
@@ -112,6 +117,9 @@ pub enum ArtifactExercise {
     PinPulled,
     /// A pull that had lost every provider was rebuilt once the directory listed some.
     Rebuilt,
+    /// A resolution found no trusted offer (every holder silent or unreachable) and was
+    /// tried again at the node's next refresh.
+    ResolveRetried,
 }
 
 impl ArtifactExercise {
@@ -191,6 +199,7 @@ impl ArtifactWorkload {
             "artifacts.probe: at least 1 (above per_provider it is per_provider)"
         );
         anyhow::ensure!(self.timeout_ms >= 1, "artifacts.timeout_ms: at least 1");
+        anyhow::ensure!(self.resolve_timeout_ms >= 1, "artifacts.resolve_timeout_ms: at least 1");
         anyhow::ensure!(self.strikes_max >= 1, "artifacts.strikes_max: at least 1");
         Ok(())
     }

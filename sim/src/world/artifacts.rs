@@ -15,9 +15,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use murmur_protocol::catalog::{Catalog, CatalogArtifact, CatalogBlob};
 use murmur_protocol::digest::Digest;
 use murmur_protocol::pull::{Pull, PullStats};
 use murmur_protocol::replicate;
+use murmur_protocol::resolve::Resolution;
+use murmur_protocol::{Envelope, Millis, SecretKey, Signed};
 
 use super::{Event, Ix, Options, Plant, Role, Sim};
 use crate::check::{ArtifactOracle, BlobTruth};
@@ -41,6 +44,22 @@ pub(super) struct ActivePull {
     pub stalled_since: Option<u64>,
 }
 
+/// One blob a node is resolving (in memory: a crash loses it).
+#[derive(Debug)]
+pub(super) struct ActiveResolve {
+    pub resolution: Resolution,
+    pub timer_at: Option<u64>,
+}
+
+/// A resolve ask on the wire.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ResolveAsk {
+    pub from: Ix,
+    pub from_epoch: u32,
+    pub to: Ix,
+    pub blob: usize,
+}
+
 /// One node's artifact state.
 #[derive(Debug, Default)]
 pub(super) struct NodeArtifacts {
@@ -52,6 +71,8 @@ pub(super) struct NodeArtifacts {
     pub wanted: BTreeMap<usize, u64>,
     /// In memory: pulls under way.
     pub pulls: BTreeMap<usize, ActivePull>,
+    /// In memory: resolutions under way (a pull starts when its resolution is done).
+    pub resolving: BTreeMap<usize, ActiveResolve>,
 }
 
 /// A chunk request on the wire.
@@ -71,7 +92,16 @@ pub(super) struct ArtifactWorld {
     pub oracle: ArtifactOracle,
     pub nodes: Vec<NodeArtifacts>,
     pub requests: BTreeMap<u64, ChunkRequest>,
+    pub asks: BTreeMap<u64, ResolveAsk>,
     pub next_req: u64,
+    /// The run's publisher, whose signed catalog names each blob's manifest; the only key
+    /// nodes trust.
+    pub publisher: SecretKey,
+    /// Per blob, the publisher's catalog naming it (what honest holders relay).
+    pub catalogs: Vec<Envelope>,
+    /// The corrupt providers' own key, and per blob the forged manifest and its catalog.
+    pub forger: SecretKey,
+    pub forgeries: Vec<(Digest, Envelope)>,
     pub links: HashMap<(Ix, Ix), SimRng>,
     pub rng: SimRng,
     pub stats: ArtifactMetrics,
@@ -102,6 +132,14 @@ pub(super) enum ArtifactEvent {
     Failure { req: u64 },
     /// request-response gave up waiting.
     Timeout { req: u64 },
+    /// A resolution's timer.
+    ResolveTimer { node: Ix, epoch: u32, blob: usize },
+    /// A resolve ask reaches its provider.
+    Ask { to: Ix, from: Ix, req: u64, blob: usize, epoch: u32 },
+    /// The answer to a resolve ask reaches the asking node.
+    Offer { to: Ix, req: u64, offer: super::resolves::Offer, epoch: u32 },
+    /// The ask failed (dial refused, or the connection closed).
+    AskFailure { req: u64 },
     /// The connection from `node` to `provider` closed (the provider crashed).
     Closed { node: Ix, epoch: u32, provider: Ix },
     /// The artifact liveness check.
@@ -122,6 +160,10 @@ impl ArtifactEvent {
             Self::Timeout { req } => (57, *req, 0),
             Self::Closed { node, provider, .. } => (58, u64::from(*node), u64::from(*provider)),
             Self::Settle => (59, 0, 0),
+            Self::ResolveTimer { node, blob, .. } => (61, u64::from(*node), *blob as u64),
+            Self::Ask { to, req, .. } => (62, u64::from(*to), *req),
+            Self::Offer { to, req, .. } => (63, u64::from(*to), *req),
+            Self::AskFailure { req } => (64, *req, 0),
         }
     }
 
@@ -134,6 +176,12 @@ impl ArtifactEvent {
             Self::Response { to, req, answer, epoch } => {
                 Self::Response { to: *to, req: *req, answer: *answer, epoch: *epoch }
             }
+            Self::Ask { to, from, req, blob, epoch } => {
+                Self::Ask { to: *to, from: *from, req: *req, blob: *blob, epoch: *epoch }
+            }
+            Self::Offer { to, req, offer, epoch } => {
+                Self::Offer { to: *to, req: *req, offer: offer.clone(), epoch: *epoch }
+            }
             _ => return None,
         })
     }
@@ -142,7 +190,7 @@ impl ArtifactEvent {
 /// Adjusts the scenario for the planted artifact bug: artifact traffic if there is none,
 /// and a corrupt provider whose chunks the bug lets through.
 pub(super) fn prepare(scenario: &mut Scenario, options: Options) {
-    if options.plant != Some(Plant::WriteUnverified) {
+    if !matches!(options.plant, Some(Plant::WriteUnverified | Plant::TrustAnyOffer)) {
         return;
     }
     // Without a section of its own: blobs big enough, and honest providers few enough,
@@ -180,13 +228,30 @@ impl ArtifactWorld {
                 let size = rng.between(config.size_mib_min << 20, config.size_mib_max << 20);
                 BlobTruth::derive(&format!("{seed}/art-{b}"), size, chunk)
             })
+            .collect::<Vec<_>>();
+        let publisher = SecretKey::from_seed(SimRng::stream(seed, "artifacts/publisher").bytes32());
+        let forger = SecretKey::from_seed(SimRng::stream(seed, "artifacts/forger").bytes32());
+        let catalogs =
+            blobs.iter().enumerate().map(|(b, t)| catalog(&publisher, b, t.digest, t.size)).collect();
+        let forgeries = blobs
+            .iter()
+            .enumerate()
+            .map(|(b, t)| {
+                let forged = Digest::of(format!("{seed}/forged/art-{b}").as_bytes());
+                (forged, catalog(&forger, b, forged, t.size))
+            })
             .collect();
         Self {
             config,
             oracle: ArtifactOracle::new(blobs),
             nodes: Vec::new(),
             requests: BTreeMap::new(),
+            asks: BTreeMap::new(),
             next_req: 0,
+            publisher,
+            catalogs,
+            forger,
+            forgeries,
             links: HashMap::default(),
             rng,
             stats: ArtifactMetrics::default(),
@@ -200,6 +265,11 @@ impl ArtifactWorld {
     pub(super) fn add_node(&mut self, ix: Ix) {
         debug_assert_eq!(self.nodes.len(), ix as usize);
         self.nodes.push(NodeArtifacts::default());
+    }
+
+    /// The forged manifest of `blob` and the forger's catalog naming it.
+    pub(super) fn forged(&self, blob: usize) -> Option<(Digest, Envelope)> {
+        self.forgeries.get(blob).cloned()
     }
 
     /// Every blob's digest, in blob order.
@@ -268,6 +338,22 @@ impl Sim {
             }
             ArtifactEvent::Failure { req } => self.chunk_failed(req, "dial refused"),
             ArtifactEvent::Timeout { req } => self.chunk_failed(req, "timeout"),
+            ArtifactEvent::ResolveTimer { node, epoch, blob } => {
+                if self.is_current(node, epoch) {
+                    self.resolve_timer(node, blob);
+                }
+            }
+            ArtifactEvent::Ask { to, from, req, blob, epoch } => {
+                if self.is_current(to, epoch) {
+                    self.answer_ask(to, from, req, blob);
+                }
+            }
+            ArtifactEvent::Offer { to, req, offer, epoch } => {
+                if self.is_current(to, epoch) {
+                    self.ask_answered(req, Some(offer));
+                }
+            }
+            ArtifactEvent::AskFailure { req } => self.ask_answered(req, None),
             ArtifactEvent::Closed { node, epoch, provider } => {
                 if self.is_current(node, epoch) {
                     self.provider_closed(node, provider);
@@ -397,10 +483,20 @@ impl Sim {
         for (_, active) in std::mem::take(&mut node.pulls) {
             add_pull_stats(&mut world.totals, active.pull.stats());
         }
+        node.resolving.clear();
         if for_good {
             node.wanted.clear();
         }
         world.requests.retain(|_, r| r.from != ix);
+        world.asks.retain(|_, a| a.from != ix);
+        // Asks it was answering fail on their senders as the connections close.
+        let failed: Vec<(u64, Ix)> =
+            world.asks.iter().filter(|(_, a)| a.to == ix).map(|(req, a)| (*req, a.from)).collect();
+        for (req, from) in failed {
+            let at = self.now + self.base_latency(ix, from);
+            self.schedule(at, Event::Artifact(ArtifactEvent::AskFailure { req }));
+        }
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
         let mut closed = BTreeSet::new();
         world.requests.retain(|_, r| {
             if r.to == ix {
@@ -499,6 +595,17 @@ impl Sim {
     }
 }
 
+/// `key`'s catalog naming `manifest` as blob `blob`'s name and version.
+fn catalog(key: &SecretKey, blob: usize, manifest: Digest, size: u64) -> Envelope {
+    let (name, version) = super::resolves::name_of(blob);
+    let catalog = Catalog::new(
+        Millis(1),
+        vec![CatalogArtifact { name, version, manifest }],
+        vec![CatalogBlob { size, digest: manifest }],
+    );
+    Signed::sign(catalog, key).expect("a catalog of one artifact signs").into_envelope()
+}
+
 fn exercised(s: &ArtifactMetrics, e: ArtifactExercise) -> u64 {
     match e {
         ArtifactExercise::Resumed => s.pulls_resumed,
@@ -507,6 +614,7 @@ fn exercised(s: &ArtifactMetrics, e: ArtifactExercise) -> u64 {
         ArtifactExercise::ProviderCrash => s.provider_crashes,
         ArtifactExercise::PinPulled => s.pins_pulled,
         ArtifactExercise::Rebuilt => s.pulls_rebuilt,
+        ArtifactExercise::ResolveRetried => s.resolves_empty,
     }
 }
 

@@ -37,8 +37,23 @@ const REQUEST_BYTES: usize = 96;
 const RESPONSE_OVERHEAD_BYTES: usize = 64;
 
 impl Sim {
-    /// Starts (or resumes) node `ix`'s pull of `blob` from the chunks on its disk.
+    /// Starts (or resumes) node `ix`'s pull of `blob`: first its resolution (`resolves`),
+    /// then the pull from the chunks on its disk.
     pub(super) fn start_pull(&mut self, ix: Ix, blob: usize) {
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let Some(truth) = world.oracle.blob(blob) else { return };
+        let node = &mut world.nodes[ix as usize];
+        let held = node.store.get(&blob).map_or(0, |s| s.len());
+        if held == truth.chunks.len() {
+            node.wanted.remove(&blob);
+            return;
+        }
+        self.start_resolve(ix, blob);
+    }
+
+    /// Starts node `ix`'s pull of `blob` once resolved, with `holders` (the providers that
+    /// offered the chosen manifest); the directory's other providers join at the next refresh.
+    pub(super) fn begin_pull(&mut self, ix: Ix, blob: usize, holders: Vec<NodeId>) {
         let Some(world) = self.artifacts.as_deref_mut() else { return };
         let Some(truth) = world.oracle.blob(blob) else { return };
         let node = &mut world.nodes[ix as usize];
@@ -46,10 +61,6 @@ impl Sim {
             return;
         }
         let have: Vec<u32> = node.store.get(&blob).map(|s| s.keys().copied().collect()).unwrap_or_default();
-        if have.len() == truth.chunks.len() {
-            node.wanted.remove(&blob);
-            return;
-        }
         let config = world.config.pull_config();
         let chunk = world.config.chunk_bytes();
         let pull = match Pull::new(config, truth.size, chunk, truth.chunks.clone(), &have) {
@@ -62,15 +73,31 @@ impl Sim {
         node.pulls
             .insert(blob, ActivePull { pull, known: BTreeSet::new(), timer_at: None, stalled_since: None });
         world.stats.pulls_started += 1;
-        self.sync_providers(ix, blob);
+        for provider in holders {
+            if let Some(active) = self.active(ix, blob) {
+                active.known.insert(provider);
+            }
+            self.pull_input(ix, blob, Input::AddProvider(provider), None);
+        }
     }
 
-    /// Every pull of node `ix` reads the directory for providers again.
+    /// Every pull of node `ix` reads the directory for providers again, and a wanted blob
+    /// whose resolution found nothing trusted is resolved again.
     pub(super) fn refresh_pulls(&mut self, ix: Ix) {
         let Some(world) = self.artifacts.as_deref() else { return };
-        let blobs: Vec<usize> = world.nodes[ix as usize].pulls.keys().copied().collect();
+        let node = &world.nodes[ix as usize];
+        let blobs: Vec<usize> = node.pulls.keys().copied().collect();
+        let again: Vec<usize> = node
+            .wanted
+            .keys()
+            .filter(|b| !node.pulls.contains_key(b) && !node.resolving.contains_key(b))
+            .copied()
+            .collect();
         for blob in blobs {
             self.sync_providers(ix, blob);
+        }
+        for blob in again {
+            self.start_pull(ix, blob);
         }
     }
 

@@ -1,0 +1,233 @@
+//! Driving the protocol's [`Resolution`]: the `resolve` step before every pull, over the
+//! modelled network, as `murnode` drives it.
+//!
+//! - A pull of `art-N` starts by resolving `art-N@1.0.0`: the providers asked are the nodes
+//!   whose advert lists any artifact (the directory does not say which name a digest has);
+//!   the resolution asks them in waves and trusts only the run's publisher, whose signed
+//!   catalog every honest holder relays with its answer.
+//! - An honest node that holds the blob whole offers its manifest (in the simulator, the
+//!   blob's digest) with that signature; one that does not declines. A corrupt provider
+//!   answers every ask: every other answer a forged manifest under its own signature, the
+//!   rest the genuine offer relayed (signatures are public), so it is also asked for the
+//!   chunks it then corrupts. A node that is down refuses the dial
+//!   after a round trip; a lost or partitioned message leaves the ask to the resolution's
+//!   timeout, and a grace cuts slow asks short once the offers are settled.
+//! - When the resolution is done, the pull starts with the providers that offered the
+//!   chosen manifest; the others the directory lists join at the pull's first refresh. A
+//!   resolution that found nothing is tried again at the node's next refresh (a pinned
+//!   artifact's pull is retried the same way by `murnode`; a user runs the pull again).
+//!
+//! Safety, checked by the oracle when each resolution ends: every candidate is the blob's
+//! true manifest (no forged offer is ever taken).
+
+use murmur_protocol::resolve::{Offers, Resolution, ResolveConfig};
+use murmur_protocol::{Envelope, NodeId};
+
+use super::artifacts::{ActiveResolve, ArtifactEvent, ResolveAsk};
+use super::net::Channel;
+use super::{Event, Ix, Plant, Role, Sim};
+use crate::scenario::{ByzantineRole, Fault};
+
+/// Bytes of a resolve ask, and of an answer (a manifest digest and a signed catalog).
+const ASK_BYTES: usize = 96;
+const OFFER_BYTES: usize = 512;
+
+/// The name and version under which blob `blob` is published.
+pub(super) fn name_of(blob: usize) -> (String, String) {
+    (format!("art-{blob}"), "1.0.0".to_owned())
+}
+
+/// An answer to a resolve ask.
+#[derive(Clone, Debug)]
+pub(super) enum Offer {
+    /// "I hold this manifest for that name", with the publisher signature held for it.
+    Holds { manifest: murmur_protocol::Digest, signature: Envelope },
+    /// "I hold nothing by that name."
+    Declined,
+}
+
+impl Sim {
+    /// Starts node `ix`'s resolution of `blob`, unless one or a pull of it is under way.
+    pub(super) fn start_resolve(&mut self, ix: Ix, blob: usize) {
+        let providers = self.listed_artifact_nodes(ix);
+        let now = self.clock(ix);
+        let plant = self.options.plant;
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let node = &mut world.nodes[ix as usize];
+        if node.pulls.contains_key(&blob) || node.resolving.contains_key(&blob) {
+            return;
+        }
+        let (name, version) = name_of(blob);
+        let mut publishers = vec![world.publisher.public()];
+        if plant == Some(Plant::TrustAnyOffer) {
+            // The planted bug: the forger's key is trusted like the publisher's.
+            publishers.push(world.forger.public());
+        }
+        let offers = Offers::new(&name, &version, None, publishers);
+        let config = ResolveConfig { timeout_ms: world.config.resolve_timeout_ms, ..ResolveConfig::DEFAULT };
+        let resolution = Resolution::new(offers, providers, config, now);
+        node.resolving.insert(blob, ActiveResolve { resolution, timer_at: None });
+        world.stats.resolves_started += 1;
+        self.resolve_step(ix, blob);
+    }
+
+    /// Nodes whose advert in `ix`'s directory lists any artifact, except `ix`.
+    fn listed_artifact_nodes(&self, ix: Ix) -> Vec<NodeId> {
+        let me = self.nodes[ix as usize].id;
+        let now = self.clock(ix);
+        let Some(mesh) = self.nodes[ix as usize].mesh.as_ref() else { return Vec::new() };
+        mesh.directory()
+            .records(now)
+            .filter(|r| r.node() != me && !r.advert().artifacts.is_empty())
+            .map(|r| r.node())
+            .collect()
+    }
+
+    /// Sends the asks the resolution names, sets its timer, and starts the pull when done.
+    fn resolve_step(&mut self, ix: Ix, blob: usize) {
+        let now = self.clock(ix);
+        let epoch = self.nodes[ix as usize].epoch;
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let Some(active) = world.nodes[ix as usize].resolving.get_mut(&blob) else { return };
+        let asks: Vec<NodeId> = std::iter::from_fn(|| active.resolution.poll_ask()).collect();
+        let mut timer = None;
+        if let Some(at) = active.resolution.poll_timeout() {
+            let at = at.0.saturating_sub(now.0) + self.now;
+            if active.timer_at.is_none_or(|t| at < t) {
+                active.timer_at = Some(at);
+                timer = Some(at);
+            }
+        }
+        let done = active.resolution.is_done();
+        for provider in asks {
+            self.ask(ix, blob, provider);
+        }
+        if let Some(at) = timer {
+            self.schedule(at, Event::Artifact(ArtifactEvent::ResolveTimer { node: ix, epoch, blob }));
+        }
+        if done {
+            self.resolve_done(ix, blob);
+        }
+    }
+
+    /// Sends a resolve ask from `ix` to `provider`.
+    fn ask(&mut self, ix: Ix, blob: usize, provider: NodeId) {
+        let Some(&to) = self.index.get(&provider) else { return };
+        let from_epoch = self.nodes[ix as usize].epoch;
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        world.stats.resolve_asks += 1;
+        world.next_req += 1;
+        let req = world.next_req;
+        world.asks.insert(req, ResolveAsk { from: ix, from_epoch, to, blob });
+        if !self.nodes[to as usize].alive() {
+            let at = self.now + 2 * self.base_latency(ix, to);
+            self.schedule(at, Event::Artifact(ArtifactEvent::AskFailure { req }));
+            return;
+        }
+        let epoch = self.nodes[to as usize].epoch;
+        let event = ArtifactEvent::Ask { to, from: ix, req, blob, epoch };
+        self.send_via(ix, to, ASK_BYTES, Event::Artifact(event), Channel::Artifact);
+    }
+
+    /// Node `to` answers a resolve ask for `blob`.
+    pub(super) fn answer_ask(&mut self, to: Ix, from: Ix, req: u64, blob: usize) {
+        let corrupt = matches!(
+            self.nodes[to as usize].role,
+            Role::Byzantine { role: ByzantineRole::CorruptProvider, .. }
+        );
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let genuine = |world: &super::artifacts::ArtifactWorld| match (
+            world.oracle.blob(blob),
+            world.catalogs.get(blob),
+        ) {
+            (Some(truth), Some(signature)) => {
+                Offer::Holds { manifest: truth.digest, signature: signature.clone() }
+            }
+            _ => Offer::Declined,
+        };
+        let offer = if corrupt && req % 2 == 1 {
+            world.stats.forged_offers_sent += 1;
+            match world.forged(blob) {
+                Some((manifest, signature)) => Offer::Holds { manifest, signature },
+                None => Offer::Declined,
+            }
+        } else if corrupt || world.nodes[to as usize].complete.contains(&blob) {
+            // A corrupt provider relays the genuine offer (signatures are public) half the
+            // time, so it is asked for chunks at once; it serves them corrupted.
+            genuine(world)
+        } else {
+            Offer::Declined
+        };
+        let epoch = self.nodes[from as usize].epoch;
+        let event = ArtifactEvent::Offer { to: from, req, offer, epoch };
+        self.send_via(to, from, OFFER_BYTES, Event::Artifact(event), Channel::Artifact);
+    }
+
+    /// The answer to ask `req` reached its sender (`None`: the ask failed).
+    pub(super) fn ask_answered(&mut self, req: u64, offer: Option<Offer>) {
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let Some(ask) = world.asks.remove(&req) else { return };
+        if self.nodes[ask.from as usize].epoch != ask.from_epoch || !self.nodes[ask.from as usize].alive() {
+            return;
+        }
+        let provider = self.nodes[ask.to as usize].id;
+        let truth = world.oracle.blob(ask.blob).map(|t| t.digest);
+        let forged = matches!(&offer, Some(Offer::Holds { manifest, .. }) if Some(*manifest) != truth);
+        if let (true, Role::Byzantine { role: ByzantineRole::CorruptProvider, fault }) =
+            (forged, self.nodes[ask.to as usize].role)
+        {
+            // A forged offer reached a resolution (which must refuse it: checked when the
+            // resolution ends): the corrupt provider's fault acted.
+            if matches!(self.scenario.faults.get(fault), Some(Fault::Byzantine { .. })) {
+                self.effects[fault].effects += 1;
+            }
+            if let Some(world) = self.artifacts.as_deref_mut() {
+                world.stats.forged_offers_heard += 1;
+            }
+        }
+        let now = self.clock(ask.from);
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let Some(active) = world.nodes[ask.from as usize].resolving.get_mut(&ask.blob) else { return };
+        match offer {
+            Some(Offer::Holds { manifest, signature }) => {
+                active.resolution.offered(now, provider, manifest, Some(signature));
+            }
+            Some(Offer::Declined) => active.resolution.declined(now, provider),
+            None => active.resolution.failed(now, provider),
+        }
+        self.resolve_step(ask.from, ask.blob);
+    }
+
+    pub(super) fn resolve_timer(&mut self, ix: Ix, blob: usize) {
+        let now = self.clock(ix);
+        let sim_now = self.now;
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let Some(active) = world.nodes[ix as usize].resolving.get_mut(&blob) else { return };
+        if active.timer_at != Some(sim_now) {
+            return;
+        }
+        active.timer_at = None;
+        active.resolution.handle_timeout(now);
+        self.resolve_step(ix, blob);
+    }
+
+    /// Node `ix`'s resolution of `blob` is done: check its candidates, then start the pull
+    /// with the providers that offered the chosen one.
+    fn resolve_done(&mut self, ix: Ix, blob: usize) {
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let Some(active) = world.nodes[ix as usize].resolving.remove(&blob) else { return };
+        world.stats.resolve_unanswered += active.resolution.unanswered() as u64;
+        let Ok(candidates) = active.resolution.finish() else {
+            // Nothing trusted offered yet: the node's next refresh tries again.
+            world.stats.resolves_empty += 1;
+            return;
+        };
+        let manifests: Vec<_> = candidates.iter().map(|c| c.manifest).collect();
+        if let Err(what) = world.oracle.resolved(ix, blob, &manifests) {
+            self.violation(what);
+            return;
+        }
+        let holders = candidates.into_iter().next().map(|c| c.holders).unwrap_or_default();
+        self.begin_pull(ix, blob, holders);
+    }
+}
