@@ -333,6 +333,13 @@ impl Pull {
         self.outstanding.range((*provider, 0)..=(*provider, u32::MAX)).count()
     }
 
+    /// Good chunks `provider` has served this pull (0 for one it does not know): until it
+    /// has served one, it gets only [`PullConfig::probe`] requests.
+    #[must_use]
+    pub fn served(&self, provider: &NodeId) -> u64 {
+        self.providers.get(provider).map_or(0, |p| p.served)
+    }
+
     /// Requests out now, to every provider.
     #[must_use]
     pub fn in_flight(&self) -> usize {

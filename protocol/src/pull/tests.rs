@@ -227,9 +227,10 @@ proptest! {
         let mut written = BTreeSet::new();
         let mut last_good: BTreeMap<u32, bool> = BTreeMap::new();
         let mut check = |p: &mut Pull, open: &mut Vec<(NodeId, u32)>, last_good: &BTreeMap<u32, bool>| -> Result<(), TestCaseError> {
+            let mut asked = BTreeSet::new();
             for output in drain(p) {
                 match output {
-                    Output::Request { provider, index, .. } => open.push((provider, index)),
+                    Output::Request { provider, index, .. } => { open.push((provider, index)); asked.insert(provider); }
                     Output::Write { index, .. } => {
                         prop_assert!(last_good.get(&index).copied().unwrap_or(false), "chunk {} written from bad bytes", index);
                         prop_assert!(written.insert(index), "chunk {} written twice", index);
@@ -240,7 +241,13 @@ proptest! {
             let providers: Vec<NodeId> = p.providers.keys().copied().collect();
             prop_assert!(providers.iter().all(|n| p.in_flight_to(n) <= p.config.per_provider));
             prop_assert!(p.in_flight() <= p.config.in_flight_max);
-            prop_assert!(p.poll_timeout().is_none_or(|t| t > p.now || p.in_flight() > 0));
+            // A provider sent requests just now has at most its room out: a probe's worth
+            // until it has served a good chunk.
+            for provider in &asked {
+                let (probe, window) = (p.config.probe.min(p.config.per_provider).max(1), p.config.per_provider);
+                let room = p.providers.get(provider).map_or(0, |state| if state.served == 0 { probe } else { window });
+                prop_assert!(p.in_flight_to(provider) <= room, "{} out to a provider with room {}", p.in_flight_to(provider), room);
+            }
             Ok(())
         };
         p.handle(now, Input::AddProvider(node(1)));
@@ -258,7 +265,13 @@ proptest! {
                     p.handle(now, input);
                 }
                 Step::Answer(..) => {}
-                Step::Tick(ms) => { now = now.plus(u64::from(ms)); p.handle(now, Input::Tick); }
+                Step::Tick(ms) => {
+                    now = now.plus(u64::from(ms));
+                    p.handle(now, Input::Tick);
+                    // A tick handles every deadline that has come: the next is later, so a
+                    // driver that sleeps until it never spins.
+                    prop_assert!(p.poll_timeout().is_none_or(|t| t > now), "deadline {:?} at {:?}", p.poll_timeout(), now);
+                }
                 Step::Add(n) => p.handle(now, Input::AddProvider(node(n))),
                 Step::Remove(n) => p.handle(now, Input::RemoveProvider(node(n))),
             }

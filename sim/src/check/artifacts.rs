@@ -6,8 +6,9 @@
 //! never stored, whatever the pull scheduler decided), and a blob completed on disk hashes
 //! to its true digest; and when a resolution ends, every candidate manifest it returns is
 //! the blob's true one (a forged offer is never taken). Bounds, checked after every input
-//! to a pull: requests in flight stay
-//! within the pull's configured limits, in all and per provider.
+//! to a pull: requests in flight stay within the pull's configured limits, in all and per
+//! provider, and a provider that has not served a good chunk yet is sent no more than the
+//! probe.
 //!
 //! Liveness (judged by the world, which knows who is alive): once faults have ended and
 //! pull requests stopped, every pull at a live node of an artifact that a live honest node
@@ -98,6 +99,17 @@ impl ArtifactOracle {
         }
     }
 
+    /// Checks the requests in flight to a provider that has not served a good chunk yet,
+    /// right after the pull sent it more: at most the probe.
+    pub fn probe_bound(node: u32, blob: usize, probing: usize, probe: usize) -> Result<(), String> {
+        if probing <= probe {
+            return Ok(());
+        }
+        Err(format!(
+            "node {node}'s pull of art-{blob} has {probing} requests out to a provider that has not served yet, above its probe {probe}"
+        ))
+    }
+
     /// Checks the candidate manifests `node`'s resolution of `blob` returned.
     pub fn resolved(&self, node: u32, blob: usize, candidates: &[Digest]) -> Result<(), String> {
         let Some(truth) = self.blobs.get(blob).map(|b| b.digest) else {
@@ -153,6 +165,8 @@ mod tests {
         assert!(ArtifactOracle::bounds(1, 0, (17, 16), (1, 4)).is_err());
         assert!(ArtifactOracle::bounds(1, 0, (16, 16), (5, 4)).is_err());
         assert!(ArtifactOracle::bounds(1, 0, (16, 16), (4, 4)).is_ok());
+        assert!(ArtifactOracle::probe_bound(1, 0, 2, 2).is_ok());
+        assert!(ArtifactOracle::probe_bound(1, 0, 3, 2).unwrap_err().contains("probe 2"));
         assert!(oracle.resolved(1, 0, &[truth.digest]).is_ok());
         let forged = Digest::of(b"forged");
         assert!(oracle.resolved(1, 0, &[truth.digest, forged]).unwrap_err().contains("no trusted publisher"));

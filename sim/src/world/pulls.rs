@@ -169,16 +169,30 @@ impl Sim {
         let now = self.clock(ix);
         let Some(world) = self.artifacts.as_deref_mut() else { return };
         let (in_flight_max, per_provider) = (world.config.in_flight_max, world.config.per_provider);
+        let probe = world.config.pull_config().probe;
         let Some(active) = world.nodes[ix as usize].pulls.get_mut(&blob) else { return };
         active.pull.handle(now, input);
         let outputs: Vec<Output> = std::iter::from_fn(|| active.pull.poll_output()).collect();
         let busiest = active.known.iter().map(|p| active.pull.in_flight_to(p)).max().unwrap_or(0);
+        // Providers just sent requests that have not served a good chunk yet: their most
+        // requests in flight, held to the probe.
+        let probing = outputs
+            .iter()
+            .filter_map(|o| match o {
+                Output::Request { provider, .. } if active.pull.served(provider) == 0 => {
+                    Some(active.pull.in_flight_to(provider))
+                }
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
         let bounds = ArtifactOracle::bounds(
             ix,
             blob,
             (active.pull.in_flight(), in_flight_max),
             (busiest, per_provider),
-        );
+        )
+        .and_then(|()| ArtifactOracle::probe_bound(ix, blob, probing, probe));
         let mut timer = None;
         if let Some(at) = active.pull.poll_timeout() {
             let at = at.0.saturating_sub(now.0) + self.now;
