@@ -27,7 +27,7 @@ use futures::{FutureExt, StreamExt};
 use murmur_protocol::artifact::{ArtifactRequest, ArtifactResponse, CHUNK_BYTES_MAX, ChunkList};
 use murmur_protocol::pull::{Input, Output, Pull, PullConfig, PullStats};
 use murmur_protocol::resolve::{Candidate, Offers, Resolution, ResolveConfig};
-use murmur_protocol::{Digest, NodeId, PublicKey};
+use murmur_protocol::{Digest, Millis, NodeId, PublicKey};
 use serde::Serialize;
 use tracing::{info, warn};
 
@@ -389,7 +389,11 @@ impl Fetcher {
         }
         progress(Progress::Resolving { providers: nodes.len() });
         let offers = Offers::new(&want.name, &want.version, want.pin, self.inner.publishers.clone());
-        let mut resolution = Resolution::new(offers, nodes, RESOLVE, clock::now());
+        // A monotonic clock: only durations matter here, and a wall clock that steps would
+        // time every ask out at once (or stall them).
+        let started = Instant::now();
+        let now = || Millis(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+        let mut resolution = Resolution::new(offers, nodes, RESOLVE, now());
         // Asks the resolution gave up on are dropped with this set when it is done.
         let mut asks = FuturesUnordered::new();
         loop {
@@ -402,18 +406,18 @@ impl Fetcher {
                 break;
             }
             let wake = resolution.poll_timeout().map_or(Duration::from_secs(1), |at| {
-                Duration::from_millis(at.since(clock::now()))
-                    .clamp(Duration::from_millis(1), Duration::from_secs(1))
+                Duration::from_millis(at.since(now())).clamp(Duration::from_millis(1), Duration::from_secs(1))
             });
             tokio::select! {
                 Some((node, answer)) = asks.next() => match answer {
                     Ok(ArtifactResponse::Resolved { manifest, signature, .. }) => {
-                        resolution.offered(clock::now(), node, manifest, signature);
+                        resolution.offered(now(), node, manifest, signature);
                     }
-                    Ok(_) => resolution.declined(clock::now(), node),
-                    Err(_) => resolution.failed(clock::now(), node),
+                    Ok(ArtifactResponse::NotFound) => resolution.declined(now(), node),
+                    // An error answer ("busy") or any other is no answer to the question.
+                    Ok(_) | Err(_) => resolution.failed(now(), node),
                 },
-                () = tokio::time::sleep(wake) => resolution.handle_timeout(clock::now()),
+                () = tokio::time::sleep(wake) => resolution.handle_timeout(now()),
             }
         }
         let (asked, unanswered) = (resolution.asked(), resolution.unanswered());

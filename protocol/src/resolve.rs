@@ -259,7 +259,11 @@ impl Resolution {
         let waiting = providers.into_iter().filter(|p| seen.insert(*p)).collect();
         let mut resolution = Self {
             offers,
-            config: ResolveConfig { fanout: config.fanout.max(1), ..config },
+            config: ResolveConfig {
+                fanout: config.fanout.max(1),
+                grace_max_ms: config.grace_max_ms.max(config.grace_min_ms),
+                ..config
+            },
             started: now,
             waiting,
             to_send: VecDeque::new(),
@@ -280,12 +284,21 @@ impl Resolution {
 
     /// `node` answered that it holds `manifest` as `name@version`, with the publisher
     /// `signature` it holds for it, if any. An answer nobody is waiting for (never asked,
-    /// already answered, timed out, or after the end) changes nothing.
-    pub fn offered(&mut self, now: Millis, node: NodeId, manifest: Digest, signature: Option<Envelope>) {
-        if self.open.remove(&node).is_some() {
-            self.offers.offered(node, manifest, signature);
-            self.answered(now);
+    /// already answered, timed out, or after the end) changes nothing; returns whether the
+    /// offer was taken into account.
+    pub fn offered(
+        &mut self,
+        now: Millis,
+        node: NodeId,
+        manifest: Digest,
+        signature: Option<Envelope>,
+    ) -> bool {
+        if self.open.remove(&node).is_none() {
+            return false;
         }
+        self.offers.offered(node, manifest, signature);
+        self.answered(now);
+        true
     }
 
     /// `node` answered that it holds no `name@version`.
@@ -295,7 +308,8 @@ impl Resolution {
         }
     }
 
-    /// Asking `node` failed (no connection, an error answer): it counts as unanswered.
+    /// Asking `node` failed (no connection, an error answer such as "busy"): it counts as
+    /// unanswered.
     pub fn failed(&mut self, now: Millis, node: NodeId) {
         if self.open.remove(&node).is_some() {
             self.unanswered += 1;
@@ -618,7 +632,9 @@ mod tests {
                 proptest::prop_assert!(r.open.len() <= fanout);
                 now = now.plus(step);
                 match kind {
-                    0 => r.offered(now, node(who), m, Some(sig.clone())),
+                    0 => {
+                        r.offered(now, node(who), m, Some(sig.clone()));
+                    }
                     1 => r.declined(now, node(who)),
                     2 => r.failed(now, node(who)),
                     _ => r.handle_timeout(now),

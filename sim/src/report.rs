@@ -142,8 +142,8 @@ pub struct ArtifactMetrics {
     /// grace once a trusted offer came).
     pub resolve_asks: u64,
     pub resolve_unanswered: u64,
-    /// Forged offers corrupt providers sent, and those that reached the asking node (a
-    /// resolution refuses them, or ignores them if it is over; one taken fails the run).
+    /// Forged offers corrupt providers sent, and those a resolution took into account
+    /// (each refused; a forged candidate fails the run).
     pub forged_offers_sent: u64,
     pub forged_offers_heard: u64,
     /// Fewest live honest holders of a pinned artifact at the last liveness check.

@@ -387,7 +387,8 @@ impl Sim {
             world.stats.pulls_redundant += 1;
             return;
         }
-        if state.pulls.len() >= world.config.pulls_per_node_max {
+        // Pulls under way, being resolved, or waiting to be resolved again.
+        if state.wanted.len() >= world.config.pulls_per_node_max {
             world.stats.pulls_refused += 1;
             return;
         }
@@ -411,7 +412,7 @@ impl Sim {
             if node.complete.contains(&blob) || node.wanted.contains_key(&blob) {
                 continue;
             }
-            if node.pulls.len() + start.len() >= max {
+            if node.wanted.len() >= max {
                 break;
             }
             if replicate::should_hold(&me, digest, &candidates, factor) {

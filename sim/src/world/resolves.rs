@@ -7,9 +7,9 @@
 //!   catalog every honest holder relays with its answer.
 //! - An honest node that holds the blob whole offers its manifest (in the simulator, the
 //!   blob's digest) with that signature; one that does not declines. A corrupt provider
-//!   answers every ask: every other answer a forged manifest under its own signature, the
-//!   rest the genuine offer relayed (signatures are public), so it is also asked for the
-//!   chunks it then corrupts. A node that is down refuses the dial
+//!   answers every ask: about half its answers (those to odd request numbers) offer a
+//!   forged manifest under its own signature, the rest the genuine offer relayed
+//!   (signatures are public), so it is also asked for the chunks it then corrupts. A node that is down refuses the dial
 //!   after a round trip; a lost or partitioned message leaves the ask to the resolution's
 //!   timeout, and a grace cuts slow asks short once the offers are settled.
 //! - When the resolution is done, the pull starts with the providers that offered the
@@ -112,10 +112,13 @@ impl Sim {
 
     /// Sends a resolve ask from `ix` to `provider`.
     fn ask(&mut self, ix: Ix, blob: usize, provider: NodeId) {
+        if let Some(world) = self.artifacts.as_deref_mut() {
+            world.stats.resolve_asks += 1;
+        }
+        // Not a node of this run: the resolution hears nothing and times the ask out.
         let Some(&to) = self.index.get(&provider) else { return };
         let from_epoch = self.nodes[ix as usize].epoch;
         let Some(world) = self.artifacts.as_deref_mut() else { return };
-        world.stats.resolve_asks += 1;
         world.next_req += 1;
         let req = world.next_req;
         world.asks.insert(req, ResolveAsk { from: ix, from_epoch, to, blob });
@@ -173,27 +176,32 @@ impl Sim {
         let provider = self.nodes[ask.to as usize].id;
         let truth = world.oracle.blob(ask.blob).map(|t| t.digest);
         let forged = matches!(&offer, Some(Offer::Holds { manifest, .. }) if Some(*manifest) != truth);
-        if let (true, Role::Byzantine { role: ByzantineRole::CorruptProvider, fault }) =
-            (forged, self.nodes[ask.to as usize].role)
+        let now = self.clock(ask.from);
+        let role = self.nodes[ask.to as usize].role;
+        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let Some(active) = world.nodes[ask.from as usize].resolving.get_mut(&ask.blob) else { return };
+        let taken = match offer {
+            Some(Offer::Holds { manifest, signature }) => {
+                active.resolution.offered(now, provider, manifest, Some(signature))
+            }
+            Some(Offer::Declined) => {
+                active.resolution.declined(now, provider);
+                false
+            }
+            None => {
+                active.resolution.failed(now, provider);
+                false
+            }
+        };
+        if let (true, true, Role::Byzantine { role: ByzantineRole::CorruptProvider, fault }) =
+            (forged, taken, role)
         {
-            // A forged offer reached a resolution (which must refuse it: checked when the
-            // resolution ends): the corrupt provider's fault acted.
+            // A resolution took a forged offer into account (and must refuse it: checked when
+            // it ends): the corrupt provider's fault acted.
+            world.stats.forged_offers_heard += 1;
             if matches!(self.scenario.faults.get(fault), Some(Fault::Byzantine { .. })) {
                 self.effects[fault].effects += 1;
             }
-            if let Some(world) = self.artifacts.as_deref_mut() {
-                world.stats.forged_offers_heard += 1;
-            }
-        }
-        let now = self.clock(ask.from);
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        let Some(active) = world.nodes[ask.from as usize].resolving.get_mut(&ask.blob) else { return };
-        match offer {
-            Some(Offer::Holds { manifest, signature }) => {
-                active.resolution.offered(now, provider, manifest, Some(signature));
-            }
-            Some(Offer::Declined) => active.resolution.declined(now, provider),
-            None => active.resolution.failed(now, provider),
         }
         self.resolve_step(ask.from, ask.blob);
     }
@@ -216,10 +224,17 @@ impl Sim {
     fn resolve_done(&mut self, ix: Ix, blob: usize) {
         let Some(world) = self.artifacts.as_deref_mut() else { return };
         let Some(active) = world.nodes[ix as usize].resolving.remove(&blob) else { return };
+        // Its asks still on the wire (lost, or cut off by the grace) are answered to nobody.
+        world.asks.retain(|_, a| a.from != ix || a.blob != blob);
         world.stats.resolve_unanswered += active.resolution.unanswered() as u64;
+        let asked = active.resolution.asked();
         let Ok(candidates) = active.resolution.finish() else {
-            // Nothing trusted offered yet: the node's next refresh tries again.
-            world.stats.resolves_empty += 1;
+            // Nothing trusted offered: the node's next refresh tries again. (A resolution
+            // with nobody to ask, as right after a restart with an empty directory, is not
+            // counted: it tells nothing about the providers.)
+            if asked > 0 {
+                world.stats.resolves_empty += 1;
+            }
             return;
         };
         let manifests: Vec<_> = candidates.iter().map(|c| c.manifest).collect();

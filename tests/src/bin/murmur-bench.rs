@@ -696,7 +696,8 @@ mod pipe_bench {
         }
     }
 
-    /// Noise's nonce: four zero bytes, then the frame counter in little endian.
+    /// Noise's ChaCha20-Poly1305 nonce: four zero bytes, then the frame counter in little
+    /// endian (used for AES-GCM too: the layout costs nothing either way).
     fn nonce(counter: &mut u64) -> Nonce {
         let mut bytes = [0u8; 12];
         bytes[4..].copy_from_slice(&counter.to_le_bytes());
@@ -769,27 +770,33 @@ mod pipe_bench {
             flusher.join().map_err(|_| anyhow::anyhow!("the flusher panicked"))??;
             Ok(hash.finalize().into())
         });
-        let mut offset = 0u64;
-        while offset < size {
-            let chunk = usize::try_from((size - offset).min(CHUNK as u64))?;
-            let mut buf = empty_rx.recv()?;
-            let mut filled = 0;
-            while filled < chunk {
-                let mut len = [0u8; 2];
-                socket.read_exact(&mut len)?;
-                let len = usize::from(u16::from_be_bytes(len));
-                anyhow::ensure!(len > TAG && filled + len - TAG <= chunk, "a frame crosses its chunk");
-                let frame = &mut buf[filled..filled + len];
-                socket.read_exact(frame)?;
-                key.open_in_place(nonce(&mut counter), Aad::empty(), frame)
-                    .map_err(|_| anyhow::anyhow!("a frame does not open"))?;
-                filled += len - TAG;
+        let mut feed = || -> anyhow::Result<()> {
+            let mut offset = 0u64;
+            while offset < size {
+                let chunk = usize::try_from((size - offset).min(CHUNK as u64))?;
+                let mut buf = empty_rx.recv()?;
+                let mut filled = 0;
+                while filled < chunk {
+                    let mut len = [0u8; 2];
+                    socket.read_exact(&mut len)?;
+                    let len = usize::from(u16::from_be_bytes(len));
+                    anyhow::ensure!(len > TAG && filled + len - TAG <= chunk, "a frame crosses its chunk");
+                    let frame = &mut buf[filled..filled + len];
+                    socket.read_exact(frame)?;
+                    key.open_in_place(nonce(&mut counter), Aad::empty(), frame)
+                        .map_err(|_| anyhow::anyhow!("a frame does not open"))?;
+                    filled += len - TAG;
+                }
+                full_tx.send((buf, chunk, offset))?;
+                offset += chunk as u64;
             }
-            full_tx.send((buf, chunk, offset))?;
-            offset += chunk as u64;
-        }
+            Ok(())
+        };
+        let fed = feed();
         drop(full_tx);
-        let digest = writer.join().map_err(|_| anyhow::anyhow!("the writer panicked"))??;
+        // The writer's error first: when it stops, feeding fails only with a closed channel.
+        let digest = writer.join().map_err(|_| anyhow::anyhow!("the writer panicked"))?.context("writing")?;
+        fed?;
         dest.sync_all()?;
         Ok(digest)
     }
@@ -824,8 +831,11 @@ mod pipe_bench {
         let (socket, _) = listener.accept()?;
         let received = receive(socket, size, &dest, cipher);
         let elapsed = started.elapsed();
-        sender.join().map_err(|_| anyhow::anyhow!("the sender panicked"))?.context("sending")?;
+        // The receiver's error first: a sender that fails because the receiver gave up only
+        // reports a broken pipe.
+        let sent = sender.join().map_err(|_| anyhow::anyhow!("the sender panicked"))?;
         let digest = received.context("receiving")?;
+        sent.context("sending")?;
         std::fs::remove_file(&dest_path)?;
         anyhow::ensure!(&digest == expected, "the piped bytes do not hash to the source's digest");
         Ok(size as f64 / 1e6 / elapsed.as_secs_f64())
