@@ -61,6 +61,14 @@ pub const SYNCS_IN_FLIGHT_MAX: usize = 1;
 /// a negligible cost.
 pub const DIAL_CHECK_INTERVAL_MS: u64 = 1000;
 
+/// How often a node with no peer at all dials its bootstrap peers again: a bootstrap peer
+/// that was down (or unreachable) when this node started is found once it comes up, so
+/// the order in which nodes start does not matter.
+pub const BOOTSTRAP_RETRY_MS: u64 = 5_000;
+
+/// Bootstrap peers kept at most (the node's configuration refuses more).
+pub const BOOTSTRAP_PEERS_MAX: usize = 64;
+
 /// How a node takes part in the mesh.
 #[derive(Clone, Debug)]
 pub struct MeshConfig {
@@ -126,6 +134,9 @@ pub enum Input {
     SetLoad { load: u16 },
     /// This node's closed-mesh certificate (an envelope of a [`crate::NodeCert`]).
     SetCert { cert: Option<Envelope> },
+    /// The peers to dial at start, and again every [`BOOTSTRAP_RETRY_MS`] while this node
+    /// has no peer at all (at most [`BOOTSTRAP_PEERS_MAX`]; the rest are ignored).
+    SetBootstrap { peers: Vec<(NodeId, Vec<String>)> },
     /// Time passed.
     Tick,
 }
@@ -225,6 +236,9 @@ pub struct MeshNode {
     peers: BTreeMap<NodeId, Peer>,
     dialed: BTreeMap<NodeId, Millis>,
     next_dial_check: Millis,
+    /// Bootstrap peers and their addresses, and when to dial them next if still alone.
+    bootstrap: Vec<(NodeId, Vec<String>)>,
+    next_bootstrap: Millis,
     outputs: VecDeque<Output>,
     stats: MeshStats,
 }
@@ -263,6 +277,8 @@ impl MeshNode {
             peers: BTreeMap::new(),
             dialed: BTreeMap::new(),
             next_dial_check: now,
+            bootstrap: Vec::new(),
+            next_bootstrap: now,
             outputs: VecDeque::new(),
             stats: MeshStats::default(),
         }
@@ -298,6 +314,16 @@ impl MeshNode {
             // traffic into advert traffic.
             Input::SetLoad { load } => self.local.load = load,
             Input::SetCert { cert } => self.update_local(now, |l| l.cert = cert),
+            Input::SetBootstrap { peers } => {
+                let me = self.id;
+                let mut seen = std::collections::BTreeSet::new();
+                self.bootstrap = peers
+                    .into_iter()
+                    .filter(|(peer, _)| *peer != me && seen.insert(*peer))
+                    .take(BOOTSTRAP_PEERS_MAX)
+                    .collect();
+                self.next_bootstrap = now;
+            }
             Input::Tick => {}
         }
         self.on_time(now);
@@ -321,6 +347,9 @@ impl MeshNode {
         }
         if self.peers.len() < self.config.peers_target {
             next = next.min(self.next_dial_check);
+        }
+        if self.peers.is_empty() && !self.bootstrap.is_empty() {
+            next = next.min(self.next_bootstrap);
         }
         Some(next)
     }
@@ -496,7 +525,20 @@ impl MeshNode {
                 self.start_sync(peer);
             }
         }
+        self.maybe_bootstrap(now);
         self.maybe_dial(now);
+    }
+
+    /// Alone (no peer at all): dials every bootstrap peer, at start and again every
+    /// [`BOOTSTRAP_RETRY_MS`] until a connection opens.
+    fn maybe_bootstrap(&mut self, now: Millis) {
+        if !self.peers.is_empty() || self.bootstrap.is_empty() || now < self.next_bootstrap {
+            return;
+        }
+        self.next_bootstrap = now.plus(BOOTSTRAP_RETRY_MS);
+        for (peer, addrs) in self.bootstrap.clone() {
+            self.push(Output::Dial { peer, addrs });
+        }
     }
 
     fn publish(&mut self, now: Millis) {
@@ -578,23 +620,33 @@ impl MeshNode {
         }
         self.next_dial_check = now.plus(DIAL_CHECK_INTERVAL_MS);
         let backoff = self.config.dial_backoff_ms;
-        let mut dials = Vec::new();
-        for record in self.directory.records(now) {
-            if deficit == 0 {
-                break;
-            }
-            let node = record.node();
-            let recently = self.dialed.get(&node).is_some_and(|at| now < at.plus(backoff));
-            if node == self.id
-                || self.peers.contains_key(&node)
-                || recently
-                || record.advert().addrs.is_empty()
-            {
-                continue;
-            }
-            dials.push((node, record.advert().addrs.clone()));
-            deficit -= 1;
+        // The candidates this node ranks first: every node ranks the directory in its own
+        // order, so dials spread over the mesh. (In directory order every node dialled the
+        // same few nodes, with the lowest ids, until their connection limits refused
+        // newcomers; found by the simulator's churn scenario.)
+        let mut candidates: Vec<(u64, &crate::directory::Record)> = self
+            .directory
+            .records(now)
+            .filter(|record| {
+                let node = record.node();
+                let recently = self.dialed.get(&node).is_some_and(|at| now < at.plus(backoff));
+                node != self.id
+                    && !self.peers.contains_key(&node)
+                    && !recently
+                    && !record.advert().addrs.is_empty()
+            })
+            .map(|record| (dial_rank(&self.id, &record.node()), record))
+            .collect();
+        deficit = deficit.min(candidates.len());
+        if deficit < candidates.len() {
+            candidates.select_nth_unstable_by_key(deficit, |(rank, record)| (*rank, record.node()));
+            candidates.truncate(deficit);
         }
+        candidates.sort_unstable_by_key(|(rank, record)| (*rank, record.node()));
+        let dials: Vec<(NodeId, Vec<String>)> = candidates
+            .into_iter()
+            .map(|(_, record)| (record.node(), record.advert().addrs.clone()))
+            .collect();
         for (peer, addrs) in dials {
             if self.dialed.len() >= DIAL_BACKOFF_ENTRIES_MAX
                 && let Some(oldest) = self.dialed.iter().min_by_key(|(_, at)| **at).map(|(id, _)| *id)
@@ -630,6 +682,20 @@ impl MeshNode {
         }
         self.outputs.push_back(output);
     }
+}
+
+/// Where `me` ranks `other` among the nodes it may dial (lowest first): a mix of both ids,
+/// so each node has its own order and no node is everyone's first choice.
+fn dial_rank(me: &NodeId, other: &NodeId) -> u64 {
+    let word = |id: &NodeId| {
+        let bytes = id.key().as_bytes();
+        u64::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7]])
+    };
+    // splitmix64's finaliser: every bit of the input moves every bit of the output.
+    let mut z = word(me) ^ word(other).rotate_left(29);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 #[cfg(test)]

@@ -76,6 +76,9 @@ pub struct Metrics {
     pub events_per_sec: f64,
     pub trace_records: u64,
     pub nodes_total: u64,
+    /// Most connections one live node has at the end (nodes that every other node dials
+    /// would sit at `topology.connections_max` and refuse newcomers).
+    pub peers_max: u64,
     pub messages_sent: u64,
     pub bytes_sent: u64,
     pub messages_per_node_per_sec: f64,
@@ -83,6 +86,10 @@ pub struct Metrics {
     pub lost: u64,
     pub duplicated: u64,
     pub gossip_duplicates: u64,
+    /// Lazy gossip: IHAVE messages sent, and messages fetched with IWANT (each one a node
+    /// had not seen when the IHAVE arrived).
+    pub gossip_ihave: u64,
+    pub gossip_iwant: u64,
     pub gossip_rejected: u64,
     pub oversized_dropped: u64,
     pub byzantine_messages: u64,

@@ -91,6 +91,12 @@ pub struct Topology {
     pub connections_max: usize,
     /// A request-response exchange fails after this long without an answer.
     pub request_timeout_ms: u64,
+    /// Model gossipsub's lazy gossip too (IHAVE to a few peers outside the mesh each
+    /// heartbeat, IWANT for what a node has not seen). Off by default: without it the model
+    /// errs pessimistic, so a gap in how the mesh spreads adverts shows as a convergence
+    /// failure instead of being repaired in the background; turn it on to check whether
+    /// gossipsub's own repair would hide a finding.
+    pub lazy_gossip: bool,
 }
 
 impl Default for Topology {
@@ -101,6 +107,7 @@ impl Default for Topology {
             gossip_degree: 6,
             connections_max: 64,
             request_timeout_ms: 10_000,
+            lazy_gossip: false,
         }
     }
 }

@@ -163,6 +163,11 @@ struct Node {
     timer_at: Option<u64>,
     peers: BTreeSet<Ix>,
     gossip_mesh: Vec<Ix>,
+    /// gossipsub's message cache: ids of the messages this node forwarded, one window per
+    /// heartbeat, newest first (in memory: a crash empties it).
+    mcache: VecDeque<Vec<u32>>,
+    /// Draws for lazy gossip (which peers get an IHAVE), apart from the node's other draws.
+    gossip_rng: SimRng,
     uplink_free_at: u64,
     slow_extra_ms: u64,
     capsules: Vec<HostedCapsule>,
@@ -185,19 +190,77 @@ impl Node {
 
 #[derive(Debug)]
 enum Event {
-    Start { node: Ix },
-    Timer { node: Ix, epoch: u32 },
-    Heartbeat { node: Ix, epoch: u32 },
-    Gossip { to: Ix, from: Ix, msg: u32, epoch: u32 },
-    SyncRequest { to: Ix, from: Ix, req: u64, request: Arc<SyncRequest>, epoch: u32 },
-    SyncResponse { to: Ix, from: Ix, req: u64, response: Arc<SyncResponse>, epoch: u32 },
-    SyncTimeout { node: Ix, req: u64, epoch: u32 },
-    Connected { a: Ix, b: Ix, epoch_a: u32, epoch_b: u32 },
-    FaultStart { fault: usize },
-    FaultEnd { fault: usize },
-    Restart { node: Ix },
-    ChurnStep { fault: usize },
-    Misbehave { node: Ix },
+    Start {
+        node: Ix,
+    },
+    Timer {
+        node: Ix,
+        epoch: u32,
+    },
+    Heartbeat {
+        node: Ix,
+        epoch: u32,
+    },
+    Gossip {
+        to: Ix,
+        from: Ix,
+        msg: u32,
+        epoch: u32,
+    },
+    /// gossipsub's lazy gossip: "I have these recent messages".
+    IHave {
+        to: Ix,
+        from: Ix,
+        ids: Arc<[u32]>,
+        epoch: u32,
+    },
+    /// "Send me these": the answer to an IHAVE.
+    IWant {
+        to: Ix,
+        from: Ix,
+        ids: Arc<[u32]>,
+        epoch: u32,
+    },
+    SyncRequest {
+        to: Ix,
+        from: Ix,
+        req: u64,
+        request: Arc<SyncRequest>,
+        epoch: u32,
+    },
+    SyncResponse {
+        to: Ix,
+        from: Ix,
+        req: u64,
+        response: Arc<SyncResponse>,
+        epoch: u32,
+    },
+    SyncTimeout {
+        node: Ix,
+        req: u64,
+        epoch: u32,
+    },
+    Connected {
+        a: Ix,
+        b: Ix,
+        epoch_a: u32,
+        epoch_b: u32,
+    },
+    FaultStart {
+        fault: usize,
+    },
+    FaultEnd {
+        fault: usize,
+    },
+    Restart {
+        node: Ix,
+    },
+    ChurnStep {
+        fault: usize,
+    },
+    Misbehave {
+        node: Ix,
+    },
     WorkloadChange,
     WorkloadQuery,
     LivenessCheck,
@@ -225,6 +288,8 @@ impl Event {
             Self::WorkloadQuery => (14, 0, 0),
             Self::LivenessCheck => (15, 0, 0),
             Self::Heartbeat { node, .. } => (16, u64::from(*node), 0),
+            Self::IHave { to, from, .. } => (17, u64::from(*to), u64::from(*from)),
+            Self::IWant { to, from, .. } => (18, u64::from(*to), u64::from(*from)),
             Self::Task(event) => event.trace(),
             Self::Artifact(event) => event.trace(),
         }
@@ -454,6 +519,8 @@ impl Sim {
             timer_at: None,
             peers: BTreeSet::new(),
             gossip_mesh: Vec::new(),
+            mcache: VecDeque::new(),
+            gossip_rng: SimRng::stream(self.options.seed, &format!("gossip/{ix}")),
             uplink_free_at: 0,
             slow_extra_ms: 0,
             capsules,
@@ -577,6 +644,8 @@ impl Sim {
                 }
             }
             Event::Gossip { to, from, msg, epoch } => self.deliver_gossip(to, from, msg, epoch),
+            Event::IHave { to, from, ids, epoch } => self.receive_ihave(to, from, &ids, epoch),
+            Event::IWant { to, from, ids, epoch } => self.receive_iwant(to, from, &ids, epoch),
             Event::SyncRequest { to, from, req, request, epoch } => {
                 if self.is_current(to, epoch) {
                     let token = self.next_token();
@@ -822,6 +891,8 @@ impl Sim {
         self.metrics.messages_per_node_per_sec = self.metrics.messages_sent as f64 / node_seconds;
         self.metrics.bytes_per_node_per_sec = self.metrics.bytes_sent as f64 / node_seconds;
         self.metrics.nodes_total = self.nodes.len() as u64;
+        self.metrics.peers_max =
+            self.nodes.iter().filter(|n| n.alive()).map(|n| n.peers.len() as u64).max().unwrap_or(0);
         Outcome::judge(
             &self.scenario,
             self.options,

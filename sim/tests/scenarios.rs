@@ -31,3 +31,38 @@ fn unknown_keys_and_impossible_checks_are_refused() {
             .unwrap_err();
     assert!(format!("{err:#}").contains("latency_ms"), "{err:#}");
 }
+
+fn shipped(name: &str) -> Scenario {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios").join(format!("{name}.toml"));
+    Scenario::parse(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn run(scenario: &Scenario, seed: u64) -> murmur_sim::Outcome {
+    Sim::new(scenario.clone(), Options { seed, canary: false, uncached: false, plant: None }).run()
+}
+
+/// Seeds of the churn scenario that failed to converge while every node dialled the
+/// directory's lowest ids: those nodes filled their connection limits, newcomers that
+/// bootstrapped to them were refused and stayed alone, and nodes whose mesh links those hubs
+/// kept pruning missed adverts. Dials now spread by a per-node order.
+#[test]
+fn churn_converges_for_the_seeds_that_once_made_hubs() {
+    let churn = shipped("churn");
+    for seed in [12, 32, 35, 38, 42, 82] {
+        let outcome = run(&churn, seed);
+        assert_eq!(outcome.verdict, Verdict::Pass, "seed {seed}: {:?}", outcome.findings);
+        let max = churn.topology.connections_max as u64;
+        assert!(outcome.metrics.peers_max < max, "seed {seed}: a node sits at {max} connections");
+    }
+}
+
+#[test]
+fn lazy_gossip_fetches_what_the_mesh_missed() {
+    let mut churn = shipped("churn");
+    churn.topology.lazy_gossip = true;
+    let outcome = run(&churn, 12);
+    assert_eq!(outcome.verdict, Verdict::Pass, "{:?}", outcome.findings);
+    assert!(outcome.metrics.gossip_ihave > 0 && outcome.metrics.gossip_iwant > 0, "{:?}", outcome.metrics);
+    let plain = run(&shipped("churn"), 12);
+    assert_eq!((plain.metrics.gossip_ihave, plain.metrics.gossip_iwant), (0, 0), "off by default");
+}

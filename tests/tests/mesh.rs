@@ -316,3 +316,30 @@ fn nodes_connect_over_quic_alone() {
     wait_for(CONVERGE, "the advert over QUIC", || has_all(&b, &names(&["over-quic"])).then_some(())).unwrap();
     assert_eq!(b.connected_peers(), vec![a.peer_id().to_owned()]);
 }
+
+/// Start order must not matter: a node whose bootstrap peer is down when it starts dials
+/// it again (every 5 s while it has no peer at all) and connects once the peer is up.
+#[test]
+fn a_node_started_before_its_bootstrap_peer_connects_once_the_peer_comes_up() {
+    let a_dir = murmur_tests::init_data_dir_with(&capsules_toml(&[("started-late", "1.0.0")]));
+    // A first run only to learn A's address (its port and peer id), then A is stopped.
+    let mut a = TestNode::start_in(a_dir.path(), murmur_tests::LOOPBACK).unwrap();
+    let a_addr = a.dial_addrs()[0].clone();
+    let a_listen = a_addr.split("/p2p/").next().unwrap().to_owned();
+    let a_id = a.peer_id().to_owned();
+    a.terminate(Duration::from_secs(10)).unwrap();
+    drop(a);
+
+    let b =
+        TestNode::start(&["--listen", "/ip4/127.0.0.1/tcp/0", "--no-mdns", "--bootstrap", &a_addr]).unwrap();
+    // B's first dial finds nobody listening.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(b.connected_peers().is_empty());
+    let a = TestNode::start_in(a_dir.path(), &["--listen", &a_listen, "--no-mdns"]).unwrap();
+    assert_eq!(a.peer_id(), a_id);
+    wait_for(CONVERGE, "B to connect to the bootstrap peer that started after it", || {
+        b.connected_peers().contains(&a_id).then_some(())
+    })
+    .unwrap();
+    wait_for(CONVERGE, "A's advert at B", || has_all(&b, &names(&["started-late"])).then_some(())).unwrap();
+}

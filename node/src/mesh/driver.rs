@@ -120,13 +120,24 @@ impl Driver {
         let now = clock::now();
         self.mesh.handle(now, Input::SetCert { cert });
         self.mesh.handle(now, Input::SetHosted { capsules: hosted });
+        // The mesh dials the bootstrap peers, at once and again while this node has no peer
+        // at all (one that was down at our start is found when it comes up). A peer id
+        // that is not an ed25519 key (not a Murmur node) is dialled once, here.
+        let mut bootstrap = Vec::new();
         for (peer, addr) in &config.network.bootstrap {
             self.swarm.behaviour_mut().kad.add_address(peer, addr.clone());
-            if let Err(err) = self.swarm.dial(DialOpts::peer_id(*peer).addresses(vec![addr.clone()]).build())
-            {
-                warn!(peer = %peer, addr = %addr, error = %err, "cannot dial bootstrap peer");
+            match NodeId::from_peer_id(peer) {
+                Ok(node) => bootstrap.push((node, vec![addr.to_string()])),
+                Err(_) => {
+                    if let Err(err) =
+                        self.swarm.dial(DialOpts::peer_id(*peer).addresses(vec![addr.clone()]).build())
+                    {
+                        warn!(peer = %peer, addr = %addr, error = %err, "cannot dial bootstrap peer");
+                    }
+                }
             }
         }
+        self.mesh.handle(now, Input::SetBootstrap { peers: bootstrap });
         if !config.network.bootstrap.is_empty()
             && let Err(err) = self.swarm.behaviour_mut().kad.bootstrap()
         {
@@ -360,7 +371,7 @@ impl Driver {
                     for addr in &addrs {
                         self.swarm.behaviour_mut().kad.add_address(&peer_id, addr.clone());
                     }
-                    debug!(peer = %peer, "dialing a node learned from its advert");
+                    debug!(peer = %peer, "dialing a bootstrap peer or a node learned from its advert");
                     let _ = self.swarm.dial(DialOpts::peer_id(peer_id).addresses(addrs).build());
                 }
                 Output::Disconnect { peer, reason } => {

@@ -291,3 +291,58 @@ fn a_newcomer_syncs_with_one_peer_at_a_time() {
         .count();
     assert_eq!(next, 1, "the next waiting peer is synced when the first answers");
 }
+
+#[test]
+fn each_node_ranks_dial_candidates_in_its_own_order_so_dials_spread() {
+    // 200 nodes that all know each other, each dialling its first 8: no node may be everyone's
+    // choice (in directory order the 8 lowest ids took all 200 × 8 dials).
+    let ids: Vec<NodeId> = (0..200u32)
+        .map(|i| {
+            let mut seed = [0u8; 32];
+            seed[..4].copy_from_slice(&i.to_le_bytes());
+            SecretKey::from_seed(seed).node_id()
+        })
+        .collect();
+    let mut chosen = vec![0usize; ids.len()];
+    for me in &ids {
+        let mut others: Vec<(u64, usize)> = ids
+            .iter()
+            .enumerate()
+            .filter(|(_, other)| *other != me)
+            .map(|(j, other)| (dial_rank(me, other), j))
+            .collect();
+        others.sort_unstable();
+        for &(_, j) in others.iter().take(8) {
+            chosen[j] += 1;
+        }
+    }
+    let busiest = chosen.iter().max().copied().unwrap_or(0);
+    assert!(busiest <= 24, "one node was chosen by {busiest} of 200 (expected about 8)");
+    assert!(chosen.iter().filter(|c| **c == 0).count() < 20, "{chosen:?}");
+}
+
+#[test]
+fn a_node_alone_dials_its_bootstrap_peers_again_until_one_answers() {
+    let mut net = Net::new(vec![(key(1), config()), (key(2), config())]);
+    let bootstrap = vec![(key(2).node_id(), vec!["/ip4/10.0.0.2/tcp/7421".to_owned()])];
+    net.handle(0, Input::SetBootstrap { peers: bootstrap });
+    let to_bootstrap =
+        |net: &Net| net.dials.iter().filter(|&&(i, p)| i == 0 && p == key(2).node_id()).count();
+    assert_eq!(to_bootstrap(&net), 1, "dialled at once");
+    assert!(
+        net.nodes[0].poll_timeout().is_some_and(|t| t <= T0.plus(BOOTSTRAP_RETRY_MS)),
+        "a tick is due by the retry"
+    );
+    net.advance(BOOTSTRAP_RETRY_MS - 1);
+    assert_eq!(to_bootstrap(&net), 1, "not before the retry interval");
+    net.advance(1);
+    assert_eq!(to_bootstrap(&net), 2, "the peer was down: dialled again");
+    net.connect(0, 1);
+    net.advance(3 * BOOTSTRAP_RETRY_MS);
+    assert_eq!(to_bootstrap(&net), 2, "connected: no more bootstrap dials");
+    net.handle(1, Input::PeerDisconnected { peer: key(1).node_id() });
+    net.handle(0, Input::PeerDisconnected { peer: key(2).node_id() });
+    assert_eq!(to_bootstrap(&net), 3, "alone again: back to the bootstrap peers at once");
+    net.advance(BOOTSTRAP_RETRY_MS);
+    assert_eq!(to_bootstrap(&net), 4, "and again after the interval");
+}

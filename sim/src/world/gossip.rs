@@ -1,5 +1,11 @@
 //! The gossipsub model: publish floods to every connected peer, an accepted message is
 //! relayed to the node's mesh, and each node's gossip layer drops messages it has seen.
+//! Lazy gossip (`topology.lazy_gossip`, off by default), as gossipsub's: every heartbeat a
+//! node sends IHAVE with the ids of the
+//! messages it forwarded in the last [`HISTORY_GOSSIP`] heartbeats to [`GOSSIP_LAZY`]
+//! random connected peers outside its mesh; a peer asks with IWANT for those it has not
+//! seen, and gets each still in the sender's cache ([`HISTORY_LENGTH`] heartbeats). It is
+//! what reaches a node whose mesh links keep being pruned by oversubscribed peers.
 
 use std::sync::Arc;
 
@@ -8,6 +14,19 @@ use murmur_protocol::mesh::Input;
 
 use super::{Delivery, Event, GOSSIP_BYTES_MAX, Ix, PUBLISHED_HISTORY_MAX, Role, Sim};
 use crate::scenario::ByzantineRole;
+
+/// gossipsub's D_lazy: peers outside the mesh sent an IHAVE each heartbeat.
+const GOSSIP_LAZY: usize = 6;
+/// Heartbeats whose messages an IHAVE lists (gossipsub's `history_gossip`).
+const HISTORY_GOSSIP: usize = 3;
+/// Heartbeats a message stays in the cache for IWANT (gossipsub's `history_length`).
+const HISTORY_LENGTH: usize = 5;
+/// Ids one IHAVE lists at most (gossipsub's `max_ihave_length`).
+const IHAVE_IDS_MAX: usize = 5000;
+/// Bytes of a message id on the wire (ours are content hashes), and of an IHAVE's or
+/// IWANT's framing.
+const ID_BYTES: usize = 32;
+const CONTROL_OVERHEAD_BYTES: usize = 16;
 
 /// A gossip message: decoded once, delivered to many.
 #[derive(Debug)]
@@ -21,6 +40,11 @@ pub(super) struct Message {
 }
 
 impl Message {
+    fn has_seen(&self, node: Ix) -> bool {
+        let (word, bit) = (node as usize / 64, node % 64);
+        self.seen.get(word).is_some_and(|w| w & (1 << bit) != 0)
+    }
+
     fn mark_seen(&mut self, node: Ix) -> bool {
         let (word, bit) = (node as usize / 64, node % 64);
         if self.seen.len() <= word {
@@ -55,7 +79,81 @@ impl Sim {
             history.push_back((self.now, advert.seq));
         }
         let msg = self.new_message(Some(envelope), None, bytes.len(), ix);
+        self.remember(ix, msg);
         self.flood(ix, msg);
+    }
+
+    /// Puts `msg` in node `ix`'s message cache (it published or forwarded it).
+    fn remember(&mut self, ix: Ix, msg: u32) {
+        if !self.scenario.topology.lazy_gossip {
+            return;
+        }
+        let cache = &mut self.nodes[ix as usize].mcache;
+        match cache.front_mut() {
+            Some(window) => window.push(msg),
+            None => cache.push_front(vec![msg]),
+        }
+    }
+
+    /// Lazy gossip at a heartbeat, then the cache's shift.
+    pub(super) fn emit_gossip(&mut self, ix: Ix) {
+        if !self.scenario.topology.lazy_gossip {
+            return;
+        }
+        let node = &mut self.nodes[ix as usize];
+        let ids: Vec<u32> =
+            node.mcache.iter().take(HISTORY_GOSSIP).flatten().copied().take(IHAVE_IDS_MAX).collect();
+        node.mcache.push_front(Vec::new());
+        node.mcache.truncate(HISTORY_LENGTH);
+        if ids.is_empty() {
+            return;
+        }
+        let mut outside: Vec<Ix> =
+            node.peers.iter().copied().filter(|p| !node.gossip_mesh.contains(p)).collect();
+        node.gossip_rng.shuffle(&mut outside);
+        outside.truncate(GOSSIP_LAZY);
+        let size = CONTROL_OVERHEAD_BYTES + ID_BYTES * ids.len();
+        let ids: Arc<[u32]> = ids.into();
+        for peer in outside {
+            self.metrics.gossip_ihave += 1;
+            let epoch = self.nodes[peer as usize].epoch;
+            self.send(ix, peer, size, Event::IHave { to: peer, from: ix, ids: ids.clone(), epoch });
+        }
+    }
+
+    /// An IHAVE reached `to`: it asks `from` for the messages it has not seen.
+    pub(super) fn receive_ihave(&mut self, to: Ix, from: Ix, ids: &[u32], epoch: u32) {
+        if !self.is_current(to, epoch) {
+            return;
+        }
+        let wanted: Vec<u32> = ids
+            .iter()
+            .copied()
+            .filter(|m| self.messages.get(*m as usize).is_some_and(|m| !m.has_seen(to)))
+            .collect();
+        if wanted.is_empty() {
+            return;
+        }
+        let size = CONTROL_OVERHEAD_BYTES + ID_BYTES * wanted.len();
+        let epoch = self.nodes[from as usize].epoch;
+        self.send(to, from, size, Event::IWant { to: from, from: to, ids: wanted.into(), epoch });
+    }
+
+    /// An IWANT reached `to`: it sends `from` each asked message still in its cache.
+    pub(super) fn receive_iwant(&mut self, to: Ix, from: Ix, ids: &[u32], epoch: u32) {
+        if !self.is_current(to, epoch) {
+            return;
+        }
+        let cached: Vec<u32> = {
+            let cache = &self.nodes[to as usize].mcache;
+            ids.iter().copied().filter(|m| cache.iter().any(|w| w.contains(m))).collect()
+        };
+        let epoch = self.nodes[from as usize].epoch;
+        for msg in cached {
+            self.metrics.gossip_iwant += 1;
+            let len = self.messages[msg as usize].len;
+            self.send(to, from, len, Event::Gossip { to: from, from: to, msg, epoch });
+        }
     }
     pub(super) fn new_message(
         &mut self,
@@ -80,6 +178,7 @@ impl Sim {
     }
     /// After an `Accept`, relay to the gossip mesh (not back to where it came from).
     pub(super) fn forward(&mut self, ix: Ix, delivery: Delivery) {
+        self.remember(ix, delivery.msg);
         let mesh_peers = self.nodes[ix as usize].gossip_mesh.clone();
         let len = self.messages[delivery.msg as usize].len;
         for peer in mesh_peers {

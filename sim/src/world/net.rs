@@ -122,6 +122,12 @@ impl Event {
             Self::Gossip { to, from, msg, epoch } => {
                 Self::Gossip { to: *to, from: *from, msg: *msg, epoch: *epoch }
             }
+            Self::IHave { to, from, ids, epoch } => {
+                Self::IHave { to: *to, from: *from, ids: ids.clone(), epoch: *epoch }
+            }
+            Self::IWant { to, from, ids, epoch } => {
+                Self::IWant { to: *to, from: *from, ids: ids.clone(), epoch: *epoch }
+            }
             Self::SyncRequest { to, from, req, request, epoch } => {
                 Self::SyncRequest { to: *to, from: *from, req: *req, request: request.clone(), epoch: *epoch }
             }

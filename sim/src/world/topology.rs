@@ -12,6 +12,11 @@ pub(super) fn mesh_low(degree: usize) -> usize {
     (degree * 5 / 6).max(1)
 }
 
+/// Node `ix`'s listen address in region `region` (what its advert lists).
+fn address(region: usize, ix: Ix) -> String {
+    format!("/ip4/10.{region}.{}.{}/tcp/7421", ix / 250, ix % 250)
+}
+
 impl Sim {
     pub(super) fn start_node(&mut self, ix: Ix) {
         let i = ix as usize;
@@ -29,27 +34,40 @@ impl Sim {
         node.down_since = None;
         node.uplink_free_at = self.now;
         let capsules = node.capsules.clone();
-        let addrs = vec![format!("/ip4/10.{}.{}.{}/tcp/7421", node.region, ix / 250, ix % 250)];
+        let addrs = vec![address(node.region, ix)];
         self.handle(ix, Input::SetAddrs { addrs }, None);
         self.handle(ix, Input::SetHosted { capsules }, None);
-        // Bootstrap: dial a few random live nodes, as configured bootstrap peers would.
+        // Bootstrap peers: a few random live nodes, given to the mesh as configured bootstrap
+        // peers are (it dials them, and again while it has no peer at all).
         let live: Vec<Ix> =
             (0..self.nodes.len() as Ix).filter(|&j| j != ix && self.nodes[j as usize].alive()).collect();
         let want = self.scenario.topology.bootstrap_peers.min(live.len());
         let mut chosen = live;
         self.nodes[i].rng.shuffle(&mut chosen);
-        for peer in chosen.into_iter().take(want) {
-            self.dial(ix, peer);
-        }
+        let peers = chosen
+            .into_iter()
+            .take(want)
+            .map(|j| {
+                let n = &self.nodes[j as usize];
+                (n.id, vec![address(n.region, j)])
+            })
+            .collect();
+        self.handle(ix, Input::SetBootstrap { peers }, None);
         let epoch = self.nodes[i].epoch;
         let first_beat = self.now + self.nodes[i].rng.between(1, HEARTBEAT_MS);
         self.schedule(first_beat, Event::Heartbeat { node: ix, epoch });
         self.tasks_started(ix);
         self.artifacts_started(ix);
     }
-    /// gossipsub's heartbeat, for the mesh only: below D_lo, GRAFT random connected peers up
-    /// to D (the peer accepts); above D_hi, PRUNE random mesh peers down to D.
+    /// gossipsub's heartbeat: below D_lo, GRAFT random connected peers up to D (the peer
+    /// accepts); above D_hi, PRUNE random mesh peers down to D; then lazy gossip (IHAVE to a
+    /// few peers outside the mesh) and the message cache's shift.
     pub(super) fn heartbeat(&mut self, ix: Ix) {
+        self.mesh_maintenance(ix);
+        self.emit_gossip(ix);
+    }
+
+    fn mesh_maintenance(&mut self, ix: Ix) {
         let degree = self.scenario.topology.gossip_degree;
         let (low, high) = (mesh_low(degree), 2 * degree);
         let node = &mut self.nodes[ix as usize];
@@ -93,6 +111,7 @@ impl Sim {
         }
         let node = &mut self.nodes[i];
         node.mesh = None;
+        node.mcache.clear();
         node.epoch += 1;
         node.gone |= for_good;
         node.down_since = Some(self.now);
