@@ -190,77 +190,21 @@ impl Node {
 
 #[derive(Debug)]
 enum Event {
-    Start {
-        node: Ix,
-    },
-    Timer {
-        node: Ix,
-        epoch: u32,
-    },
-    Heartbeat {
-        node: Ix,
-        epoch: u32,
-    },
-    Gossip {
-        to: Ix,
-        from: Ix,
-        msg: u32,
-        epoch: u32,
-    },
-    /// gossipsub's lazy gossip: "I have these recent messages".
-    IHave {
-        to: Ix,
-        from: Ix,
-        ids: Arc<[u32]>,
-        epoch: u32,
-    },
-    /// "Send me these": the answer to an IHAVE.
-    IWant {
-        to: Ix,
-        from: Ix,
-        ids: Arc<[u32]>,
-        epoch: u32,
-    },
-    SyncRequest {
-        to: Ix,
-        from: Ix,
-        req: u64,
-        request: Arc<SyncRequest>,
-        epoch: u32,
-    },
-    SyncResponse {
-        to: Ix,
-        from: Ix,
-        req: u64,
-        response: Arc<SyncResponse>,
-        epoch: u32,
-    },
-    SyncTimeout {
-        node: Ix,
-        req: u64,
-        epoch: u32,
-    },
-    Connected {
-        a: Ix,
-        b: Ix,
-        epoch_a: u32,
-        epoch_b: u32,
-    },
-    FaultStart {
-        fault: usize,
-    },
-    FaultEnd {
-        fault: usize,
-    },
-    Restart {
-        node: Ix,
-    },
-    ChurnStep {
-        fault: usize,
-    },
-    Misbehave {
-        node: Ix,
-    },
+    Start { node: Ix },
+    Timer { node: Ix, epoch: u32 },
+    Heartbeat { node: Ix, epoch: u32 },
+    Gossip { to: Ix, from: Ix, msg: u32, epoch: u32 },
+    IHave { to: Ix, from: Ix, ids: Arc<[u32]>, epoch: u32 },
+    IWant { to: Ix, from: Ix, ids: Arc<[u32]>, epoch: u32 },
+    SyncRequest { to: Ix, from: Ix, req: u64, request: Arc<SyncRequest>, epoch: u32 },
+    SyncResponse { to: Ix, from: Ix, req: u64, response: Arc<SyncResponse>, epoch: u32 },
+    SyncTimeout { node: Ix, req: u64, epoch: u32 },
+    Connected { a: Ix, b: Ix, epoch_a: u32, epoch_b: u32 },
+    FaultStart { fault: usize },
+    FaultEnd { fault: usize },
+    Restart { node: Ix },
+    ChurnStep { fault: usize },
+    Misbehave { node: Ix },
     WorkloadChange,
     WorkloadQuery,
     LivenessCheck,
