@@ -30,8 +30,9 @@ pub const DEFAULT_API_LISTEN: &str = "127.0.0.1:7420";
 /// Default libp2p port, TCP and UDP (QUIC).
 pub const DEFAULT_P2P_PORT: u16 = 7421;
 
-/// Most bootstrap peers: each is dialled at start; more would only slow start-up.
-pub const BOOTSTRAP_PEERS_MAX: usize = 64;
+/// Most bootstrap peers (the mesh keeps no more): each is dialled at start, and again
+/// while it is not connected.
+pub use murmur_protocol::limits::BOOTSTRAP_PEERS_MAX;
 
 /// Most listen addresses.
 pub const LISTEN_ADDRS_MAX: usize = 16;

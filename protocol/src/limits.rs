@@ -96,3 +96,8 @@ pub const MESH_OUTPUTS_MAX: usize = 8192;
 
 const _: () = assert!(SYNC_RESPONSE_BYTES_MAX >= ENVELOPE_BYTES_MAX);
 const _: () = assert!(SYNC_REQUEST_BYTES_MAX >= DIGEST_ENTRIES_MAX * 45 + CERT_BYTES_MAX);
+
+/// Bootstrap peers a node keeps at most (its configuration refuses more).
+pub const BOOTSTRAP_PEERS_MAX: usize = 64;
+/// Addresses kept per bootstrap peer.
+pub const BOOTSTRAP_ADDRS_MAX: usize = 8;

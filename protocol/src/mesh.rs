@@ -33,7 +33,8 @@ use crate::digest::Digest;
 use crate::directory::{Admission, Directory, DirectoryConfig, Output as DirectoryOutput, Refusal, Source};
 use crate::identity::{NodeId, SecretKey};
 use crate::limits::{
-    DIAL_BACKOFF_ENTRIES_MAX, MESH_OUTPUTS_MAX, MESH_PEERS_MAX, SYNC_ADVERTS_MAX, SYNC_RESPONSE_BYTES_MAX,
+    BOOTSTRAP_ADDRS_MAX, BOOTSTRAP_PEERS_MAX, DIAL_BACKOFF_ENTRIES_MAX, MESH_OUTPUTS_MAX, MESH_PEERS_MAX,
+    SYNC_ADVERTS_MAX, SYNC_RESPONSE_BYTES_MAX,
 };
 use crate::signed::{Envelope, Signed};
 use crate::sync::{SyncRequest, SyncResponse};
@@ -61,13 +62,17 @@ pub const SYNCS_IN_FLIGHT_MAX: usize = 1;
 /// a negligible cost.
 pub const DIAL_CHECK_INTERVAL_MS: u64 = 1000;
 
-/// How often a node with no peer at all dials its bootstrap peers again: a bootstrap peer
-/// that was down (or unreachable) when this node started is found once it comes up, so
-/// the order in which nodes start does not matter.
+/// A bootstrap peer that is not connected is dialled again after this long, then after
+/// twice as long each time up to [`BOOTSTRAP_RETRY_MAX_MS`] (plus a little per-node
+/// jitter): one that was down or unreachable when this node started is found once it is
+/// up, whatever order the nodes started in.
 pub const BOOTSTRAP_RETRY_MS: u64 = 5_000;
-
-/// Bootstrap peers kept at most (the node's configuration refuses more).
-pub const BOOTSTRAP_PEERS_MAX: usize = 64;
+/// The longest wait between dials of a bootstrap peer that stays unreachable.
+pub const BOOTSTRAP_RETRY_MAX_MS: u64 = 300_000;
+/// A connection to a bootstrap peer that lasted this long resets its wait to
+/// [`BOOTSTRAP_RETRY_MS`] (one that a peer keeps refusing, say for a missing certificate,
+/// does not).
+pub const BOOTSTRAP_STABLE_MS: u64 = 60_000;
 
 /// How a node takes part in the mesh.
 #[derive(Clone, Debug)]
@@ -134,8 +139,9 @@ pub enum Input {
     SetLoad { load: u16 },
     /// This node's closed-mesh certificate (an envelope of a [`crate::NodeCert`]).
     SetCert { cert: Option<Envelope> },
-    /// The peers to dial at start, and again every [`BOOTSTRAP_RETRY_MS`] while this node
-    /// has no peer at all (at most [`BOOTSTRAP_PEERS_MAX`]; the rest are ignored).
+    /// The peers to dial at start and again, with a growing wait, whenever they are not
+    /// connected (see [`BOOTSTRAP_RETRY_MS`]). Entries for one peer are merged; at most
+    /// [`BOOTSTRAP_PEERS_MAX`] peers with [`BOOTSTRAP_ADDRS_MAX`] addresses each are kept.
     SetBootstrap { peers: Vec<(NodeId, Vec<String>)> },
     /// Time passed.
     Tick,
@@ -236,9 +242,10 @@ pub struct MeshNode {
     peers: BTreeMap<NodeId, Peer>,
     dialed: BTreeMap<NodeId, Millis>,
     next_dial_check: Millis,
-    /// Bootstrap peers and their addresses, and when to dial them next if still alone.
-    bootstrap: Vec<(NodeId, Vec<String>)>,
-    next_bootstrap: Millis,
+    /// Bootstrap peers, their addresses, and when to dial each next.
+    bootstrap: BTreeMap<NodeId, Bootstrap>,
+    /// A secret of this node's that orders its dial candidates (see [`dial_rank`]).
+    dial_salt: u64,
     outputs: VecDeque<Output>,
     stats: MeshStats,
 }
@@ -265,6 +272,7 @@ impl MeshNode {
 
     fn with_directory(key: SecretKey, config: MeshConfig, directory: Directory, now: Millis) -> Self {
         let next_sync = now.plus(config.sync_interval_ms);
+        let dial_salt = dial_salt(&key);
         Self {
             id: key.node_id(),
             key,
@@ -277,8 +285,8 @@ impl MeshNode {
             peers: BTreeMap::new(),
             dialed: BTreeMap::new(),
             next_dial_check: now,
-            bootstrap: Vec::new(),
-            next_bootstrap: now,
+            bootstrap: BTreeMap::new(),
+            dial_salt,
             outputs: VecDeque::new(),
             stats: MeshStats::default(),
         }
@@ -289,7 +297,14 @@ impl MeshNode {
         match input {
             Input::PeerConnected { peer } => self.on_connected(now, peer),
             Input::PeerDisconnected { peer } => {
-                self.peers.remove(&peer);
+                if let Some(gone) = self.peers.remove(&peer)
+                    && let Some(entry) = self.bootstrap.get_mut(&peer)
+                {
+                    if now.since(gone.connected_at) >= BOOTSTRAP_STABLE_MS {
+                        entry.wait_ms = BOOTSTRAP_RETRY_MS;
+                    }
+                    entry.next_at = now.plus(entry.wait_ms);
+                }
                 self.start_waiting_sync();
             }
             Input::GossipReceived { from, token, bytes } => {
@@ -314,16 +329,7 @@ impl MeshNode {
             // traffic into advert traffic.
             Input::SetLoad { load } => self.local.load = load,
             Input::SetCert { cert } => self.update_local(now, |l| l.cert = cert),
-            Input::SetBootstrap { peers } => {
-                let me = self.id;
-                let mut seen = std::collections::BTreeSet::new();
-                self.bootstrap = peers
-                    .into_iter()
-                    .filter(|(peer, _)| *peer != me && seen.insert(*peer))
-                    .take(BOOTSTRAP_PEERS_MAX)
-                    .collect();
-                self.next_bootstrap = now;
-            }
+            Input::SetBootstrap { peers } => self.set_bootstrap(now, peers),
             Input::Tick => {}
         }
         self.on_time(now);
@@ -348,8 +354,10 @@ impl MeshNode {
         if self.peers.len() < self.config.peers_target {
             next = next.min(self.next_dial_check);
         }
-        if self.peers.is_empty() && !self.bootstrap.is_empty() {
-            next = next.min(self.next_bootstrap);
+        for (peer, entry) in &self.bootstrap {
+            if !self.peers.contains_key(peer) {
+                next = next.min(entry.next_at);
+            }
         }
         Some(next)
     }
@@ -529,14 +537,42 @@ impl MeshNode {
         self.maybe_dial(now);
     }
 
-    /// Alone (no peer at all): dials every bootstrap peer, at start and again every
-    /// [`BOOTSTRAP_RETRY_MS`] until a connection opens.
-    fn maybe_bootstrap(&mut self, now: Millis) {
-        if !self.peers.is_empty() || self.bootstrap.is_empty() || now < self.next_bootstrap {
-            return;
+    fn set_bootstrap(&mut self, now: Millis, peers: Vec<(NodeId, Vec<String>)>) {
+        let mut bootstrap: BTreeMap<NodeId, Bootstrap> = BTreeMap::new();
+        for (peer, addrs) in peers {
+            if peer == self.id || (bootstrap.len() >= BOOTSTRAP_PEERS_MAX && !bootstrap.contains_key(&peer)) {
+                continue;
+            }
+            let entry = bootstrap.entry(peer).or_insert_with(|| Bootstrap {
+                addrs: Vec::new(),
+                next_at: now,
+                wait_ms: BOOTSTRAP_RETRY_MS,
+            });
+            for addr in addrs {
+                if entry.addrs.len() < BOOTSTRAP_ADDRS_MAX && !entry.addrs.contains(&addr) {
+                    entry.addrs.push(addr);
+                }
+            }
         }
-        self.next_bootstrap = now.plus(BOOTSTRAP_RETRY_MS);
-        for (peer, addrs) in self.bootstrap.clone() {
+        self.bootstrap = bootstrap;
+    }
+
+    /// Dials each bootstrap peer that is not connected and whose wait is over (at start,
+    /// every one), and doubles its wait.
+    fn maybe_bootstrap(&mut self, now: Millis) {
+        let mut dials = Vec::new();
+        for (peer, entry) in &mut self.bootstrap {
+            if self.peers.contains_key(peer) || now < entry.next_at {
+                continue;
+            }
+            // Up to a quarter more, fixed per node and peer, so nodes restarted together do
+            // not all dial at once.
+            let jitter = dial_rank(self.dial_salt, peer) % (entry.wait_ms / 4 + 1);
+            entry.next_at = now.plus(entry.wait_ms + jitter);
+            entry.wait_ms = (entry.wait_ms * 2).min(BOOTSTRAP_RETRY_MAX_MS);
+            dials.push((*peer, entry.addrs.clone()));
+        }
+        for (peer, addrs) in dials {
             self.push(Output::Dial { peer, addrs });
         }
     }
@@ -635,7 +671,7 @@ impl MeshNode {
                     && !recently
                     && !record.advert().addrs.is_empty()
             })
-            .map(|record| (dial_rank(&self.id, &record.node()), record))
+            .map(|record| (dial_rank(self.dial_salt, &record.node()), record))
             .collect();
         deficit = deficit.min(candidates.len());
         if deficit < candidates.len() {
@@ -684,15 +720,40 @@ impl MeshNode {
     }
 }
 
-/// Where `me` ranks `other` among the nodes it may dial (lowest first): a mix of both ids,
-/// so each node has its own order and no node is everyone's first choice.
-fn dial_rank(me: &NodeId, other: &NodeId) -> u64 {
-    let word = |id: &NodeId| {
-        let bytes = id.key().as_bytes();
-        u64::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7]])
-    };
+/// A bootstrap peer: where to dial it, when next, and how long the wait after that is.
+#[derive(Clone, Debug)]
+struct Bootstrap {
+    addrs: Vec<String>,
+    next_at: Millis,
+    wait_ms: u64,
+}
+
+/// A secret of the node's own, derived from its key, that salts [`dial_rank`]: nobody else
+/// can compute its order, so no one can grind keys to become a given node's first choices.
+fn dial_salt(key: &SecretKey) -> u64 {
+    let mut input = b"murmur/dial-rank/1\0".to_vec();
+    input.extend_from_slice(&key.to_seed());
+    let digest = Digest::of(&input);
+    u64::from_le_bytes([
+        digest.0[0],
+        digest.0[1],
+        digest.0[2],
+        digest.0[3],
+        digest.0[4],
+        digest.0[5],
+        digest.0[6],
+        digest.0[7],
+    ])
+}
+
+/// Where a node with `salt` ranks `other` among the nodes it may dial (lowest first): each
+/// node has its own order, so no node is everyone's first choice.
+fn dial_rank(salt: u64, other: &NodeId) -> u64 {
+    let bytes = other.key().as_bytes();
+    let word =
+        u64::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7]]);
     // splitmix64's finaliser: every bit of the input moves every bit of the output.
-    let mut z = word(me) ^ word(other).rotate_left(29);
+    let mut z = salt ^ word;
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)

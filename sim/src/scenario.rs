@@ -81,7 +81,8 @@ impl Default for ProtocolParams {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Topology {
-    /// Each joining node dials this many random live nodes (its "bootstrap peers").
+    /// Each starting node's bootstrap peers: this many random live nodes, which its mesh
+    /// dials (and dials again while they are not connected).
     pub bootstrap_peers: usize,
     /// Initial nodes start at uniform random times within this many seconds.
     pub join_spread_s: u64,

@@ -188,6 +188,8 @@ impl Node {
     }
 }
 
+/// Everything that happens in a run. `IHave` and `IWant` are gossipsub's lazy gossip
+/// (only with `topology.lazy_gossip`): "I have these recent messages", and "send me these".
 #[derive(Debug)]
 enum Event {
     Start { node: Ix },

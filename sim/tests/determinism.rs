@@ -44,12 +44,16 @@ fn committed_trace_hashes_still_match() {
         ("byzantine", 30, 11),
         ("mass-restart", 40, 13),
     ];
-    let lines: Vec<String> = cases
+    let mut lines: Vec<String> = cases
         .iter()
         .map(|(name, nodes, seed)| {
             format!("{name} nodes={nodes} seed={seed} {}", hash(&scenario(name, *nodes), *seed))
         })
         .collect();
+    // The opt-in gossip model, so that a change to it shows up too.
+    let mut lazy = scenario("churn", 40);
+    lazy.topology.lazy_gossip = true;
+    lines.push(format!("churn+lazy_gossip nodes=40 seed=5 {}", hash(&lazy, 5)));
     let text = lines.join("\n") + "\n";
     if std::env::var_os("MURMUR_BLESS").is_some() {
         std::fs::write(&path, &text).unwrap();

@@ -45,6 +45,17 @@ fn task_storm_passes_for_seeds_one_to_five() {
     }
 }
 
+/// Seed 48 once ran a task twice: the network model duplicated a task request, the copy
+/// reached the owner after its queue had freed and was accepted there, while the router,
+/// told "overloaded" by the original, placed the task elsewhere. Request-response runs on
+/// reliable streams, so the model no longer duplicates it.
+#[test]
+fn a_refused_task_is_not_accepted_later_from_a_copy_of_its_request() {
+    let outcome = run(&scenario("task-storm"), 48, None);
+    assert_eq!(outcome.verdict, Verdict::Pass, "{:?}", outcome.findings);
+    assert!(outcome.metrics.duplicated > 0, "the network still duplicates gossip");
+}
+
 #[test]
 fn unauthorized_senders_are_refused_with_the_right_check_for_seeds_one_to_five() {
     let attacked = scenario("unauthorized-sender");

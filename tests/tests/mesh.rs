@@ -322,8 +322,10 @@ fn nodes_connect_over_quic_alone() {
 #[test]
 fn a_node_started_before_its_bootstrap_peer_connects_once_the_peer_comes_up() {
     let a_dir = murmur_tests::init_data_dir_with(&capsules_toml(&[("started-late", "1.0.0")]));
-    // A first run only to learn A's address (its port and peer id), then A is stopped.
-    let mut a = TestNode::start_in(a_dir.path(), murmur_tests::LOOPBACK).unwrap();
+    // A first run only to learn A's address (its port and peer id), then A is stopped. A
+    // listens on 127.0.0.2 (loopback too), where no other test's node takes its port while
+    // it is down.
+    let mut a = TestNode::start_in(a_dir.path(), &["--listen", "/ip4/127.0.0.2/tcp/0", "--no-mdns"]).unwrap();
     let a_addr = a.dial_addrs()[0].clone();
     let a_listen = a_addr.split("/p2p/").next().unwrap().to_owned();
     let a_id = a.peer_id().to_owned();

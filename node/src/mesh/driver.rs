@@ -120,20 +120,18 @@ impl Driver {
         let now = clock::now();
         self.mesh.handle(now, Input::SetCert { cert });
         self.mesh.handle(now, Input::SetHosted { capsules: hosted });
-        // The mesh dials the bootstrap peers, at once and again while this node has no peer
-        // at all (one that was down at our start is found when it comes up). A peer id
-        // that is not an ed25519 key (not a Murmur node) is dialled once, here.
+        // The mesh dials the bootstrap peers, at once and again while one is not connected
+        // (one that was down at our start is found when it comes up).
         let mut bootstrap = Vec::new();
         for (peer, addr) in &config.network.bootstrap {
-            self.swarm.behaviour_mut().kad.add_address(peer, addr.clone());
             match NodeId::from_peer_id(peer) {
-                Ok(node) => bootstrap.push((node, vec![addr.to_string()])),
+                Ok(node) => {
+                    self.swarm.behaviour_mut().kad.add_address(peer, addr.clone());
+                    bootstrap.push((node, vec![addr.to_string()]));
+                }
+                // Such a peer would be disconnected at once as "not a murmur peer".
                 Err(_) => {
-                    if let Err(err) =
-                        self.swarm.dial(DialOpts::peer_id(*peer).addresses(vec![addr.clone()]).build())
-                    {
-                        warn!(peer = %peer, addr = %addr, error = %err, "cannot dial bootstrap peer");
-                    }
+                    warn!(peer = %peer, addr = %addr, "bootstrap peer skipped: its peer id is not an ed25519 key, so it is no Murmur node")
                 }
             }
         }
@@ -372,7 +370,9 @@ impl Driver {
                         self.swarm.behaviour_mut().kad.add_address(&peer_id, addr.clone());
                     }
                     debug!(peer = %peer, "dialing a bootstrap peer or a node learned from its advert");
-                    let _ = self.swarm.dial(DialOpts::peer_id(peer_id).addresses(addrs).build());
+                    if let Err(err) = self.swarm.dial(DialOpts::peer_id(peer_id).addresses(addrs).build()) {
+                        debug!(peer = %peer, error = %err, "dial not started");
+                    }
                 }
                 Output::Disconnect { peer, reason } => {
                     warn!(peer = %peer, reason = %reason, "disconnecting peer");

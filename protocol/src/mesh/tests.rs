@@ -296,20 +296,22 @@ fn a_newcomer_syncs_with_one_peer_at_a_time() {
 fn each_node_ranks_dial_candidates_in_its_own_order_so_dials_spread() {
     // 200 nodes that all know each other, each dialling its first 8: no node may be everyone's
     // choice (in directory order the 8 lowest ids took all 200 × 8 dials).
-    let ids: Vec<NodeId> = (0..200u32)
+    let keys: Vec<SecretKey> = (0..200u32)
         .map(|i| {
             let mut seed = [0u8; 32];
             seed[..4].copy_from_slice(&i.to_le_bytes());
-            SecretKey::from_seed(seed).node_id()
+            SecretKey::from_seed(seed)
         })
         .collect();
+    let ids: Vec<NodeId> = keys.iter().map(SecretKey::node_id).collect();
     let mut chosen = vec![0usize; ids.len()];
-    for me in &ids {
+    for key in &keys {
+        let (me, salt) = (key.node_id(), dial_salt(key));
         let mut others: Vec<(u64, usize)> = ids
             .iter()
             .enumerate()
-            .filter(|(_, other)| *other != me)
-            .map(|(j, other)| (dial_rank(me, other), j))
+            .filter(|(_, other)| **other != me)
+            .map(|(j, other)| (dial_rank(salt, other), j))
             .collect();
         others.sort_unstable();
         for &(_, j) in others.iter().take(8) {
@@ -322,27 +324,47 @@ fn each_node_ranks_dial_candidates_in_its_own_order_so_dials_spread() {
 }
 
 #[test]
-fn a_node_alone_dials_its_bootstrap_peers_again_until_one_answers() {
-    let mut net = Net::new(vec![(key(1), config()), (key(2), config())]);
-    let bootstrap = vec![(key(2).node_id(), vec!["/ip4/10.0.0.2/tcp/7421".to_owned()])];
+fn bootstrap_peers_are_dialled_again_with_a_growing_wait_while_not_connected() {
+    let mut net = Net::new(vec![(key(1), config()), (key(2), config()), (key(3), config())]);
+    let b = key(2).node_id();
+    let bootstrap = vec![
+        (b, vec!["/ip4/10.0.0.2/tcp/7421".to_owned()]),
+        (b, vec!["/ip4/10.0.0.2/udp/7421/quic-v1".to_owned()]),
+        (key(1).node_id(), vec!["/ip4/10.0.0.1/tcp/7421".to_owned()]),
+    ];
     net.handle(0, Input::SetBootstrap { peers: bootstrap });
-    let to_bootstrap =
-        |net: &Net| net.dials.iter().filter(|&&(i, p)| i == 0 && p == key(2).node_id()).count();
-    assert_eq!(to_bootstrap(&net), 1, "dialled at once");
+    let to_b = |net: &Net| net.dials.iter().filter(|&&(i, p)| i == 0 && p == b).count();
+    assert_eq!(to_b(&net), 1, "dialled at once, and never itself");
+    assert_eq!(net.dials.len(), 1);
+    // Another peer connecting does not stop the bootstrap peer from being dialled again
+    // (a chain started in the wrong order would stay split otherwise).
+    net.connect(0, 2);
+    let mut dialled_at = vec![];
+    for _ in 0..(20 * 60) {
+        let before = to_b(&net);
+        net.advance(1_000);
+        if to_b(&net) > before {
+            dialled_at.push(net.now.since(T0));
+        }
+        if dialled_at.len() == 6 {
+            break;
+        }
+    }
+    let waits: Vec<u64> = dialled_at.windows(2).map(|w| w[1] - w[0]).collect();
     assert!(
-        net.nodes[0].poll_timeout().is_some_and(|t| t <= T0.plus(BOOTSTRAP_RETRY_MS)),
-        "a tick is due by the retry"
+        dialled_at[0] >= BOOTSTRAP_RETRY_MS && dialled_at[0] <= BOOTSTRAP_RETRY_MS * 5 / 4 + 1_000,
+        "{dialled_at:?}"
     );
-    net.advance(BOOTSTRAP_RETRY_MS - 1);
-    assert_eq!(to_bootstrap(&net), 1, "not before the retry interval");
-    net.advance(1);
-    assert_eq!(to_bootstrap(&net), 2, "the peer was down: dialled again");
+    assert!(waits.windows(2).all(|w| w[1] >= w[0]), "the wait grows: {waits:?}");
+    assert!(waits[waits.len() - 1] >= 8 * BOOTSTRAP_RETRY_MS, "it doubles: {waits:?}");
+    assert!(waits.iter().all(|w| *w <= BOOTSTRAP_RETRY_MAX_MS * 5 / 4 + 1_000), "{waits:?}");
+    // Connected: no more dials; a short connection that drops does not reset the wait.
     net.connect(0, 1);
-    net.advance(3 * BOOTSTRAP_RETRY_MS);
-    assert_eq!(to_bootstrap(&net), 2, "connected: no more bootstrap dials");
+    let dials = to_b(&net);
+    net.advance(BOOTSTRAP_RETRY_MAX_MS * 2);
+    assert_eq!(to_b(&net), dials, "connected: not dialled");
     net.handle(1, Input::PeerDisconnected { peer: key(1).node_id() });
-    net.handle(0, Input::PeerDisconnected { peer: key(2).node_id() });
-    assert_eq!(to_bootstrap(&net), 3, "alone again: back to the bootstrap peers at once");
-    net.advance(BOOTSTRAP_RETRY_MS);
-    assert_eq!(to_bootstrap(&net), 4, "and again after the interval");
+    net.handle(0, Input::PeerDisconnected { peer: b });
+    net.advance(BOOTSTRAP_RETRY_MS * 2);
+    assert_eq!(to_b(&net), dials + 1, "a connection that lasted resets the wait to the first one");
 }

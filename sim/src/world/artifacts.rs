@@ -166,25 +166,6 @@ impl ArtifactEvent {
             Self::AskFailure { req } => (64, *req, 0),
         }
     }
-
-    /// A second copy of a message in flight (network duplication).
-    pub(super) fn duplicate(&self) -> Option<Self> {
-        Some(match self {
-            Self::Request { to, from, req, blob, index, epoch } => {
-                Self::Request { to: *to, from: *from, req: *req, blob: *blob, index: *index, epoch: *epoch }
-            }
-            Self::Response { to, req, answer, epoch } => {
-                Self::Response { to: *to, req: *req, answer: *answer, epoch: *epoch }
-            }
-            Self::Ask { to, from, req, blob, epoch } => {
-                Self::Ask { to: *to, from: *from, req: *req, blob: *blob, epoch: *epoch }
-            }
-            Self::Offer { to, req, offer, epoch } => {
-                Self::Offer { to: *to, req: *req, offer: offer.clone(), epoch: *epoch }
-            }
-            _ => return None,
-        })
-    }
 }
 
 /// Adjusts the scenario for the planted artifact bug: artifact traffic if there is none,

@@ -261,7 +261,7 @@ impl Sim {
         };
         let size = response.encode().len();
         let epoch = self.nodes[from as usize].epoch;
-        let event = TaskEvent::Response { to: from, from: owner, req, response: Arc::new(response), epoch };
+        let event = TaskEvent::Response { to: from, req, response: Arc::new(response), epoch };
         self.send_via(owner, from, size, Event::Task(event), Channel::Task);
     }
 

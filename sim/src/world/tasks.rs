@@ -143,7 +143,6 @@ pub(super) enum TaskEvent {
     },
     Response {
         to: Ix,
-        from: Ix,
         req: u64,
         response: Arc<TaskResponse>,
         epoch: u32,
@@ -182,19 +181,6 @@ impl TaskEvent {
             Self::Done { node, task, .. } => (39, u64::from(*node), task_word(task)),
             Self::Settle => (40, 0, 0),
         }
-    }
-
-    /// A second copy of a message in flight (network duplication).
-    pub(super) fn duplicate(&self) -> Option<Self> {
-        Some(match self {
-            Self::Request { to, from, req, bytes, epoch } => {
-                Self::Request { to: *to, from: *from, req: *req, bytes: bytes.clone(), epoch: *epoch }
-            }
-            Self::Response { to, from, req, response, epoch } => {
-                Self::Response { to: *to, from: *from, req: *req, response: response.clone(), epoch: *epoch }
-            }
-            _ => return None,
-        })
     }
 }
 
