@@ -141,6 +141,22 @@ impl std::str::FromStr for Plant {
 
 type Ix = u32;
 
+/// Arms a protocol state machine's timer: its `deadline`, read on a node clock that shows
+/// `node_now`, as virtual time. Returns when to schedule the timer event if that comes
+/// before the one `armed` holds (which it then holds), `None` if no new event is needed.
+fn arm_timer(
+    armed: &mut Option<u64>,
+    deadline: Option<Millis>,
+    node_now: Millis,
+    sim_now: u64,
+) -> Option<u64> {
+    let at = deadline?.0.saturating_sub(node_now.0) + sim_now;
+    armed.is_none_or(|t| at < t).then(|| {
+        *armed = Some(at);
+        at
+    })
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
     Honest,

@@ -27,7 +27,7 @@ use murmur_protocol::pull::{Input, Output, Pull};
 
 use super::artifacts::{ActivePull, ArtifactEvent, ChunkRequest, REQUESTS_MAX, add_pull_stats};
 use super::net::Channel;
-use super::{Event, Ix, Plant, Role, Sim};
+use super::{Event, Ix, Plant, Role, Sim, arm_timer};
 use crate::check::ArtifactOracle;
 use crate::scenario::{ByzantineRole, Fault};
 
@@ -193,15 +193,7 @@ impl Sim {
             (busiest, per_provider),
         )
         .and_then(|()| ArtifactOracle::probe_bound(ix, blob, probing, probe));
-        let mut timer = None;
-        if let Some(at) = active.pull.poll_timeout() {
-            let at = at.0.saturating_sub(now.0) + self.now;
-            if active.timer_at.is_none_or(|t| at < t) {
-                active.timer_at = Some(at);
-                timer = Some(at);
-            }
-        }
-        if let Some(at) = timer {
+        if let Some(at) = arm_timer(&mut active.timer_at, active.pull.poll_timeout(), now, self.now) {
             let epoch = self.nodes[ix as usize].epoch;
             self.schedule(at, Event::Artifact(ArtifactEvent::PullTimer { node: ix, epoch, blob }));
         }

@@ -25,7 +25,7 @@ use murmur_protocol::{Envelope, NodeId};
 
 use super::artifacts::{ActiveResolve, ArtifactEvent, ResolveAsk};
 use super::net::Channel;
-use super::{Event, Ix, Plant, Role, Sim};
+use super::{Event, Ix, Plant, Role, Sim, arm_timer};
 use crate::scenario::{ByzantineRole, Fault};
 
 /// Bytes of a resolve ask, and of an answer (a manifest digest and a signed catalog).
@@ -90,14 +90,7 @@ impl Sim {
         let Some(world) = self.artifacts.as_deref_mut() else { return };
         let Some(active) = world.nodes[ix as usize].resolving.get_mut(&blob) else { return };
         let asks: Vec<NodeId> = std::iter::from_fn(|| active.resolution.poll_ask()).collect();
-        let mut timer = None;
-        if let Some(at) = active.resolution.poll_timeout() {
-            let at = at.0.saturating_sub(now.0) + self.now;
-            if active.timer_at.is_none_or(|t| at < t) {
-                active.timer_at = Some(at);
-                timer = Some(at);
-            }
-        }
+        let timer = arm_timer(&mut active.timer_at, active.resolution.poll_timeout(), now, self.now);
         let done = active.resolution.is_done();
         for provider in asks {
             self.ask(ix, blob, provider);

@@ -24,7 +24,7 @@ use murmur_protocol::{NodeId, PublicKey};
 
 use super::net::Channel;
 use super::tasks::{TaskEvent, task_word};
-use super::{Event, Ix, Plant, Sim};
+use super::{Event, Ix, Plant, Sim, arm_timer};
 use crate::check::Attack;
 
 /// Requests one node has in flight at most (`murnode`'s `OUTBOUND_MAX`); more fail at once
@@ -79,14 +79,10 @@ impl Sim {
         };
         router.handle(now, input, mesh.directory(), &rtt);
         let outputs: Vec<RouteOutput> = std::iter::from_fn(|| router.poll_output()).collect();
-        if let Some(at) = router.poll_timeout() {
-            let at = at.0.saturating_sub(now.0) + self.now;
-            let node = &mut world.nodes[ix as usize];
-            if node.timer_at.is_none_or(|t| at < t) {
-                node.timer_at = Some(at);
-                let epoch = self.nodes[ix as usize].epoch;
-                self.schedule(at, Event::Task(TaskEvent::RouterTimer { node: ix, epoch }));
-            }
+        let deadline = router.poll_timeout();
+        if let Some(at) = arm_timer(&mut world.nodes[ix as usize].timer_at, deadline, now, self.now) {
+            let epoch = self.nodes[ix as usize].epoch;
+            self.schedule(at, Event::Task(TaskEvent::RouterTimer { node: ix, epoch }));
         }
         for output in outputs {
             self.carry_out_route(ix, output);
