@@ -436,6 +436,21 @@ impl Directory {
         self.records.values().filter(move |r| r.expires_at > now)
     }
 
+    /// The nodes whose advert, still valid at `now`, lists artifact `digest` (any artifact
+    /// at all when `None`), ordered by node: who to ask for an artifact.
+    pub fn artifact_holders<'a>(
+        &'a self,
+        now: Millis,
+        digest: Option<&'a Digest>,
+    ) -> impl Iterator<Item = NodeId> + 'a {
+        self.records(now)
+            .filter(move |r| match digest {
+                Some(d) => r.advert().artifacts.contains(d),
+                None => !r.advert().artifacts.is_empty(),
+            })
+            .map(Record::node)
+    }
+
     /// Nodes held.
     #[must_use]
     pub fn len(&self) -> usize {

@@ -106,11 +106,7 @@ impl Sim {
         let me = self.nodes[ix as usize].id;
         let now = self.clock(ix);
         let Some(mesh) = self.nodes[ix as usize].mesh.as_ref() else { return BTreeSet::new() };
-        mesh.directory()
-            .records(now)
-            .filter(|r| r.node() != me && r.advert().artifacts.contains(digest))
-            .map(|r| r.node())
-            .collect()
+        mesh.directory().artifact_holders(now, Some(digest)).filter(|node| *node != me).collect()
     }
 
     /// Brings node `ix`'s pull of `blob` up to date with the directory: new providers in,

@@ -76,11 +76,7 @@ impl Sim {
         let me = self.nodes[ix as usize].id;
         let now = self.clock(ix);
         let Some(mesh) = self.nodes[ix as usize].mesh.as_ref() else { return Vec::new() };
-        mesh.directory()
-            .records(now)
-            .filter(|r| r.node() != me && !r.advert().artifacts.is_empty())
-            .map(|r| r.node())
-            .collect()
+        mesh.directory().artifact_holders(now, None).filter(|node| *node != me).collect()
     }
 
     /// Sends the asks the resolution names, sets its timer, and starts the pull when done.

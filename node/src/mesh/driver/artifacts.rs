@@ -125,13 +125,9 @@ impl Driver {
         let mut found: Vec<(bool, NodeId)> = self
             .mesh
             .directory()
-            .records(now)
-            .filter(|r| r.node() != local)
-            .filter(|r| match digest {
-                Some(d) => r.advert().artifacts.contains(d),
-                None => !r.advert().artifacts.is_empty(),
-            })
-            .map(|r| (!connected.contains(&r.node()), r.node()))
+            .artifact_holders(now, digest)
+            .filter(|node| *node != local)
+            .map(|node| (!connected.contains(&node), node))
             .collect();
         found.sort();
         found.into_iter().map(|(_, node)| node).collect()
