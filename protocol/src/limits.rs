@@ -97,6 +97,10 @@ pub const MESH_OUTPUTS_MAX: usize = 8192;
 const _: () = assert!(SYNC_RESPONSE_BYTES_MAX >= ENVELOPE_BYTES_MAX);
 const _: () = assert!(SYNC_REQUEST_BYTES_MAX >= DIGEST_ENTRIES_MAX * 45 + CERT_BYTES_MAX);
 
+/// Peers refused admission to a closed mesh that are held off at once (see
+/// [`crate::mesh::REFUSED_HOLD_MS`]); beyond it the hold that ends first ends early.
+pub const REFUSED_PEERS_MAX: usize = 1024;
+
 /// Bootstrap peers a node keeps at most (its configuration refuses more).
 pub const BOOTSTRAP_PEERS_MAX: usize = 64;
 /// Addresses kept per bootstrap peer.

@@ -34,7 +34,7 @@ use crate::directory::{Admission, Directory, DirectoryConfig, Output as Director
 use crate::identity::{NodeId, SecretKey};
 use crate::limits::{
     BOOTSTRAP_ADDRS_MAX, BOOTSTRAP_PEERS_MAX, DIAL_BACKOFF_ENTRIES_MAX, MESH_OUTPUTS_MAX, MESH_PEERS_MAX,
-    SYNC_ADVERTS_MAX, SYNC_RESPONSE_BYTES_MAX,
+    REFUSED_PEERS_MAX, SYNC_ADVERTS_MAX, SYNC_RESPONSE_BYTES_MAX,
 };
 use crate::signed::{Envelope, Signed};
 use crate::sync::{SyncRequest, SyncResponse};
@@ -73,6 +73,13 @@ pub const BOOTSTRAP_RETRY_MAX_MS: u64 = 300_000;
 /// [`BOOTSTRAP_RETRY_MS`] (one that a peer keeps refusing, say for a missing certificate,
 /// does not).
 pub const BOOTSTRAP_STABLE_MS: u64 = 60_000;
+
+/// A peer refused admission to a closed mesh is held off this long: the driver blocks its
+/// connections ([`Output::Block`]) and the mesh closes any that still arrive. Without the
+/// hold, whatever dials it again (its bootstrap retries, either side's Kademlia) would bring
+/// it back as a connected peer until its next refused sync. A node that has since been
+/// certified gets in once the hold ends.
+pub const REFUSED_HOLD_MS: u64 = 60_000;
 
 /// How a node takes part in the mesh.
 #[derive(Clone, Debug)]
@@ -174,6 +181,13 @@ pub enum Output {
     Dial { peer: NodeId, addrs: Vec<String> },
     /// Close every connection to `peer`.
     Disconnect { peer: NodeId, reason: String },
+    /// Close every connection to `peer` and refuse new ones, both ways, until
+    /// [`Output::Unblock`] names it (see [`REFUSED_HOLD_MS`]). A driver without a block list
+    /// may treat this as [`Output::Disconnect`]: the mesh closes a held peer's connections
+    /// itself.
+    Block { peer: NodeId, reason: String },
+    /// `peer` may connect again.
+    Unblock { peer: NodeId },
     /// Something the driver may log or count.
     Event(Event),
 }
@@ -246,6 +260,8 @@ pub struct MeshNode {
     bootstrap: BTreeMap<NodeId, Bootstrap>,
     /// A secret of this node's that orders its dial candidates (see [`dial_rank`]).
     dial_salt: u64,
+    /// Peers refused admission, and when their hold ends (see [`REFUSED_HOLD_MS`]).
+    held: BTreeMap<NodeId, Millis>,
     outputs: VecDeque<Output>,
     stats: MeshStats,
 }
@@ -287,6 +303,7 @@ impl MeshNode {
             next_dial_check: now,
             bootstrap: BTreeMap::new(),
             dial_salt,
+            held: BTreeMap::new(),
             outputs: VecDeque::new(),
             stats: MeshStats::default(),
         }
@@ -359,6 +376,9 @@ impl MeshNode {
                 next = next.min(entry.next_at);
             }
         }
+        if let Some(until) = self.held.values().min() {
+            next = next.min(*until);
+        }
         Some(next)
     }
 
@@ -397,6 +417,14 @@ impl MeshNode {
 
     fn on_connected(&mut self, now: Millis, peer: NodeId) {
         if peer == self.id || self.peers.contains_key(&peer) {
+            return;
+        }
+        if let Some(until) = self.held.get(&peer) {
+            let wait = until.since(now);
+            self.push(Output::Disconnect {
+                peer,
+                reason: format!("refused admission to this closed mesh; held off for {wait} ms more"),
+            });
             return;
         }
         if self.peers.len() >= MESH_PEERS_MAX {
@@ -474,7 +502,7 @@ impl MeshNode {
                     }
                 }
                 Err(reason) => {
-                    self.refuse_peer(from, reason);
+                    self.refuse_peer(now, from, reason);
                     return;
                 }
             }
@@ -506,11 +534,30 @@ impl MeshNode {
         }
     }
 
-    fn refuse_peer(&mut self, peer: NodeId, reason: String) {
+    fn refuse_peer(&mut self, now: Millis, peer: NodeId, reason: String) {
         self.stats.peers_refused += 1;
         self.peers.remove(&peer);
-        self.push(Output::Disconnect { peer, reason: format!("not admitted to this closed mesh: {reason}") });
+        if !self.held.contains_key(&peer) && self.held.len() >= REFUSED_PEERS_MAX {
+            // Full: the hold that ends first ends now.
+            if let Some(first) = self.held.iter().min_by_key(|(id, until)| (**until, **id)).map(|(id, _)| *id)
+            {
+                self.held.remove(&first);
+                self.push(Output::Unblock { peer: first });
+            }
+        }
+        self.held.insert(peer, now.plus(REFUSED_HOLD_MS));
+        self.push(Output::Block { peer, reason: format!("not admitted to this closed mesh: {reason}") });
         self.start_waiting_sync();
+    }
+
+    /// Ends the holds that are over.
+    fn release_held(&mut self, now: Millis) {
+        let over: Vec<NodeId> =
+            self.held.iter().filter(|(_, until)| **until <= now).map(|(id, _)| *id).collect();
+        for peer in over {
+            self.held.remove(&peer);
+            self.push(Output::Unblock { peer });
+        }
     }
 
     fn update_local(&mut self, now: Millis, change: impl FnOnce(&mut Local)) {
@@ -527,6 +574,7 @@ impl MeshNode {
         if self.closed() {
             self.enforce_admission(now);
         }
+        self.release_held(now);
         if now >= self.next_sync {
             self.next_sync = now.plus(self.config.sync_interval_ms);
             if let Some(peer) = self.next_sync_peer() {
@@ -563,6 +611,11 @@ impl MeshNode {
         let mut dials = Vec::new();
         for (peer, entry) in &mut self.bootstrap {
             if self.peers.contains_key(peer) || now < entry.next_at {
+                continue;
+            }
+            if let Some(until) = self.held.get(peer) {
+                // We refused it: no dial until the hold ends (the driver would block it).
+                entry.next_at = *until;
                 continue;
             }
             // Up to a quarter more, fixed per node and peer, so nodes restarted together do
@@ -629,7 +682,7 @@ impl MeshNode {
             .map(|(id, _)| *id)
             .collect();
         for peer in late {
-            self.refuse_peer(peer, format!("no valid certificate within {timeout} ms"));
+            self.refuse_peer(now, peer, format!("no valid certificate within {timeout} ms"));
         }
     }
 
@@ -668,6 +721,7 @@ impl MeshNode {
                 let recently = self.dialed.get(&node).is_some_and(|at| now < at.plus(backoff));
                 node != self.id
                     && !self.peers.contains_key(&node)
+                    && !self.held.contains_key(&node)
                     && !recently
                     && !record.advert().addrs.is_empty()
             })

@@ -740,11 +740,14 @@ impl Sim {
                     self.dial(ix, peer);
                 }
             }
-            Output::Disconnect { peer, .. } => {
+            // The modelled network has no block list: a held peer that reconnects is closed
+            // again by the mesh itself.
+            Output::Disconnect { peer, .. } | Output::Block { peer, .. } => {
                 if let Some(&peer) = self.index.get(&peer) {
                     self.disconnect(ix, peer);
                 }
             }
+            Output::Unblock { .. } => {}
             Output::Event(event) => self.observe(ix, event),
         }
     }

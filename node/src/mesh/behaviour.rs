@@ -6,7 +6,9 @@ use libp2p::kad::store::MemoryStore;
 use libp2p::request_response::{self, ProtocolSupport};
 use libp2p::swarm::NetworkBehaviour;
 use libp2p::swarm::behaviour::toggle::Toggle;
-use libp2p::{StreamProtocol, connection_limits, gossipsub, identify, identity, kad, mdns, ping};
+use libp2p::{
+    StreamProtocol, allow_block_list, connection_limits, gossipsub, identify, identity, kad, mdns, ping,
+};
 use murmur_protocol::Digest;
 use murmur_protocol::artifact::{ArtifactRequest, ArtifactResponse};
 use murmur_protocol::mesh::ADVERT_TOPIC;
@@ -50,6 +52,9 @@ pub const CONNECTIONS_PER_PEER_MAX: u32 = 2;
 #[derive(NetworkBehaviour)]
 pub struct Behaviour {
     pub limits: connection_limits::Behaviour,
+    /// Peers the mesh refused admission to, held off for a while (`Output::Block`): their
+    /// connections are denied before any protocol runs on them.
+    pub blocked: allow_block_list::Behaviour<allow_block_list::BlockedPeers>,
     pub identify: identify::Behaviour,
     pub ping: ping::Behaviour,
     pub mdns: Toggle<mdns::tokio::Behaviour>,
@@ -133,6 +138,7 @@ impl Behaviour {
 
         Ok(Self {
             limits: connection_limits::Behaviour::new(limits),
+            blocked: allow_block_list::Behaviour::default(),
             identify,
             ping: ping::Behaviour::new(ping::Config::new()),
             mdns: mdns.into(),

@@ -310,7 +310,7 @@ impl Driver {
             }
             BehaviourEvent::Mdns(mdns::Event::Expired(_)) => {}
             BehaviourEvent::Kad(event) => trace!(event = ?event, "kademlia"),
-            BehaviourEvent::Limits(never) => match never {},
+            BehaviourEvent::Limits(never) | BehaviourEvent::Blocked(never) => match never {},
         }
     }
 
@@ -377,6 +377,21 @@ impl Driver {
                 Output::Disconnect { peer, reason } => {
                     warn!(peer = %peer, reason = %reason, "disconnecting peer");
                     let _ = self.swarm.disconnect_peer_id(peer.to_peer_id());
+                }
+                Output::Block { peer, reason } => {
+                    warn!(peer = %peer, reason = %reason, "blocking peer");
+                    let peer_id = peer.to_peer_id();
+                    let behaviour = self.swarm.behaviour_mut();
+                    behaviour.blocked.block_peer(peer_id);
+                    // Not a route we hand to others, nor one Kademlia dials again.
+                    behaviour.kad.remove_peer(&peer_id);
+                    let _ = self.swarm.disconnect_peer_id(peer_id);
+                    // Its connections are closing: not a peer to list any more.
+                    self.peers.remove(&peer_id);
+                }
+                Output::Unblock { peer } => {
+                    debug!(peer = %peer, "hold over; peer may connect again");
+                    self.swarm.behaviour_mut().blocked.unblock_peer(peer.to_peer_id());
                 }
                 Output::Event(event) => log_event(&event),
             }

@@ -21,6 +21,7 @@ struct Net {
     links: Vec<(usize, usize)>,
     published: Vec<(usize, Vec<u8>)>,
     disconnects: Vec<(usize, NodeId)>,
+    unblocks: Vec<(usize, NodeId)>,
     dials: Vec<(usize, NodeId)>,
     now: Millis,
 }
@@ -33,6 +34,7 @@ impl Net {
             links: Vec::new(),
             published: Vec::new(),
             disconnects: Vec::new(),
+            unblocks: Vec::new(),
             dials: Vec::new(),
             now: T0,
         }
@@ -91,7 +93,10 @@ impl Net {
                             let response = SyncResponse::decode(&response.encode()).unwrap();
                             self.nodes[j].handle(self.now, Input::SyncAnswered { from, response });
                         }
-                        Output::Disconnect { peer, .. } => self.disconnects.push((i, peer)),
+                        Output::Disconnect { peer, .. } | Output::Block { peer, .. } => {
+                            self.disconnects.push((i, peer));
+                        }
+                        Output::Unblock { peer } => self.unblocks.push((i, peer)),
                         Output::Dial { peer, .. } => self.dials.push((i, peer)),
                         Output::Report { .. } | Output::Event(_) => {}
                     }
@@ -223,9 +228,91 @@ fn closed_mesh_times_out_peers_that_never_present_a_certificate() {
     assert_eq!(node.poll_timeout(), Some(T0.plus(15_000)));
     while node.poll_output().is_some() {}
     node.handle(T0.plus(15_000), Input::Tick);
-    let disconnected =
-        std::iter::from_fn(|| node.poll_output()).any(|o| matches!(o, Output::Disconnect { .. }));
-    assert!(disconnected);
+    let blocked = std::iter::from_fn(|| node.poll_output()).any(|o| matches!(o, Output::Block { .. }));
+    assert!(blocked);
+}
+
+#[test]
+fn a_refused_peer_is_held_off_then_let_in_once_certified() {
+    let authority = key(100);
+    let closed = MeshConfig {
+        directory: DirectoryConfig {
+            admission: Admission::Closed { authorities: vec![authority.public()] },
+            ..DirectoryConfig::default()
+        },
+        ..config()
+    };
+    let cert_of = |n: u8| {
+        Signed::sign(NodeCert::new(key(n).node_id(), 1, T0, T0.plus(86_400_000)), &authority)
+            .unwrap()
+            .into_envelope()
+    };
+    let mut net = Net::new(vec![(key(1), closed.clone()), (key(2), closed)]);
+    net.handle(0, Input::SetCert { cert: Some(cert_of(1)) });
+    let intruder = key(2).node_id();
+    // Node 0 also lists the intruder as a bootstrap peer: it must not dial it while held.
+    net.handle(0, Input::SetBootstrap { peers: vec![(intruder, vec!["/ip4/10.0.0.2/tcp/7421".to_owned()])] });
+    net.connect(1, 0);
+    assert_eq!(net.disconnects, vec![(0, intruder)], "refused and blocked");
+    assert_eq!(net.nodes[0].stats().peers_refused, 1);
+    net.handle(1, Input::PeerDisconnected { peer: key(1).node_id() });
+
+    // It comes back (its own retries, Kademlia): closed at once, not a peer, not counted again.
+    net.advance(1_000);
+    net.disconnects.clear();
+    net.handle(0, Input::PeerConnected { peer: intruder });
+    assert_eq!(net.disconnects, vec![(0, intruder)]);
+    assert_eq!(net.nodes[0].peers().count(), 0);
+    assert_eq!(net.nodes[0].stats().peers_refused, 1);
+    let dials_before = net.dials.len();
+    net.advance(REFUSED_HOLD_MS - 2_000);
+    assert_eq!(net.dials.len(), dials_before, "a held bootstrap peer is not dialled");
+    assert!(net.unblocks.is_empty());
+    assert!(net.nodes[0].poll_timeout().unwrap() > net.now, "waiting out a hold is not a busy loop");
+
+    // The hold ends; the intruder has since been certified and is admitted.
+    net.advance(1_000);
+    assert_eq!(net.unblocks, vec![(0, intruder)]);
+    assert!(net.dials.len() > dials_before, "dialled again once the hold is over");
+    net.handle(1, Input::SetCert { cert: Some(cert_of(2)) });
+    net.disconnects.clear();
+    net.connect(1, 0);
+    assert!(net.disconnects.is_empty(), "{:?}", net.disconnects);
+    assert_eq!(net.nodes[0].peers().map(|(id, ok, _)| (id, ok)).collect::<Vec<_>>(), vec![(intruder, true)]);
+}
+
+#[test]
+fn refused_peers_held_at_once_are_bounded() {
+    let closed = MeshConfig {
+        directory: DirectoryConfig {
+            admission: Admission::Closed { authorities: vec![key(100).public()] },
+            ..DirectoryConfig::default()
+        },
+        ..config()
+    };
+    let mut node = MeshNode::new(key(1), closed, T0);
+    let request = SyncRequest::new(None, node.directory().digest());
+    let peer = |i: usize| {
+        SecretKey::from_seed({
+            let mut seed = [7u8; 32];
+            seed[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            seed
+        })
+        .node_id()
+    };
+    let mut unblocked = Vec::new();
+    for i in 0..=REFUSED_PEERS_MAX {
+        let now = T0.plus(i as u64);
+        node.handle(now, Input::PeerConnected { peer: peer(i) });
+        node.handle(now, Input::SyncRequested { from: peer(i), token: 0, request: request.clone() });
+        while let Some(out) = node.poll_output() {
+            if let Output::Unblock { peer } = out {
+                unblocked.push(peer);
+            }
+        }
+    }
+    assert_eq!(node.held.len(), REFUSED_PEERS_MAX);
+    assert_eq!(unblocked, vec![peer(0)], "the hold that ends first ends early");
 }
 
 #[test]
