@@ -405,6 +405,20 @@ impl MeshNode {
         self.peers.iter().map(|(id, p)| (*id, p.admitted, p.connected_at))
     }
 
+    /// Whom to ask for artifact `digest` (any artifact at all when `None`): the nodes whose
+    /// live advert lists it, never this node, connected peers first (an ask needs no dial),
+    /// each group in node order.
+    #[must_use]
+    pub fn artifact_providers(&self, now: Millis, digest: Option<&Digest>) -> Vec<NodeId> {
+        let (mut connected, others): (Vec<NodeId>, Vec<NodeId>) = self
+            .directory
+            .artifact_holders(now, digest)
+            .filter(|node| *node != self.id)
+            .partition(|node| self.peers.contains_key(node));
+        connected.extend(others);
+        connected
+    }
+
     /// The sequence number of our latest advert.
     #[must_use]
     pub const fn local_seq(&self) -> u64 {

@@ -43,6 +43,10 @@ fn committed_trace_hashes_still_match() {
         ("partition", 40, 7),
         ("byzantine", 30, 11),
         ("mass-restart", 40, 13),
+        // Traffic beyond adverts: tasks, and artifact pulls with their resolutions.
+        ("task-storm", 40, 17),
+        ("artifact-storm", 40, 19),
+        ("byzantine-provider", 30, 23),
     ];
     let mut lines: Vec<String> = cases
         .iter()

@@ -455,3 +455,24 @@ fn bootstrap_peers_are_dialled_again_with_a_growing_wait_while_not_connected() {
     net.advance(BOOTSTRAP_RETRY_MS * 2);
     assert_eq!(to_b(&net), dials + 1, "a connection that lasted resets the wait to the first one");
 }
+
+#[test]
+fn artifact_providers_are_the_holders_connected_peers_first() {
+    let mut net = Net::new(vec![(key(1), config()), (key(2), config()), (key(3), config())]);
+    let served = Digest::of(b"an artifact");
+    for i in [1, 2] {
+        net.handle(i, Input::SetArtifacts { artifacts: vec![served] });
+    }
+    net.handle(0, Input::SetArtifacts { artifacts: vec![served] });
+    net.connect(0, 1);
+    net.connect(0, 2);
+    let (one, two) = (key(2).node_id(), key(3).node_id());
+    let mut in_order = vec![one, two];
+    in_order.sort();
+    assert_eq!(net.nodes[0].artifact_providers(net.now, Some(&served)), in_order, "never itself");
+    assert_eq!(net.nodes[0].artifact_providers(net.now, Some(&Digest::of(b"other"))), vec![]);
+    // The lower id disconnects: its advert is still held, but the connected peer comes first.
+    let (low, high) = (in_order[0], in_order[1]);
+    net.handle(0, Input::PeerDisconnected { peer: low });
+    assert_eq!(net.nodes[0].artifact_providers(net.now, None), vec![high, low]);
+}

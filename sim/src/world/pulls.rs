@@ -103,10 +103,9 @@ impl Sim {
 
     /// The providers of `blob` node `ix`'s directory lists now, except itself.
     fn listed_providers(&self, ix: Ix, digest: &Digest) -> BTreeSet<NodeId> {
-        let me = self.nodes[ix as usize].id;
         let now = self.clock(ix);
         let Some(mesh) = self.nodes[ix as usize].mesh.as_ref() else { return BTreeSet::new() };
-        mesh.directory().artifact_holders(now, Some(digest)).filter(|node| *node != me).collect()
+        mesh.artifact_providers(now, Some(digest)).into_iter().collect()
     }
 
     /// Brings node `ix`'s pull of `blob` up to date with the directory: new providers in,

@@ -71,12 +71,12 @@ impl Sim {
         self.resolve_step(ix, blob);
     }
 
-    /// Nodes whose advert in `ix`'s directory lists any artifact, except `ix`.
+    /// Nodes whose advert in `ix`'s directory lists any artifact, except `ix`, connected
+    /// peers first (as murnode asks them).
     fn listed_artifact_nodes(&self, ix: Ix) -> Vec<NodeId> {
-        let me = self.nodes[ix as usize].id;
         let now = self.clock(ix);
         let Some(mesh) = self.nodes[ix as usize].mesh.as_ref() else { return Vec::new() };
-        mesh.directory().artifact_holders(now, None).filter(|node| *node != me).collect()
+        mesh.artifact_providers(now, None)
     }
 
     /// Sends the asks the resolution names, sets its timer, and starts the pull when done.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use libp2p::request_response::{self, OutboundRequestId, ResponseChannel};
 use murmur_protocol::artifact::{ARTIFACT_REASON_BYTES_MAX, ArtifactRequest, ArtifactResponse};
-use murmur_protocol::{Digest, NodeId};
+use murmur_protocol::NodeId;
 use tokio::sync::{mpsc, oneshot};
 use tracing::debug;
 
@@ -100,7 +100,7 @@ impl Driver {
                 self.artifacts.outbound.insert(id, reply);
             }
             ArtifactQuery::Providers { digest, reply } => {
-                let _ = reply.send(self.providers(digest.as_ref()));
+                let _ = reply.send(self.mesh.artifact_providers(clock::now(), digest.as_ref()));
             }
             ArtifactQuery::Members(reply) => {
                 let now = clock::now();
@@ -114,23 +114,6 @@ impl Driver {
                 self.mesh.handle(clock::now(), murmur_protocol::mesh::Input::SetArtifacts { artifacts });
             }
         }
-    }
-
-    /// Nodes whose live advert lists `digest` (any artifact at all when `None`), connected
-    /// peers first, this node never.
-    fn providers(&self, digest: Option<&Digest>) -> Vec<NodeId> {
-        let now = clock::now();
-        let local = self.mesh.id();
-        let connected: Vec<NodeId> = self.peers.values().filter_map(|p| p.node).collect();
-        let mut found: Vec<(bool, NodeId)> = self
-            .mesh
-            .directory()
-            .artifact_holders(now, digest)
-            .filter(|node| *node != local)
-            .map(|node| (!connected.contains(&node), node))
-            .collect();
-        found.sort();
-        found.into_iter().map(|(_, node)| node).collect()
     }
 
     pub(super) fn on_artifact_event(
