@@ -46,7 +46,18 @@ fn start_on(flags: &[&str], dir: &Path, peer: Option<&TestNode>, env: &[(&str, &
         args.push(peer.dial_addrs()[0].clone());
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    TestNode::start_in_env(dir, &args, env).unwrap()
+    let node = TestNode::start_in_env(dir, &args, env).unwrap();
+    if env.iter().any(|(var, _)| var.starts_with("MURMUR_FAULT_")) {
+        // The node reads them only when built with the `fault-injection` feature, which a
+        // workspace build turns on; without it these tests would fail for the wrong reason.
+        wait_for(Duration::from_secs(5), "the node to say fault injection is on", || {
+            node.stderr().contains("fault injection is on").then_some(())
+        })
+        .unwrap_or_else(|_| {
+            panic!("murnode ignored MURMUR_FAULT_*: build it with `cargo build --workspace --bins`")
+        });
+    }
+    node
 }
 
 /// `mur artifact pull|install NAME@VERSION --json` through `node`: every line printed.

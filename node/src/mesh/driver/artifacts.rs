@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use libp2p::request_response::{self, OutboundRequestId, ResponseChannel};
-use murmur_protocol::artifact::{ARTIFACT_REASON_BYTES_MAX, ArtifactRequest, ArtifactResponse};
 use murmur_protocol::NodeId;
+use murmur_protocol::artifact::{ARTIFACT_REASON_BYTES_MAX, ArtifactRequest, ArtifactResponse};
 use tokio::sync::{mpsc, oneshot};
 use tracing::debug;
 
@@ -41,26 +41,40 @@ pub(crate) struct ArtifactSide {
     faults: ServeFaults,
 }
 
-/// Fault injection for tests of the pull path with real processes: a node started with
-/// `MURMUR_FAULT_CORRUPT_CHUNKS=1` flips a byte in every blob range it serves, and with
-/// `MURMUR_FAULT_SERVE_DELAY_MS=N` answers each request N ms late. Never set in production;
-/// the node logs a warning at start when either is.
+/// Fault injection for tests of the pull path with real processes, compiled in only with
+/// the `fault-injection` feature (the end-to-end test crate turns it on): a node started
+/// with `MURMUR_FAULT_CORRUPT_CHUNKS=1` flips a byte in every blob range it serves, and with
+/// `MURMUR_FAULT_SERVE_DELAY_MS=N` answers each request N ms late. The node logs a warning
+/// at start when either is set.
 #[derive(Clone, Copy, Debug, Default)]
 struct ServeFaults {
     corrupt: bool,
     delay: std::time::Duration,
 }
 
+const FAULT_VARS: [&str; 2] = ["MURMUR_FAULT_CORRUPT_CHUNKS", "MURMUR_FAULT_SERVE_DELAY_MS"];
+
 impl ServeFaults {
+    #[cfg(feature = "fault-injection")]
     fn from_env() -> Self {
-        let corrupt = std::env::var("MURMUR_FAULT_CORRUPT_CHUNKS").is_ok_and(|v| v == "1");
-        let delay_ms: u64 =
-            std::env::var("MURMUR_FAULT_SERVE_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let corrupt = std::env::var(FAULT_VARS[0]).is_ok_and(|v| v == "1");
+        let delay_ms: u64 = std::env::var(FAULT_VARS[1]).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
         let faults = Self { corrupt, delay: std::time::Duration::from_millis(delay_ms.min(60_000)) };
         if faults.corrupt || delay_ms > 0 {
             tracing::warn!(corrupt, delay_ms, "artifact serving fault injection is on (test use only)");
         }
         faults
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    fn from_env() -> Self {
+        if FAULT_VARS.iter().any(|var| std::env::var_os(var).is_some()) {
+            tracing::warn!(
+                "MURMUR_FAULT_* is set but this build has no fault injection (feature \
+                 `fault-injection`, on in `cargo build --workspace`); serving normally"
+            );
+        }
+        Self::default()
     }
 }
 
