@@ -15,6 +15,17 @@ fn config() -> MeshConfig {
     MeshConfig { peers_target: 0, ..MeshConfig::default() }
 }
 
+/// A closed mesh whose certificates `authority` signs.
+fn closed_config(authority: &SecretKey) -> MeshConfig {
+    MeshConfig {
+        directory: DirectoryConfig {
+            admission: Admission::Closed { authorities: vec![authority.public()] },
+            ..DirectoryConfig::default()
+        },
+        ..config()
+    }
+}
+
 /// A tiny in-memory driver: delivers every output of every node to its peer at once.
 struct Net {
     nodes: Vec<MeshNode>,
@@ -189,13 +200,7 @@ fn gossip_spreads_changes_and_forgeries_are_rejected() {
 #[test]
 fn closed_mesh_disconnects_peers_without_a_certificate() {
     let authority = key(100);
-    let closed = MeshConfig {
-        directory: DirectoryConfig {
-            admission: Admission::Closed { authorities: vec![authority.public()] },
-            ..DirectoryConfig::default()
-        },
-        ..config()
-    };
+    let closed = closed_config(&authority);
     let mut net = Net::new(vec![(key(1), closed.clone()), (key(2), closed.clone()), (key(3), closed)]);
     for (i, n) in [(0, 1u8), (1, 2)] {
         let cert = Signed::sign(NodeCert::new(key(n).node_id(), 1, T0, T0.plus(86_400_000)), &authority)
@@ -216,13 +221,7 @@ fn closed_mesh_disconnects_peers_without_a_certificate() {
 
 #[test]
 fn closed_mesh_times_out_peers_that_never_present_a_certificate() {
-    let closed = MeshConfig {
-        directory: DirectoryConfig {
-            admission: Admission::Closed { authorities: vec![key(100).public()] },
-            ..DirectoryConfig::default()
-        },
-        ..config()
-    };
+    let closed = closed_config(&key(100));
     let mut node = MeshNode::new(key(1), closed, T0);
     node.handle(T0, Input::PeerConnected { peer: key(2).node_id() });
     assert_eq!(node.poll_timeout(), Some(T0.plus(15_000)));
@@ -235,13 +234,7 @@ fn closed_mesh_times_out_peers_that_never_present_a_certificate() {
 #[test]
 fn a_refused_peer_is_held_off_then_let_in_once_certified() {
     let authority = key(100);
-    let closed = MeshConfig {
-        directory: DirectoryConfig {
-            admission: Admission::Closed { authorities: vec![authority.public()] },
-            ..DirectoryConfig::default()
-        },
-        ..config()
-    };
+    let closed = closed_config(&authority);
     let cert_of = |n: u8| {
         Signed::sign(NodeCert::new(key(n).node_id(), 1, T0, T0.plus(86_400_000)), &authority)
             .unwrap()
@@ -283,13 +276,7 @@ fn a_refused_peer_is_held_off_then_let_in_once_certified() {
 
 #[test]
 fn refused_peers_held_at_once_are_bounded() {
-    let closed = MeshConfig {
-        directory: DirectoryConfig {
-            admission: Admission::Closed { authorities: vec![key(100).public()] },
-            ..DirectoryConfig::default()
-        },
-        ..config()
-    };
+    let closed = closed_config(&key(100));
     let mut node = MeshNode::new(key(1), closed, T0);
     let request = SyncRequest::new(None, node.directory().digest());
     let peer = |i: usize| {
