@@ -33,7 +33,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::advert::{Advert, HostedCapsule};
-use crate::cert::verify_cert;
+use crate::cert::verify_cert_with;
 use crate::codec::{self, DecodeError};
 use crate::digest::Digest;
 use crate::identity::{NodeId, PublicKey};
@@ -584,7 +584,7 @@ impl Directory {
                 .cert
                 .clone()
                 .ok_or_else(|| Refusal::NotAdmitted("advert carries no node certificate".into()))?;
-            verify_cert(cert, authorities, now, &node)
+            verify_cert_with(cert, authorities, now, &node, self.verifier.as_ref())
                 .map_err(|err| Refusal::NotAdmitted(err.to_string()))?;
         }
         if !self.records.contains_key(&node) && self.records.len() >= self.config.nodes_max {

@@ -159,7 +159,7 @@ pub enum Input {
 pub enum Verdict {
     /// Valid and new (or identical to what we hold): relay it.
     Accept,
-    /// Not useful (late, duplicate, or from a peer not yet admitted): drop it quietly.
+    /// Not useful (late or duplicate): drop it quietly.
     Ignore,
     /// Invalid: drop it and penalise the peer that sent it.
     Reject,
@@ -474,13 +474,15 @@ impl MeshNode {
     fn on_gossip(&mut self, now: Millis, from: NodeId, token: u64, envelope: Option<Envelope>, len: usize) {
         self.stats.gossip_in_messages += 1;
         self.stats.gossip_in_bytes += len as u64;
-        let verdict = if !self.peers.get(&from).is_some_and(|p| p.admitted) && self.closed() {
-            Verdict::Ignore
-        } else {
-            match envelope {
-                None => Verdict::Reject,
-                Some(envelope) => self.judge_gossip(now, from, token, envelope),
-            }
+        // In a closed mesh too, gossip is judged on its merits, whoever relays it: every
+        // advert must carry its own node's certificate, so a peer not (yet) admitted cannot
+        // bring in anything a certified relay could not. Ignoring its messages instead would
+        // lose adverts: gossipsub remembers an ignored message as seen and drops the copies
+        // certified peers send next (found by the simulator's closed-mesh scenario: an
+        // uncertified peer relaying honest adverts kept them from a node for one refresh).
+        let verdict = match envelope {
+            None => Verdict::Reject,
+            Some(envelope) => self.judge_gossip(now, from, token, envelope),
         };
         match verdict {
             Verdict::Accept => self.stats.gossip_accepted += 1,

@@ -57,6 +57,15 @@ pub fn open_trusted<T: Document>(
     envelope: Envelope,
     authorities: &[PublicKey],
 ) -> Result<Signed<T>, TrustError> {
+    open_trusted_with(envelope, authorities, &crate::verify::Ed25519Verifier)
+}
+
+/// As [`open_trusted`], with the signature checked by `verifier`.
+pub fn open_trusted_with<T: Document>(
+    envelope: Envelope,
+    authorities: &[PublicKey],
+    verifier: &dyn crate::verify::Verifier,
+) -> Result<Signed<T>, TrustError> {
     if envelope.kind() != T::KIND {
         return Err(TrustError::WrongKind { expected: T::KIND, found: envelope.kind() });
     }
@@ -64,7 +73,7 @@ pub fn open_trusted<T: Document>(
     if !authorities.contains(&issuer) {
         return Err(TrustError::UntrustedIssuer { issuer });
     }
-    Ok(envelope.open::<T>()?)
+    Ok(envelope.open_with::<T>(verifier)?)
 }
 
 /// Checks that `now` lies in `[not_before, not_after)`.

@@ -69,11 +69,21 @@ pub struct ProtocolParams {
     pub sync_interval_s: u64,
     pub peers_target: usize,
     pub clock_skew_max_s: u64,
+    /// A closed mesh: an authority (one per run) certifies every node but the
+    /// `uncertified` byzantine ones, and every node admits only certified peers and adverts.
+    pub closed: bool,
 }
 
 impl Default for ProtocolParams {
     fn default() -> Self {
-        Self { refresh_s: 30, ttl_s: 90, sync_interval_s: 60, peers_target: 8, clock_skew_max_s: 30 }
+        Self {
+            refresh_s: 30,
+            ttl_s: 90,
+            sync_interval_s: 60,
+            peers_target: 8,
+            clock_skew_max_s: 30,
+            closed: false,
+        }
     }
 }
 
@@ -207,7 +217,8 @@ pub enum Fault {
     /// `unauthorized_sender` sends tasks straight onto the wire (no sending-side check) with
     /// no grant, forged, expired, stolen or mismatched grants, or to targets outside its
     /// grant (needs a `[tasks]` section); `corrupt_provider` announces every artifact and
-    /// serves corrupted chunks (needs an `[artifacts]` section).
+    /// serves corrupted chunks (needs an `[artifacts]` section); `uncertified` runs a mesh
+    /// node without a certificate and keeps dialling honest nodes (needs `protocol.closed`).
     Byzantine { at_s: u64, until_s: u64, role: ByzantineRole, count: usize, interval_ms: u64 },
 }
 
@@ -224,6 +235,8 @@ pub enum ByzantineRole {
     /// `[artifacts]` section).
     #[serde(alias = "corrupt-provider")]
     CorruptProvider,
+    /// Has no certificate for the closed mesh; dials a random honest node every interval.
+    Uncertified,
 }
 
 impl Fault {
@@ -362,6 +375,12 @@ impl Scenario {
                 anyhow::ensure!(
                     self.artifacts.is_some(),
                     "faults: byzantine role corrupt_provider needs an [artifacts] section"
+                );
+            }
+            if let Fault::Byzantine { role: ByzantineRole::Uncertified, .. } = fault {
+                anyhow::ensure!(
+                    self.protocol.closed,
+                    "faults: byzantine role uncertified needs a closed mesh (protocol.closed = true)"
                 );
             }
         }

@@ -30,6 +30,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use murmur_protocol::advert::HostedCapsule;
+use murmur_protocol::cert::NodeCert;
 use murmur_protocol::directory::{Admission, DirectoryConfig, Refusal, Source};
 use murmur_protocol::limits::{
     DIRECTORY_NODES_MAX, ENVELOPE_OVERHEAD_MAX, SYNC_REQUEST_BYTES_MAX, SYNC_RESPONSE_BYTES_MAX,
@@ -37,7 +38,7 @@ use murmur_protocol::limits::{
 use murmur_protocol::mesh::{Event as MeshEvent, Input, MeshConfig, MeshNode, Output, Verdict};
 use murmur_protocol::sync::{SyncRequest, SyncResponse};
 use murmur_protocol::verify::Verifier;
-use murmur_protocol::{Envelope, Millis, NodeId, SecretKey};
+use murmur_protocol::{Envelope, Millis, NodeId, SecretKey, Signed};
 
 use crate::check::{Oracle, Violation};
 use crate::engine::EventQueue;
@@ -103,16 +104,21 @@ pub enum Plant {
     /// forged manifest can be taken. Caught by the resolution checker (a corrupt provider is
     /// added if the scenario has none, and artifact traffic if it has none).
     TrustAnyOffer,
+    /// Nodes of a closed mesh admit every peer and advert, certified or not. Caught by the
+    /// admission checker (the scenario is made closed, with an uncertified node, if it is
+    /// not).
+    OpenAdmission,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::SkipIncomingCheck,
         Self::RetryLost,
         Self::VolatileAccept,
         Self::WriteUnverified,
         Self::TrustAnyOffer,
+        Self::OpenAdmission,
     ];
 
     /// The name on the command line (`--plant NAME`).
@@ -124,6 +130,7 @@ impl Plant {
             Self::VolatileAccept => "volatile-accept",
             Self::WriteUnverified => "write-unverified",
             Self::TrustAnyOffer => "trust-any-offer",
+            Self::OpenAdmission => "open-admission",
         }
     }
 }
@@ -196,6 +203,8 @@ struct Node {
     captured: VecDeque<Envelope>,
     /// Our recent adverts: (published at, seq), oldest first, a few at most.
     published: VecDeque<(u64, u64)>,
+    /// Our certificate, in a closed mesh (none for an `uncertified` byzantine node).
+    cert: Option<Envelope>,
 }
 
 impl Node {
@@ -283,6 +292,8 @@ pub struct Sim {
     mesh_config: MeshConfig,
     verifier: Arc<dyn Verifier>,
     shared: Option<Arc<SharedVerifier>>,
+    /// The closed mesh's certificate authority (`protocol.closed`).
+    authority: Option<SecretKey>,
     oracle: Oracle,
     trace: TraceHash,
     metrics: Metrics,
@@ -337,7 +348,18 @@ impl Sim {
             let shared = Arc::new(SharedVerifier::default());
             (shared.clone(), Some(shared))
         };
+        if options.plant == Some(Plant::OpenAdmission) {
+            prepare_open_admission(&mut scenario);
+        }
         let p = &scenario.protocol;
+        let authority =
+            p.closed.then(|| SecretKey::from_seed(SimRng::stream(options.seed, "authority").bytes32()));
+        let admission = match &authority {
+            // The planted bug: certificates are handed out, but nobody checks them.
+            Some(_) if options.plant == Some(Plant::OpenAdmission) => Admission::Open,
+            Some(key) => Admission::Closed { authorities: vec![key.public()] },
+            None => Admission::Open,
+        };
         let mesh_config = MeshConfig {
             refresh_ms: p.refresh_s * 1000,
             ttl_ms: p.ttl_s * 1000,
@@ -346,7 +368,7 @@ impl Sim {
             directory: DirectoryConfig {
                 clock_skew_max_ms: p.clock_skew_max_s * 1000,
                 nodes_max: DIRECTORY_NODES_MAX,
-                admission: Admission::Open,
+                admission,
                 ..DirectoryConfig::default()
             },
             ..MeshConfig::default()
@@ -372,6 +394,7 @@ impl Sim {
             mesh_config,
             verifier,
             shared,
+            authority,
             oracle,
             trace: TraceHash::default(),
             metrics: Metrics::default(),
@@ -461,6 +484,14 @@ impl Sim {
         capsules.sort();
         capsules.dedup_by(|a, b| a.name == b.name);
         let id = key.node_id();
+        let cert = match (&self.authority, role) {
+            (None, _) | (Some(_), Role::Byzantine { role: ByzantineRole::Uncertified, .. }) => None,
+            (Some(authority), _) => {
+                // Valid for any clock a run can show.
+                let cert = NodeCert::new(id, u64::from(ix), Millis(0), Millis(u64::MAX / 2));
+                Some(Signed::sign(cert, authority).expect("a node certificate encodes").into_envelope())
+            }
+        };
         if let Some(world) = self.tasks.as_deref_mut() {
             world.add_node(ix, self.options.seed);
         }
@@ -491,6 +522,7 @@ impl Sim {
             answering: HashMap::default(),
             captured: VecDeque::new(),
             published: VecDeque::new(),
+            cert,
         });
         ix
     }
@@ -744,6 +776,11 @@ impl Sim {
             // again by the mesh itself.
             Output::Disconnect { peer, .. } | Output::Block { peer, .. } => {
                 if let Some(&peer) = self.index.get(&peer) {
+                    self.trace.record(24, u64::from(ix), u64::from(peer), 0);
+                    if let (false, Some(fault)) = (self.uncertified(ix).is_some(), self.uncertified(peer)) {
+                        // An honest node turned an uncertified one away: the fault acted.
+                        self.effects[fault].effects += 1;
+                    }
                     self.disconnect(ix, peer);
                 }
             }
@@ -763,6 +800,12 @@ impl Sim {
                 };
                 self.trace.record(21, u64::from(ix), u64::from(subject), seq);
                 if matches!(source, Source::Local) {
+                    return;
+                }
+                if self.uncertified(ix).is_none() && self.uncertified(subject).is_some() {
+                    self.violation(format!(
+                        "node {ix} admitted the advert of node {subject}, which has no certificate for this closed mesh"
+                    ));
                     return;
                 }
                 let Some(envelope) = self.nodes[ix as usize]
@@ -825,8 +868,23 @@ impl Sim {
         self.schedule(self.now + timeout, Event::SyncTimeout { node: ix, req, epoch: epoch_me });
     }
 
+    /// The fault that made node `ix` an `uncertified` byzantine node, if it is one.
+    fn uncertified(&self, ix: Ix) -> Option<usize> {
+        match self.nodes[ix as usize].role {
+            Role::Byzantine { role: ByzantineRole::Uncertified, fault } => Some(fault),
+            _ => None,
+        }
+    }
+
+    /// Live nodes expected to hold every advert (for convergence): all but the uncertified
+    /// ones, which a closed mesh keeps out.
     fn live_honest_count(&self) -> u32 {
-        self.nodes.iter().filter(|n| n.alive()).count() as u32
+        self.nodes
+            .iter()
+            .filter(|n| {
+                n.alive() && !matches!(n.role, Role::Byzantine { role: ByzantineRole::Uncertified, .. })
+            })
+            .count() as u32
     }
 
     fn violation(&mut self, what: String) {
@@ -870,6 +928,23 @@ impl Sim {
             task_gap,
             artifact_gap,
         )
+    }
+}
+
+/// For `--plant open-admission`: the scenario becomes a closed mesh with an uncertified
+/// node, if it is not one already, so the planted bug has something to admit.
+fn prepare_open_admission(scenario: &mut Scenario) {
+    scenario.protocol.closed = true;
+    if !scenario.faults.iter().any(|f| matches!(f, Fault::Byzantine { role: ByzantineRole::Uncertified, .. }))
+    {
+        let until_s = scenario.faults_end_s().max(10);
+        scenario.faults.push(Fault::Byzantine {
+            at_s: 1,
+            until_s,
+            role: ByzantineRole::Uncertified,
+            count: 1,
+            interval_ms: 1000,
+        });
     }
 }
 

@@ -47,6 +47,7 @@ fn committed_trace_hashes_still_match() {
         ("task-storm", 40, 17),
         ("artifact-storm", 40, 19),
         ("byzantine-provider", 30, 23),
+        ("closed-mesh", 40, 29),
     ];
     let mut lines: Vec<String> = cases
         .iter()

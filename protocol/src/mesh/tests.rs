@@ -463,3 +463,47 @@ fn artifact_providers_are_the_holders_connected_peers_first() {
     net.handle(0, Input::PeerDisconnected { peer: low });
     assert_eq!(net.nodes[0].artifact_providers(net.now, None), vec![high, low]);
 }
+
+#[test]
+fn a_closed_mesh_judges_gossip_on_its_merits_even_from_a_peer_not_yet_admitted() {
+    let authority = key(100);
+    let cert_of = |n: u8| {
+        Signed::sign(NodeCert::new(key(n).node_id(), 1, T0, T0.plus(86_400_000)), &authority)
+            .unwrap()
+            .into_envelope()
+    };
+    // Node 2 publishes a certified advert, node 3 an uncertified one; capture both.
+    let published = |n: u8, cert: Option<Envelope>| {
+        let mut node = MeshNode::new(key(n), closed_config(&authority), T0);
+        node.handle(T0, Input::SetCert { cert });
+        node.handle(T0, Input::SetHosted { capsules: vec![capsule(&format!("cap{n}"))] });
+        std::iter::from_fn(|| node.poll_output())
+            .filter_map(|o| match o {
+                Output::Publish { bytes } => Some(bytes),
+                _ => None,
+            })
+            .last()
+            .unwrap()
+    };
+    let certified = published(2, Some(cert_of(2)));
+    let uncertified = published(3, None);
+
+    let mut node = MeshNode::new(key(1), closed_config(&authority), T0);
+    let relay = key(3).node_id();
+    node.handle(T0, Input::PeerConnected { peer: relay });
+    assert_eq!(node.peers().map(|(_, admitted, _)| admitted).collect::<Vec<_>>(), vec![false]);
+    let mut verdict_of = |token: u64, bytes: Vec<u8>| {
+        node.handle(T0, Input::GossipReceived { from: relay, token, bytes });
+        std::iter::from_fn(|| node.poll_output())
+            .find_map(|o| match o {
+                Output::Report { token: t, verdict } if t == token => Some(verdict),
+                _ => None,
+            })
+            .unwrap()
+    };
+    // Ignoring it would make gossipsub drop the copies certified peers send next.
+    assert_eq!(verdict_of(1, certified), Verdict::Accept, "a certified advert, whoever relays it");
+    assert_ne!(verdict_of(2, uncertified), Verdict::Accept);
+    assert_eq!(node.directory().hosts(T0, "cap2").count(), 1);
+    assert_eq!(node.directory().hosts(T0, "cap3").count(), 0);
+}

@@ -24,6 +24,11 @@ impl Sim {
             ByzantineRole::UnauthorizedSender => self.send_unauthorized(ix),
             // It acts when asked for chunks (`pulls`), not on a timer.
             ByzantineRole::CorruptProvider => return,
+            // Its effect is each refusal an honest node makes (counted where it happens).
+            ByzantineRole::Uncertified => {
+                self.dial_uncertified(ix);
+                false
+            }
         };
         if sent {
             self.effects[fault].effects += 1;
@@ -58,6 +63,22 @@ impl Sim {
         let msg = self.new_message(Some(forged), None, len, ix);
         self.flood(ix, msg);
         true
+    }
+
+    /// Dials a random live honest node it is not connected to (honest nodes must refuse it:
+    /// it has no certificate for this closed mesh).
+    fn dial_uncertified(&mut self, ix: Ix) {
+        let targets: Vec<Ix> = (0..self.nodes.len() as Ix)
+            .filter(|&v| {
+                let n = &self.nodes[v as usize];
+                v != ix && n.alive() && n.role == Role::Honest && !self.nodes[ix as usize].peers.contains(&v)
+            })
+            .collect();
+        if targets.is_empty() {
+            return;
+        }
+        let target = targets[self.nodes[ix as usize].rng.below(targets.len() as u64) as usize];
+        self.dial(ix, target);
     }
 
     /// Gossips an advert captured earlier (as a new message: the duplicate cache has

@@ -37,6 +37,9 @@ impl Sim {
         let addrs = vec![address(node.region, ix)];
         self.handle(ix, Input::SetAddrs { addrs }, None);
         self.handle(ix, Input::SetHosted { capsules }, None);
+        if let Some(cert) = self.nodes[i].cert.clone() {
+            self.handle(ix, Input::SetCert { cert: Some(cert) }, None);
+        }
         // Bootstrap peers: a few random live nodes, given to the mesh as configured bootstrap
         // peers are (it dials them, and again while it has no peer at all).
         let live: Vec<Ix> =
