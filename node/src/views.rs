@@ -33,6 +33,9 @@ pub struct PeerView {
     /// Artifacts (manifests) its advert says it serves.
     #[serde(default)]
     pub artifacts: usize,
+    /// Closed mesh: refused admission; its connections are denied for this many more ms.
+    #[serde(default)]
+    pub held_ms: Option<u64>,
 }
 
 /// `GET /v1/capsules`: every capsule in the directory and the nodes that host it.

@@ -405,6 +405,12 @@ impl MeshNode {
         self.peers.iter().map(|(id, p)| (*id, p.admitted, p.connected_at))
     }
 
+    /// Peers refused admission to this closed mesh and held off, with when each hold ends
+    /// (see [`REFUSED_HOLD_MS`]), ordered by node.
+    pub fn held(&self) -> impl Iterator<Item = (NodeId, Millis)> + '_ {
+        self.held.iter().map(|(id, until)| (*id, *until))
+    }
+
     /// Whom to ask for artifact `digest` (any artifact at all when `None`): the nodes whose
     /// live advert lists it, never this node, connected peers first (an ask needs no dial),
     /// each group in node order.

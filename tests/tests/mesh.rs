@@ -238,6 +238,13 @@ fn a_closed_mesh_admits_only_certified_nodes() {
     }
     assert!(!a.capsule_names().contains(&"intruder".to_owned()));
     assert!(!b.capsule_names().contains(&"intruder".to_owned()));
+    // a says so: the intruder is listed as refused, held off for most of a minute.
+    let peers = a.get("/v1/peers").unwrap();
+    let listed =
+        peers["peers"].as_array().unwrap().iter().find(|p| p["peer_id"] == intruder_id.as_str()).cloned();
+    let listed = listed.expect("a lists the intruder it refused");
+    assert_eq!(listed["connected"], false, "{listed}");
+    assert!(listed["held_ms"].as_u64().is_some_and(|ms| (30_000..=60_000).contains(&ms)), "{listed}");
 
     // A closed-mesh node without its certificate refuses to start, saying how to get one.
     let data = murmur_tests::init_data_dir_with(&closed("x"));

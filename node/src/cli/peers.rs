@@ -24,14 +24,15 @@ pub fn run(args: PeersArgs) -> CliResult {
     }
     let mut table = Table::new(&["PEER", "STATE", "RTT", "LAST SEEN", "CAPSULES", "ADDRESS"]);
     for peer in &view.peers {
-        let state = match (peer.connected, peer.admitted) {
-            (true, true) => "connected",
-            (true, false) => "connecting",
-            (false, _) => "known",
+        let state = match (peer.connected, peer.admitted, peer.held_ms) {
+            (_, _, Some(ms)) => format!("refused ({}s)", ms.div_ceil(1000)),
+            (true, true, _) => "connected".into(),
+            (true, false, _) => "connecting".into(),
+            (false, _, None) => "known".into(),
         };
         table.row(vec![
             peer.peer_id.clone(),
-            state.into(),
+            state,
             peer.rtt_ms.map_or_else(|| "-".into(), |ms| format!("{ms:.1}ms")),
             peer.last_seen_ms.map_or_else(|| "-".into(), human_age),
             peer.capsules.to_string(),

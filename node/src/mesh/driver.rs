@@ -465,6 +465,12 @@ impl Driver {
             view.capsules = record.advert().capsules.len();
             view.artifacts = record.advert().artifacts.len();
         }
+        for (node, until) in self.mesh.held() {
+            let view = views
+                .entry(node.to_string())
+                .or_insert_with(|| PeerView { peer_id: node.to_string(), ..PeerView::default() });
+            view.held_ms = Some(until.since(now));
+        }
         PeersView { local_peer_id: local.to_string(), peers: views.into_values().collect() }
     }
 
