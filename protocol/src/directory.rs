@@ -457,6 +457,12 @@ impl Directory {
         self.records.len()
     }
 
+    /// The signature verifier this directory checks with (shared in the simulator).
+    #[must_use]
+    pub fn verifier(&self) -> &dyn Verifier {
+        self.verifier.as_ref()
+    }
+
     /// Whether no node is held.
     #[must_use]
     pub fn is_empty(&self) -> bool {

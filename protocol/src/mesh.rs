@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use crate::advert::{Advert, HostedCapsule};
-use crate::cert::verify_cert;
+use crate::cert::verify_cert_with;
 use crate::digest::Digest;
 use crate::directory::{Admission, Directory, DirectoryConfig, Output as DirectoryOutput, Refusal, Source};
 use crate::identity::{NodeId, SecretKey};
@@ -439,7 +439,7 @@ impl MeshNode {
         if peer == self.id || self.peers.contains_key(&peer) {
             return;
         }
-        if let Some(until) = self.held.get(&peer) {
+        if let Some(until) = self.held.get(&peer).filter(|until| **until > now) {
             let wait = until.since(now);
             self.push(Output::Disconnect {
                 peer,
@@ -486,10 +486,19 @@ impl MeshNode {
         // lose adverts: gossipsub remembers an ignored message as seen and drops the copies
         // certified peers send next (found by the simulator's closed-mesh scenario: an
         // uncertified peer relaying honest adverts kept them from a node for one refresh).
-        let verdict = match envelope {
-            None => Verdict::Reject,
+        let (verdict, forged) = match envelope {
+            None => (Verdict::Reject, true),
             Some(envelope) => self.judge_gossip(now, from, token, envelope),
         };
+        if forged && self.closed() && !self.peers.get(&from).is_some_and(|p| p.admitted) {
+            // Not admitted, and sending junk or forgeries (a clock-independent fault; an
+            // honest relay never forwards either): no need to wait for its sync request.
+            self.refuse_peer(
+                now,
+                from,
+                "sent a malformed or forged advert before showing a certificate".into(),
+            );
+        }
         match verdict {
             Verdict::Accept => self.stats.gossip_accepted += 1,
             Verdict::Ignore => self.stats.gossip_ignored += 1,
@@ -498,25 +507,30 @@ impl MeshNode {
         self.push(Output::Report { token, verdict });
     }
 
-    fn judge_gossip(&mut self, now: Millis, from: NodeId, token: u64, envelope: Envelope) -> Verdict {
+    /// The verdict on a gossiped advert, and whether it was malformed or forged.
+    fn judge_gossip(&mut self, now: Millis, from: NodeId, token: u64, envelope: Envelope) -> (Verdict, bool) {
         let node = NodeId::from_key(envelope.signer());
         let identical = self.directory.get(&node).is_some_and(|r| *r.envelope() == envelope);
         match self.directory.insert(now, envelope, Source::Gossip { from, token }) {
-            Ok(_) => Verdict::Accept,
+            Ok(_) => (Verdict::Accept, false),
             // Already accepted through anti-entropy: relaying helps peers that lack it.
-            Err(Refusal::Duplicate { .. }) if identical => Verdict::Accept,
-            Err(reason) if reason.is_misbehaviour() => Verdict::Reject,
-            Err(_) => Verdict::Ignore,
+            Err(Refusal::Duplicate { .. }) if identical => (Verdict::Accept, false),
+            Err(reason) if reason.is_misbehaviour() => {
+                (Verdict::Reject, matches!(reason, Refusal::Malformed(_) | Refusal::BadSignature))
+            }
+            Err(_) => (Verdict::Ignore, false),
         }
     }
 
     fn on_sync_request(&mut self, now: Millis, from: NodeId, token: u64, request: SyncRequest) {
         if let Admission::Closed { authorities } = &self.config.directory.admission {
-            let admitted = request
-                .cert
-                .clone()
-                .ok_or_else(|| "presented no node certificate".to_owned())
-                .and_then(|cert| verify_cert(cert, authorities, now, &from).map_err(|e| e.to_string()));
+            let admitted =
+                request.cert.clone().ok_or_else(|| "presented no node certificate".to_owned()).and_then(
+                    |cert| {
+                        verify_cert_with(cert, authorities, now, &from, self.directory.verifier())
+                            .map_err(|e| e.to_string())
+                    },
+                );
             match admitted {
                 Ok(_) => {
                     if let Some(peer) = self.peers.get_mut(&from) {
@@ -538,12 +552,14 @@ impl MeshNode {
     fn on_sync_response(&mut self, now: Millis, from: NodeId, response: SyncResponse) {
         let Some(peer) = self.peers.get_mut(&from) else { return };
         peer.syncing = false;
+        let peer_admitted = peer.admitted;
         for envelope in response.adverts {
             // Each advert is judged on its own; a peer relaying someone's forgery is not
             // proof the peer forged it, so refusals here only count.
             let _ = self.directory.insert(now, envelope, Source::Sync { from });
         }
-        if response.more {
+        // A peer not admitted to a closed mesh gets one answer read, not an endless series.
+        if response.more && (!self.closed() || peer_admitted) {
             self.start_sync(from);
         }
         self.start_waiting_sync();
@@ -703,8 +719,18 @@ impl MeshNode {
             .filter(|(_, p)| !p.admitted && now >= p.connected_at.plus(timeout))
             .map(|(id, _)| *id)
             .collect();
-        for peer in late {
-            self.refuse_peer(now, peer, format!("no valid certificate within {timeout} ms"));
+        for &peer in &late {
+            // Not held off: its certificate may be stuck behind our own queued sync
+            // requests (one at a time), so it may reconnect at once.
+            self.stats.peers_refused += 1;
+            self.peers.remove(&peer);
+            self.push(Output::Disconnect {
+                peer,
+                reason: format!("not admitted to this closed mesh: no certificate within {timeout} ms"),
+            });
+        }
+        if !late.is_empty() {
+            self.start_waiting_sync();
         }
     }
 

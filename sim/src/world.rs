@@ -774,19 +774,28 @@ impl Sim {
             }
             // The modelled network has no block list: a held peer that reconnects is closed
             // again by the mesh itself.
-            Output::Disconnect { peer, .. } | Output::Block { peer, .. } => {
-                if let Some(&peer) = self.index.get(&peer) {
-                    self.trace.record(24, u64::from(ix), u64::from(peer), 0);
-                    if let (false, Some(fault)) = (self.uncertified(ix).is_some(), self.uncertified(peer)) {
-                        // An honest node turned an uncertified one away: the fault acted.
-                        self.effects[fault].effects += 1;
-                    }
-                    self.disconnect(ix, peer);
-                }
-            }
+            Output::Disconnect { peer, .. } => self.turn_away(ix, peer, false),
+            Output::Block { peer, .. } => self.turn_away(ix, peer, true),
             Output::Unblock { .. } => {}
             Output::Event(event) => self.observe(ix, event),
         }
+    }
+
+    /// Node `ix` closes its connection to `peer` (and holds it off, when `held`).
+    fn turn_away(&mut self, ix: Ix, peer: NodeId, held: bool) {
+        let Some(&peer) = self.index.get(&peer) else { return };
+        self.trace.record(24, u64::from(ix), u64::from(peer), u64::from(held));
+        if let (false, Some(fault)) = (self.uncertified(ix).is_some(), self.uncertified(peer)) {
+            // An honest node turned an uncertified one away: the fault acted.
+            self.effects[fault].effects += 1;
+        }
+        if held && self.nodes[peer as usize].cert.is_some() {
+            // Only a missing or invalid certificate, or junk, earns a hold.
+            self.violation(format!(
+                "node {ix} held off node {peer}, which has a valid certificate for this closed mesh"
+            ));
+        }
+        self.disconnect(ix, peer);
     }
 
     fn observe(&mut self, ix: Ix, event: MeshEvent) {

@@ -287,6 +287,10 @@ impl Driver {
                     let _ = self.swarm.disconnect_peer_id(peer_id);
                     return;
                 }
+                if self.swarm.behaviour().blocked.blocked_peers().contains(&peer_id) {
+                    // Refused admission while identify was under way: keep it out of Kademlia.
+                    return;
+                }
                 for addr in info.listen_addrs {
                     self.swarm.behaviour_mut().kad.add_address(&peer_id, addr);
                 }
@@ -300,7 +304,10 @@ impl Driver {
             }
             BehaviourEvent::Mdns(mdns::Event::Discovered(found)) => {
                 for (peer, addr) in found {
-                    if peer == *self.swarm.local_peer_id() || self.swarm.is_connected(&peer) {
+                    if peer == *self.swarm.local_peer_id()
+                        || self.swarm.is_connected(&peer)
+                        || self.swarm.behaviour().blocked.blocked_peers().contains(&peer)
+                    {
                         continue;
                     }
                     debug!(peer = %peer, addr = %addr, "found on the LAN");
