@@ -310,6 +310,15 @@ impl Scenario {
         toml::to_string(self).unwrap_or_else(|err| format!("# cannot print scenario: {err}"))
     }
 
+    /// Adds one byzantine node of `role`, acting every `interval_ms` from `at_s` to
+    /// `until_s`, unless the scenario declares one already: what the canary and the planted
+    /// bugs need in order to act.
+    pub fn ensure_byzantine(&mut self, role: ByzantineRole, (at_s, until_s): (u64, u64), interval_ms: u64) {
+        if !self.faults.iter().any(|f| matches!(f, Fault::Byzantine { role: r, .. } if *r == role)) {
+            self.faults.push(Fault::Byzantine { at_s, until_s, role, count: 1, interval_ms });
+        }
+    }
+
     /// When faults are over.
     #[must_use]
     pub fn faults_end_s(&self) -> u64 {

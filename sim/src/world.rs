@@ -325,20 +325,9 @@ impl Sim {
     pub fn new(mut scenario: Scenario, options: Options) -> Self {
         tasks::prepare(&mut scenario, options);
         artifacts::prepare(&mut scenario, options);
-        if options.canary
-            && !scenario
-                .faults
-                .iter()
-                .any(|f| matches!(f, Fault::Byzantine { role: ByzantineRole::Forger, .. }))
-        {
+        if options.canary {
             let until_s = scenario.faults_end_s().max(10);
-            scenario.faults.push(Fault::Byzantine {
-                at_s: 1,
-                until_s,
-                role: ByzantineRole::Forger,
-                count: 1,
-                interval_ms: 500,
-            });
+            scenario.ensure_byzantine(ByzantineRole::Forger, (1, until_s), 500);
         }
         let (verifier, shared): (Arc<dyn Verifier>, Option<Arc<SharedVerifier>>) = if options.canary {
             (Arc::new(AcceptAll), None)
@@ -944,17 +933,8 @@ impl Sim {
 /// node, if it is not one already, so the planted bug has something to admit.
 fn prepare_open_admission(scenario: &mut Scenario) {
     scenario.protocol.closed = true;
-    if !scenario.faults.iter().any(|f| matches!(f, Fault::Byzantine { role: ByzantineRole::Uncertified, .. }))
-    {
-        let until_s = scenario.faults_end_s().max(10);
-        scenario.faults.push(Fault::Byzantine {
-            at_s: 1,
-            until_s,
-            role: ByzantineRole::Uncertified,
-            count: 1,
-            interval_ms: 1000,
-        });
-    }
+    let until_s = scenario.faults_end_s().max(10);
+    scenario.ensure_byzantine(ByzantineRole::Uncertified, (1, until_s), 1000);
 }
 
 fn refusal_tag(reason: &Refusal) -> u64 {

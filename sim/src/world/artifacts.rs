@@ -27,7 +27,7 @@ use crate::check::{ArtifactOracle, BlobTruth};
 use crate::fxhash::FxHashMap as HashMap;
 use crate::report::{ArtifactMetrics, FaultEffect};
 use crate::rng::SimRng;
-use crate::scenario::{ArtifactExercise, ArtifactWorkload, ByzantineRole, Fault, Scenario};
+use crate::scenario::{ArtifactExercise, ArtifactWorkload, ByzantineRole, Scenario};
 
 /// Chunk requests in flight over the whole run at most; a request beyond it fails at once
 /// (each node's pulls bound theirs, so only a model bug reaches it).
@@ -185,19 +185,11 @@ pub(super) fn prepare(scenario: &mut Scenario, options: Options) {
             ..ArtifactWorkload::default()
         })
         .clone();
-    let has_corrupt = scenario
-        .faults
-        .iter()
-        .any(|f| matches!(f, Fault::Byzantine { role: ByzantineRole::CorruptProvider, .. }));
-    if !has_corrupt {
-        scenario.faults.push(Fault::Byzantine {
-            at_s: config.start_s.saturating_sub(5),
-            until_s: config.until_s,
-            role: ByzantineRole::CorruptProvider,
-            count: 1,
-            interval_ms: 1_000,
-        });
-    }
+    scenario.ensure_byzantine(
+        ByzantineRole::CorruptProvider,
+        (config.start_s.saturating_sub(5), config.until_s),
+        1_000,
+    );
 }
 
 impl ArtifactWorld {

@@ -209,20 +209,10 @@ pub(super) fn prepare(scenario: &mut Scenario, options: Options) {
     if scenario.tasks.is_none() {
         scenario.tasks = Some(TaskWorkload::default());
     }
-    let has_sender = scenario
-        .faults
-        .iter()
-        .any(|f| matches!(f, Fault::Byzantine { role: ByzantineRole::UnauthorizedSender, .. }));
-    if plant == Plant::SkipIncomingCheck && !has_sender {
+    if plant == Plant::SkipIncomingCheck {
         let start_s = scenario.tasks.as_ref().map_or(10, |t| t.start_s);
         let until_s = scenario.faults_end_s().max(start_s + 20);
-        scenario.faults.push(Fault::Byzantine {
-            at_s: start_s,
-            until_s,
-            role: ByzantineRole::UnauthorizedSender,
-            count: 1,
-            interval_ms: 200,
-        });
+        scenario.ensure_byzantine(ByzantineRole::UnauthorizedSender, (start_s, until_s), 200);
     }
 }
 
