@@ -579,8 +579,7 @@ impl MeshNode {
             // Full: the hold that ends first ends now.
             if let Some(first) = self.held.iter().min_by_key(|(id, until)| (**until, **id)).map(|(id, _)| *id)
             {
-                self.held.remove(&first);
-                self.push(Output::Unblock { peer: first });
+                self.unhold(now, first);
             }
         }
         self.held.insert(peer, now.plus(REFUSED_HOLD_MS));
@@ -593,9 +592,18 @@ impl MeshNode {
         let over: Vec<NodeId> =
             self.held.iter().filter(|(_, until)| **until <= now).map(|(id, _)| *id).collect();
         for peer in over {
-            self.held.remove(&peer);
-            self.push(Output::Unblock { peer });
+            self.unhold(now, peer);
         }
+    }
+
+    /// Ends `peer`'s hold; a bootstrap peer may be dialled again at once (its hold may have
+    /// ended early, when the map was full).
+    fn unhold(&mut self, now: Millis, peer: NodeId) {
+        self.held.remove(&peer);
+        if let Some(entry) = self.bootstrap.get_mut(&peer) {
+            entry.next_at = entry.next_at.min(now);
+        }
+        self.push(Output::Unblock { peer });
     }
 
     fn update_local(&mut self, now: Millis, change: impl FnOnce(&mut Local)) {

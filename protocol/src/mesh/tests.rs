@@ -293,19 +293,26 @@ fn refused_peers_held_at_once_are_bounded() {
         })
         .node_id()
     };
+    // The first one refused is a bootstrap peer too.
+    node.handle(T0, Input::SetBootstrap { peers: vec![(peer(0), vec!["/ip4/10.0.0.9/tcp/7421".into()])] });
+    while node.poll_output().is_some() {}
     let mut unblocked = Vec::new();
+    let mut redialled = false;
     for i in 0..=REFUSED_PEERS_MAX {
         let now = T0.plus(i as u64);
         node.handle(now, Input::PeerConnected { peer: peer(i) });
         node.handle(now, Input::SyncRequested { from: peer(i), token: 0, request: request.clone() });
         while let Some(out) = node.poll_output() {
-            if let Output::Unblock { peer } = out {
-                unblocked.push(peer);
+            match out {
+                Output::Unblock { peer } => unblocked.push(peer),
+                Output::Dial { peer: p, .. } if p == peer(0) => redialled = true,
+                _ => {}
             }
         }
     }
     assert_eq!(node.held.len(), REFUSED_PEERS_MAX);
     assert_eq!(unblocked, vec![peer(0)], "the hold that ends first ends early");
+    assert!(redialled, "a bootstrap peer whose hold ended early is dialled again at once");
 }
 
 #[test]
