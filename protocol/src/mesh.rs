@@ -496,7 +496,8 @@ impl MeshNode {
             self.refuse_peer(
                 now,
                 from,
-                "sent a malformed or forged advert before showing a certificate".into(),
+                "sent a malformed or forged advert before showing a certificate",
+                true,
             );
         }
         match verdict {
@@ -538,7 +539,7 @@ impl MeshNode {
                     }
                 }
                 Err(reason) => {
-                    self.refuse_peer(now, from, reason);
+                    self.refuse_peer(now, from, &reason, true);
                     return;
                 }
             }
@@ -572,18 +573,26 @@ impl MeshNode {
         }
     }
 
-    fn refuse_peer(&mut self, now: Millis, peer: NodeId, reason: String) {
+    /// Refuses `peer` admission: disconnects it and, when `hold`, holds it off for
+    /// [`REFUSED_HOLD_MS`].
+    fn refuse_peer(&mut self, now: Millis, peer: NodeId, reason: &str, hold: bool) {
         self.stats.peers_refused += 1;
         self.peers.remove(&peer);
-        if !self.held.contains_key(&peer) && self.held.len() >= REFUSED_PEERS_MAX {
-            // Full: the hold that ends first ends now.
-            if let Some(first) = self.held.iter().min_by_key(|(id, until)| (**until, **id)).map(|(id, _)| *id)
-            {
-                self.unhold(now, first);
+        let reason = format!("not admitted to this closed mesh: {reason}");
+        if hold {
+            if !self.held.contains_key(&peer) && self.held.len() >= REFUSED_PEERS_MAX {
+                // Full: the hold that ends first ends now.
+                if let Some(first) =
+                    self.held.iter().min_by_key(|(id, until)| (**until, **id)).map(|(id, _)| *id)
+                {
+                    self.unhold(now, first);
+                }
             }
+            self.held.insert(peer, now.plus(REFUSED_HOLD_MS));
+            self.push(Output::Block { peer, reason });
+        } else {
+            self.push(Output::Disconnect { peer, reason });
         }
-        self.held.insert(peer, now.plus(REFUSED_HOLD_MS));
-        self.push(Output::Block { peer, reason: format!("not admitted to this closed mesh: {reason}") });
         self.start_waiting_sync();
     }
 
@@ -727,18 +736,10 @@ impl MeshNode {
             .filter(|(_, p)| !p.admitted && now >= p.connected_at.plus(timeout))
             .map(|(id, _)| *id)
             .collect();
-        for &peer in &late {
+        for peer in late {
             // Not held off: its certificate may be stuck behind our own queued sync
             // requests (one at a time), so it may reconnect at once.
-            self.stats.peers_refused += 1;
-            self.peers.remove(&peer);
-            self.push(Output::Disconnect {
-                peer,
-                reason: format!("not admitted to this closed mesh: no certificate within {timeout} ms"),
-            });
-        }
-        if !late.is_empty() {
-            self.start_waiting_sync();
+            self.refuse_peer(now, peer, &format!("no certificate within {timeout} ms"), false);
         }
     }
 

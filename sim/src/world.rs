@@ -208,6 +208,14 @@ struct Node {
 }
 
 impl Node {
+    /// The fault that made this node an `uncertified` byzantine node, if it is one.
+    const fn uncertified(&self) -> Option<usize> {
+        match self.role {
+            Role::Byzantine { role: ByzantineRole::Uncertified, fault } => Some(fault),
+            _ => None,
+        }
+    }
+
     fn alive(&self) -> bool {
         self.mesh.is_some()
     }
@@ -868,21 +876,13 @@ impl Sim {
 
     /// The fault that made node `ix` an `uncertified` byzantine node, if it is one.
     fn uncertified(&self, ix: Ix) -> Option<usize> {
-        match self.nodes[ix as usize].role {
-            Role::Byzantine { role: ByzantineRole::Uncertified, fault } => Some(fault),
-            _ => None,
-        }
+        self.nodes[ix as usize].uncertified()
     }
 
     /// Live nodes expected to hold every advert (for convergence): all but the uncertified
     /// ones, which a closed mesh keeps out.
     fn live_honest_count(&self) -> u32 {
-        self.nodes
-            .iter()
-            .filter(|n| {
-                n.alive() && !matches!(n.role, Role::Byzantine { role: ByzantineRole::Uncertified, .. })
-            })
-            .count() as u32
+        self.nodes.iter().filter(|n| n.alive() && n.uncertified().is_none()).count() as u32
     }
 
     fn violation(&mut self, what: String) {

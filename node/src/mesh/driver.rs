@@ -287,7 +287,7 @@ impl Driver {
                     let _ = self.swarm.disconnect_peer_id(peer_id);
                     return;
                 }
-                if self.swarm.behaviour().blocked.blocked_peers().contains(&peer_id) {
+                if self.is_blocked(&peer_id) {
                     // Refused admission while identify was under way: keep it out of Kademlia.
                     return;
                 }
@@ -306,7 +306,7 @@ impl Driver {
                 for (peer, addr) in found {
                     if peer == *self.swarm.local_peer_id()
                         || self.swarm.is_connected(&peer)
-                        || self.swarm.behaviour().blocked.blocked_peers().contains(&peer)
+                        || self.is_blocked(&peer)
                     {
                         continue;
                     }
@@ -433,6 +433,11 @@ impl Driver {
                 });
             }
         }
+    }
+
+    /// Whether the mesh holds `peer` off (`Output::Block`): nothing of it enters Kademlia.
+    fn is_blocked(&self, peer: &PeerId) -> bool {
+        self.swarm.behaviour().blocked.blocked_peers().contains(peer)
     }
 
     fn peers_view(&self) -> PeersView {

@@ -40,15 +40,7 @@ impl Sim {
     /// Gossips an advert that claims a random honest node's identity, with a signature made
     /// by the forger's own key.
     fn forge(&mut self, ix: Ix) -> bool {
-        let victims: Vec<Ix> = (0..self.nodes.len() as Ix)
-            .filter(|&v| {
-                v != ix && self.nodes[v as usize].alive() && self.nodes[v as usize].role == Role::Honest
-            })
-            .collect();
-        if victims.is_empty() {
-            return false;
-        }
-        let victim = victims[self.nodes[ix as usize].rng.below(victims.len() as u64) as usize];
+        let Some(victim) = self.pick_honest(ix, |_| true) else { return false };
         let now = self.clock(ix);
         let mut advert = Advert::new(now.0.saturating_add(1_000_000_000), now, self.mesh_config.ttl_ms);
         advert.capsules =
@@ -68,17 +60,25 @@ impl Sim {
     /// Dials a random live honest node it is not connected to (honest nodes must refuse it:
     /// it has no certificate for this closed mesh).
     fn dial_uncertified(&mut self, ix: Ix) {
-        let targets: Vec<Ix> = (0..self.nodes.len() as Ix)
+        let connected = self.nodes[ix as usize].peers.clone();
+        if let Some(target) = self.pick_honest(ix, |v| !connected.contains(&v)) {
+            self.dial(ix, target);
+        }
+    }
+
+    /// A random live honest node other than `ix` that passes `also`, drawn from `ix`'s
+    /// random stream.
+    fn pick_honest(&mut self, ix: Ix, also: impl Fn(Ix) -> bool) -> Option<Ix> {
+        let candidates: Vec<Ix> = (0..self.nodes.len() as Ix)
             .filter(|&v| {
                 let n = &self.nodes[v as usize];
-                v != ix && n.alive() && n.role == Role::Honest && !self.nodes[ix as usize].peers.contains(&v)
+                v != ix && n.alive() && n.role == Role::Honest && also(v)
             })
             .collect();
-        if targets.is_empty() {
-            return;
+        if candidates.is_empty() {
+            return None;
         }
-        let target = targets[self.nodes[ix as usize].rng.below(targets.len() as u64) as usize];
-        self.dial(ix, target);
+        Some(candidates[self.nodes[ix as usize].rng.below(candidates.len() as u64) as usize])
     }
 
     /// Gossips an advert captured earlier (as a new message: the duplicate cache has
