@@ -26,8 +26,21 @@
 //! no copy, however late it arrives, outlives its issuer's intent by more than the clock
 //! skew allowance. When it expires we keep a tombstone (node, seq) until the advert could no
 //! longer pass the freshness check, so a replay of it in between is refused too.
+//!
+//! A departure notice ([`crate::gone::Gone`]) ends an advert early: [`Directory::depart`]
+//! drops it and keeps the notice in its tombstone, and [`Directory::notices_for`] hands the
+//! notice to a peer whose digest shows it still holds the departed advert.
+//!
+//! # Shared bases
+//!
+//! A directory may start from a [`DirectoryBase`] that many directories share, and then
+//! keeps only its own changes: the records it added, and which base records it replaced
+//! or dropped. Reads see the union. The simulator starts the nodes of a large mesh this way
+//! (10,000 directories of 10,000 adverts each would otherwise be 10⁸ records); `murnode`
+//! starts from the empty base.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::Bound;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -36,6 +49,7 @@ use crate::advert::{Advert, HostedCapsule};
 use crate::cert::verify_cert_with;
 use crate::codec::{self, DecodeError};
 use crate::digest::Digest;
+use crate::gone::Gone;
 use crate::identity::{NodeId, PublicKey};
 use crate::limits::{
     DIGEST_ENTRIES_MAX, DIRECTORY_NODES_MAX, DIRECTORY_OUTPUTS_MAX, ENVELOPE_OVERHEAD_MAX, SYNC_ADVERTS_MAX,
@@ -112,6 +126,8 @@ pub enum Output {
     Refused { node: NodeId, source: Source, reason: Refusal },
     /// A node's advert expired without a newer one.
     Expired { node: NodeId },
+    /// A departure notice from `witness` dropped `node`'s advert `seq`.
+    Departed { node: NodeId, seq: u64, witness: NodeId, source: Source },
     /// Send these adverts to `peer`, which lacks them; `more` means its digest showed
     /// further gaps than fit in one response (the peer should ask again).
     SendAdverts { peer: NodeId, adverts: Vec<Envelope>, more: bool },
@@ -138,11 +154,15 @@ pub enum Refusal {
     NotAdmitted(String),
     #[error("directory is full ({nodes_max} nodes)")]
     Full { nodes_max: usize },
+    #[error("the departure notice names a node this directory does not hold")]
+    UnknownNode,
+    #[error("the departure notice's witness is not a node this directory holds")]
+    UnknownWitness,
 }
 
 impl Refusal {
     /// Every reason name, in a fixed order (for metrics that list zero counts too).
-    pub const REASONS: [&'static str; 9] = [
+    pub const REASONS: [&'static str; 11] = [
         "malformed",
         "bad_signature",
         "duplicate",
@@ -152,6 +172,8 @@ impl Refusal {
         "from_future",
         "not_admitted",
         "full",
+        "unknown_node",
+        "unknown_witness",
     ];
 
     /// A stable machine-readable name, one of [`Refusal::REASONS`].
@@ -167,6 +189,8 @@ impl Refusal {
             Self::FromFuture { .. } => "from_future",
             Self::NotAdmitted(_) => "not_admitted",
             Self::Full { .. } => "full",
+            Self::UnknownNode => "unknown_node",
+            Self::UnknownWitness => "unknown_witness",
         }
     }
 
@@ -231,10 +255,35 @@ pub struct DirectoryStats {
     pub refused: BTreeMap<&'static str, u64>,
     /// Adverts dropped at their TTL.
     pub expired: u64,
+    /// Adverts dropped by a departure notice.
+    pub departed: u64,
     /// Outputs dropped because the driver did not drain them.
     pub outputs_dropped: u64,
     /// Tombstones dropped early because the tombstone table was full.
     pub tombstones_dropped: u64,
+}
+
+/// Records frozen for sharing: the common start of many directories (see the module
+/// docs). Immutable once built.
+#[derive(Debug, Default)]
+pub struct DirectoryBase {
+    records: BTreeMap<NodeId, Record>,
+    by_capsule: BTreeSet<(u64, [u8; 32])>,
+    expiries: BTreeSet<(Millis, NodeId)>,
+}
+
+impl DirectoryBase {
+    /// Records held.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether no record is held.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
 }
 
 /// The set of live adverts this node knows.
@@ -242,6 +291,13 @@ pub struct DirectoryStats {
 pub struct Directory {
     config: DirectoryConfig,
     verifier: Arc<dyn Verifier>,
+    /// The shared start (empty unless built [`Directory::with_base`]).
+    base: Arc<DirectoryBase>,
+    /// Base records this directory has replaced or dropped: they are not its own.
+    shadowed: BTreeSet<NodeId>,
+    /// Base expiries up to and including this one have been handled.
+    base_expired_through: Option<(Millis, NodeId)>,
+    /// This directory's own records (never one for a node the base holds unshadowed).
     records: BTreeMap<NodeId, Record>,
     /// (hash of capsule name, node key bytes) for every capsule of every held advert: one
     /// flat ordered set, so a capsule hosted by a few nodes costs a few entries rather than
@@ -254,10 +310,13 @@ pub struct Directory {
     stats: DirectoryStats,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Tombstone {
     seq: u64,
     until: Millis,
+    /// The departure notice that ended the advert, if one did (handed on by
+    /// [`Directory::notices_for`]).
+    notice: Option<Envelope>,
 }
 
 /// An anti-entropy summary: for every node held, the sequence number held.
@@ -334,9 +393,18 @@ impl Directory {
     /// An empty directory that checks signatures through `verifier`.
     #[must_use]
     pub fn with_verifier(config: DirectoryConfig, verifier: Arc<dyn Verifier>) -> Self {
+        Self::with_base(config, verifier, Arc::default())
+    }
+
+    /// A directory that starts out holding everything `base` holds (see the module docs).
+    #[must_use]
+    pub fn with_base(config: DirectoryConfig, verifier: Arc<dyn Verifier>, base: Arc<DirectoryBase>) -> Self {
         Self {
             config,
             verifier,
+            base,
+            shadowed: BTreeSet::new(),
+            base_expired_through: None,
             records: BTreeMap::new(),
             by_capsule: BTreeSet::new(),
             expiries: BTreeSet::new(),
@@ -372,12 +440,15 @@ impl Directory {
     /// When the directory next needs [`Input::Tick`], if ever.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
-        let record = self.expiries.first().map(|(at, _)| *at);
-        let tombstone = self.tombstone_expiries.first().map(|(at, _)| *at);
-        match (record, tombstone) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        // The next base expiry may be for a shadowed record: waking for it is harmless.
+        [
+            self.expiries.first().map(|(at, _)| *at),
+            self.next_base_expiry().map(|(at, _)| at),
+            self.tombstone_expiries.first().map(|(at, _)| *at),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Judges one advert and, if accepted, stores it; returns the accepted sequence number. The verdict is also queued as an
@@ -407,12 +478,15 @@ impl Directory {
                 break;
             }
             self.expiries.pop_first();
-            if let Some(record) = self.remove(&node) {
-                let advert = record.advert();
-                let until = advert.issued_at.plus(self.clamped_ttl(advert) + self.config.clock_skew_max_ms);
-                self.bury(node, advert.seq, until);
-                self.stats.expired += 1;
-                self.push(Output::Expired { node });
+            self.expire_node(node);
+        }
+        while let Some((at, node)) = self.next_base_expiry() {
+            if at > now {
+                break;
+            }
+            self.base_expired_through = Some((at, node));
+            if !self.shadowed.contains(&node) {
+                self.expire_node(node);
             }
         }
         while let Some(&(at, node)) = self.tombstone_expiries.first() {
@@ -427,13 +501,43 @@ impl Directory {
     /// The record held for `node`.
     #[must_use]
     pub fn get(&self, node: &NodeId) -> Option<&Record> {
-        self.records.get(node)
+        self.records.get(node).or_else(|| self.base_record(node))
     }
 
     /// Every record still valid at `now`, ordered by node. (Records past their expiry are
     /// dropped at the next `handle`; this never shows one in between.)
     pub fn records(&self, now: Millis) -> impl Iterator<Item = &Record> {
-        self.records.values().filter(move |r| r.expires_at > now)
+        self.all_records().filter(move |r| r.expires_at > now)
+    }
+
+    /// Freezes what this directory holds into a base other directories can start from
+    /// ([`Directory::with_base`]).
+    #[must_use]
+    pub fn freeze(&self) -> Arc<DirectoryBase> {
+        let mut base = DirectoryBase::default();
+        for record in self.all_records() {
+            let node = record.node();
+            for capsule in &record.advert().capsules {
+                base.by_capsule.insert((name_key(&capsule.name), *node.key().as_bytes()));
+            }
+            base.expiries.insert((record.expires_at, node));
+            base.records.insert(node, record.clone());
+        }
+        Arc::new(base)
+    }
+
+    /// This directory's own records, and how many base records it replaced or dropped:
+    /// everything in which it differs from its base.
+    #[must_use]
+    pub fn own_changes(&self) -> (impl Iterator<Item = &Record>, usize) {
+        (self.records.values(), self.shadowed.len())
+    }
+
+    /// Whether this directory still holds its base's record for `node` (it has not
+    /// replaced or dropped it).
+    #[must_use]
+    pub fn shares_base_record(&self, node: &NodeId) -> bool {
+        self.base_record(node).is_some()
     }
 
     /// The nodes whose advert, still valid at `now`, lists artifact `digest` (any artifact
@@ -454,7 +558,7 @@ impl Directory {
     /// Nodes held.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.records.len()
+        self.records.len() + self.base.records.len() - self.shadowed.len()
     }
 
     /// The signature verifier this directory checks with (shared in the simulator).
@@ -466,7 +570,7 @@ impl Directory {
     /// Whether no node is held.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
+        self.len() == 0
     }
 
     /// The nodes hosting capsule `name` whose advert is still valid at `now`, ordered by
@@ -477,8 +581,13 @@ impl Directory {
         name: &'a str,
     ) -> impl Iterator<Item = (&'a Record, &'a HostedCapsule)> + 'a {
         let key = name_key(name);
-        self.by_capsule.range((key, [0u8; 32])..=(key, [0xff; 32])).filter_map(move |(_, node)| {
-            let record = self.records.get(&NodeId::from_key(PublicKey::from_validated(*node)))?;
+        let range = (key, [0u8; 32])..=(key, [0xff; 32]);
+        let own = self.by_capsule.range(range.clone());
+        let base = self.base.by_capsule.range(range).filter(move |(_, node)| {
+            !self.shadowed.contains(&NodeId::from_key(PublicKey::from_validated(*node)))
+        });
+        MergeSorted::new(own, base, |entry: &&(u64, [u8; 32])| **entry).filter_map(move |(_, node)| {
+            let record = self.get(&NodeId::from_key(PublicKey::from_validated(*node)))?;
             if record.expires_at <= now {
                 return None;
             }
@@ -490,7 +599,7 @@ impl Directory {
     /// Every capsule name in the directory, sorted (a scan: for views, not hot paths).
     pub fn capsule_names(&self) -> impl Iterator<Item = &str> {
         let names: BTreeSet<&str> =
-            self.records.values().flat_map(|r| r.advert.capsules.iter().map(|c| c.name.as_str())).collect();
+            self.all_records().flat_map(|r| r.advert.capsules.iter().map(|c| c.name.as_str())).collect();
         names.into_iter()
     }
 
@@ -499,9 +608,8 @@ impl Directory {
     pub fn digest(&self) -> DirectoryDigest {
         DirectoryDigest {
             entries: self
-                .records
-                .iter()
-                .map(|(node, record)| DigestEntry(*node, record.advert().seq))
+                .all_records()
+                .map(|record| DigestEntry(record.node(), record.advert().seq))
                 .collect(),
         }
     }
@@ -519,9 +627,10 @@ impl Directory {
         let mut theirs = digest.entries.iter().peekable();
         let mut missing = Vec::new();
         let mut bytes = 0;
-        for (node, record) in &self.records {
-            while theirs.next_if(|entry| entry.0 < *node).is_some() {}
-            let their_seq = theirs.next_if(|entry| entry.0 == *node).map(|entry| entry.1);
+        for record in self.all_records() {
+            let node = record.node();
+            while theirs.next_if(|entry| entry.0 < node).is_some() {}
+            let their_seq = theirs.next_if(|entry| entry.0 == node).map(|entry| entry.1);
             if their_seq.is_none_or(|seq| seq < record.advert().seq) {
                 let size = record.envelope().body().len() + ENVELOPE_OVERHEAD_MAX;
                 if missing.len() == count_max || bytes + size > bytes_max {
@@ -532,6 +641,55 @@ impl Directory {
             }
         }
         (missing, false)
+    }
+
+    /// The departure notices a peer with `digest` has not applied (its digest still lists
+    /// the departed advert, or an older one), at most `count_max`, ordered by node.
+    #[must_use]
+    pub fn notices_for(&self, digest: &DirectoryDigest, count_max: usize) -> Vec<Envelope> {
+        let entries = digest.entries();
+        self.tombstones
+            .iter()
+            .filter_map(|(node, tombstone)| {
+                let notice = tombstone.notice.as_ref()?;
+                let at = entries.binary_search_by(|entry| entry.0.cmp(node)).ok()?;
+                (entries[at].1 <= tombstone.seq).then(|| notice.clone())
+            })
+            .take(count_max)
+            .collect()
+    }
+
+    /// Judges a departure notice and, if it holds, drops the advert it names (keeping the
+    /// notice in a tombstone, which also refuses that advert if it comes back). Returns the
+    /// departed node. The verdict is also queued as an [`Output`]. A refusal changes nothing.
+    ///
+    /// A notice holds when it decodes, names a node this directory holds at the notice's
+    /// sequence number or an older one, comes from a node this directory holds or recently
+    /// held (or from the departing node itself), is fresh, and its signature verifies.
+    pub fn depart(&mut self, now: Millis, envelope: &Envelope, source: Source) -> Result<NodeId, Refusal> {
+        let witness = NodeId::from_key(envelope.signer());
+        match self.check_notice(now, envelope) {
+            Ok(notice) => {
+                let node = notice.node;
+                if let Some(record) = self.remove(&node) {
+                    let skew = self.config.clock_skew_max_ms;
+                    let advert = record.advert();
+                    let until = advert
+                        .issued_at
+                        .plus(self.clamped_ttl(advert) + skew)
+                        .max(notice.at.plus(self.config.ttl_max_ms + skew));
+                    self.bury(node, notice.seq.max(advert.seq), until, Some(envelope.clone()));
+                }
+                self.stats.departed += 1;
+                self.push(Output::Departed { node, seq: notice.seq, witness, source });
+                Ok(node)
+            }
+            Err(reason) => {
+                *self.stats.refused.entry(reason.reason()).or_default() += 1;
+                self.push(Output::Refused { node: witness, source, reason: reason.clone() });
+                Err(reason)
+            }
+        }
     }
 
     /// Counters for metrics.
@@ -546,11 +704,47 @@ impl Directory {
         &self.config
     }
 
+    /// Runs every check on a departure notice, cheapest first, without applying it (see
+    /// [`Directory::depart`]); a node judges notices about itself this way.
+    pub fn check_notice(&self, now: Millis, envelope: &Envelope) -> Result<Gone, Refusal> {
+        let notice = envelope.peek::<Gone>().map_err(|err| Refusal::Malformed(err.to_string()))?;
+        let held = match self.get(&notice.node) {
+            Some(record) => record.advert.seq,
+            None => {
+                return Err(match self.tombstones.get(&notice.node) {
+                    Some(tombstone) if tombstone.seq >= notice.seq => Refusal::Duplicate { seq: notice.seq },
+                    _ => Refusal::UnknownNode,
+                });
+            }
+        };
+        if held > notice.seq {
+            return Err(Refusal::Stale { seq: notice.seq, held });
+        }
+        let witness = NodeId::from_key(envelope.signer());
+        // A witness this directory knows, or knew: one that a notice dropped (each side of
+        // a partition declares the other gone) still vouches for its notices.
+        if witness != notice.node && self.get(&witness).is_none() && !self.tombstones.contains_key(&witness) {
+            return Err(Refusal::UnknownWitness);
+        }
+        let skew = self.config.clock_skew_max_ms;
+        if notice.at > now.plus(skew) {
+            return Err(Refusal::FromFuture { ahead_ms: notice.at.since(now) });
+        }
+        let valid_until = notice.at.plus(self.config.ttl_max_ms);
+        if valid_until.plus(skew) <= now {
+            return Err(Refusal::Expired { valid_until });
+        }
+        if !self.verifier.verify(envelope) {
+            return Err(Refusal::BadSignature);
+        }
+        Ok(notice)
+    }
+
     /// Runs every check on an advert, cheapest first; the signature is checked only once
     /// nothing cheaper refused it.
     fn judge(&self, now: Millis, envelope: &Envelope) -> Result<Arc<Advert>, Refusal> {
         let node = NodeId::from_key(envelope.signer());
-        let held = self.records.get(&node);
+        let held = self.get(&node);
         // The same bytes again (gossip and anti-entropy overlap): no need to decode.
         if let Some(record) = held
             && record.envelope == *envelope
@@ -593,7 +787,7 @@ impl Directory {
             verify_cert_with(cert, authorities, now, &node, self.verifier.as_ref())
                 .map_err(|err| Refusal::NotAdmitted(err.to_string()))?;
         }
-        if !self.records.contains_key(&node) && self.records.len() >= self.config.nodes_max {
+        if held.is_none() && self.len() >= self.config.nodes_max {
             return Err(Refusal::Full { nodes_max: self.config.nodes_max });
         }
         Ok(advert)
@@ -615,7 +809,11 @@ impl Directory {
     }
 
     fn remove(&mut self, node: &NodeId) -> Option<Record> {
-        let record = self.records.remove(node)?;
+        let Some(record) = self.records.remove(node) else {
+            let record = self.base_record(node)?.clone();
+            self.shadowed.insert(*node);
+            return Some(record);
+        };
         self.expiries.remove(&(record.expires_at, *node));
         for capsule in &record.advert().capsules {
             self.by_capsule.remove(&(name_key(&capsule.name), *node.key().as_bytes()));
@@ -623,14 +821,45 @@ impl Directory {
         Some(record)
     }
 
-    fn bury(&mut self, node: NodeId, seq: u64, until: Millis) {
+    /// Drops `node`'s advert at its expiry, keeping a tombstone.
+    fn expire_node(&mut self, node: NodeId) {
+        if let Some(record) = self.remove(&node) {
+            let advert = record.advert();
+            let until = advert.issued_at.plus(self.clamped_ttl(advert) + self.config.clock_skew_max_ms);
+            self.bury(node, advert.seq, until, None);
+            self.stats.expired += 1;
+            self.push(Output::Expired { node });
+        }
+    }
+
+    /// The base's record for `node`, unless this directory shadowed it.
+    fn base_record(&self, node: &NodeId) -> Option<&Record> {
+        self.base.records.get(node).filter(|_| !self.shadowed.contains(node))
+    }
+
+    /// The first base expiry not yet handled.
+    fn next_base_expiry(&self) -> Option<(Millis, NodeId)> {
+        let from = self.base_expired_through.map_or(Bound::Unbounded, Bound::Excluded);
+        self.base.expiries.range((from, Bound::Unbounded)).next().copied()
+    }
+
+    /// Every record held, own and shared, ordered by node.
+    fn all_records(&self) -> impl Iterator<Item = &Record> {
+        let base = self.base.records.iter().filter(|(node, _)| !self.shadowed.contains(node));
+        MergeSorted::new(self.records.iter(), base, |(node, _): &(&NodeId, &Record)| **node)
+            .map(|(_, record)| record)
+    }
+
+    fn bury(&mut self, node: NodeId, seq: u64, until: Millis, notice: Option<Envelope>) {
         if self.tombstones.len() >= self.config.nodes_max
             && let Some((_, oldest)) = self.tombstone_expiries.pop_first()
         {
             self.tombstones.remove(&oldest);
             self.stats.tombstones_dropped += 1;
         }
-        self.tombstones.insert(node, Tombstone { seq, until });
+        if let Some(old) = self.tombstones.insert(node, Tombstone { seq, until, notice }) {
+            self.tombstone_expiries.remove(&(old.until, node));
+        }
         self.tombstone_expiries.insert((until, node));
     }
 
@@ -644,6 +873,33 @@ impl Directory {
             self.stats.outputs_dropped += 1;
         }
         self.outputs.push_back(output);
+    }
+}
+
+/// The union of two sequences ascending by `key`, with no key in both, ascending.
+struct MergeSorted<A: Iterator, B: Iterator<Item = A::Item>, F> {
+    a: std::iter::Peekable<A>,
+    b: std::iter::Peekable<B>,
+    key: F,
+}
+
+impl<A: Iterator, B: Iterator<Item = A::Item>, F> MergeSorted<A, B, F> {
+    fn new(a: A, b: B, key: F) -> Self {
+        Self { a: a.peekable(), b: b.peekable(), key }
+    }
+}
+
+impl<T, K: Ord, A: Iterator<Item = T>, B: Iterator<Item = T>, F: Fn(&T) -> K> Iterator
+    for MergeSorted<A, B, F>
+{
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        match (self.a.peek(), self.b.peek()) {
+            (Some(a), Some(b)) if (self.key)(b) < (self.key)(a) => self.b.next(),
+            (Some(_), _) => self.a.next(),
+            (None, _) => self.b.next(),
+        }
     }
 }
 

@@ -14,7 +14,8 @@
 //!   signature is domain-separated by document kind.
 //! - **Grants** ([`grant`]): what a capsule may do, signed by a mesh authority.
 //! - **Node certificates** ([`cert`]): closed-mesh admission.
-//! - **Adverts** ([`advert`]) and the **directory** ([`directory`]): who hosts what.
+//! - **Adverts** ([`advert`]) and the **directory** ([`directory`]): who hosts what;
+//!   **departure notices** ([`gone`]): who left.
 //! - **Peer URLs** ([`peer_url`]): `mesh://NAME[@PEERID]`, `HOST:PORT`, `http(s)://…`, and
 //!   allowlist patterns over them.
 //! - **Limits** ([`limits`]): every bound, in one place.
@@ -43,6 +44,7 @@ pub mod cert;
 pub mod codec;
 pub mod digest;
 pub mod directory;
+pub mod gone;
 pub mod grant;
 pub mod identity;
 pub mod limits;

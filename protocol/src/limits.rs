@@ -52,8 +52,10 @@ pub const ALLOW_ENTRY_LEN_MAX: usize = 512;
 /// A peer URL in text form (host names are at most 253 bytes; paths stay short).
 pub const PEER_URL_LEN_MAX: usize = 512;
 
-/// Advert TTL a node may ask for. Longer would keep dead nodes listed for too long.
-pub const ADVERT_TTL_MS_MAX: u64 = 10 * 60 * 1000;
+/// Advert TTL a node may ask for. Departure notices drop a crashed node long before its
+/// TTL, so a TTL is a backstop (for a node whose every peer went down with it) and large
+/// meshes may refresh rarely; a day bounds how long such a node can stay listed.
+pub const ADVERT_TTL_MS_MAX: u64 = 24 * 60 * 60 * 1000;
 
 /// Shortest advert TTL we honour: below this, refresh traffic dominates.
 pub const ADVERT_TTL_MS_MIN: u64 = 1000;
@@ -71,6 +73,9 @@ pub const DIRECTORY_OUTPUTS_MAX: usize = 4096;
 /// Adverts returned for one anti-entropy request, so one response stays bounded
 /// (`SYNC_ADVERTS_MAX` × [`ENVELOPE_BYTES_MAX`] is the worst case, 4 KiB typical).
 pub const SYNC_ADVERTS_MAX: usize = 256;
+
+/// Departure notices in one sync response.
+pub const SYNC_NOTICES_MAX: usize = 256;
 
 const _: () = assert!(CERT_BYTES_MAX <= ADVERT_BYTES_MAX / 4);
 const _: () = assert!(GRANT_BYTES_MAX + ENVELOPE_OVERHEAD_MAX <= ENVELOPE_BYTES_MAX);

@@ -1,10 +1,20 @@
 //! The mesh state machine: a node's view of the mesh and everything it decides about it.
 //!
 //! [`MeshNode`] owns the node's [`Directory`], publishes the node's own signed advert
-//! (when what it hosts changes and on a refresh interval), judges adverts arriving by
-//! gossip (the driver relays only what it accepts), runs anti-entropy with peers when they
-//! connect and periodically after, picks peers to dial, and in a closed mesh disconnects
-//! peers that cannot show a valid node certificate.
+//! (when what it hosts changes and on a refresh interval), judges adverts and departure
+//! notices arriving by gossip (the driver relays only what it accepts), runs anti-entropy
+//! with peers when they connect and periodically after, picks peers to dial, and in a
+//! closed mesh disconnects peers that cannot show a valid node certificate.
+//!
+//! # Departures
+//!
+//! A peer whose connection closes is suspected: the node dials it again, and if it is not
+//! back within [`MeshConfig::suspect_ms`] (and has published nothing newer), the node
+//! signs a departure notice ([`crate::gone::Gone`]) and gossips it, and every directory
+//! drops the peer's advert at once instead of at its TTL. A node that hears a notice about
+//! itself refutes it by republishing. So a mesh learns of a crash in seconds whatever its
+//! refresh interval, and a large mesh can refresh rarely: its steady traffic then no longer
+//! grows with the square of its size.
 //!
 //! `murnode` drives it from a libp2p swarm (gossipsub, request-response `/murmur/sync/1`);
 //! the simulator drives the same code over a modelled network.
@@ -30,13 +40,17 @@ use std::sync::Arc;
 use crate::advert::{Advert, HostedCapsule};
 use crate::cert::verify_cert_with;
 use crate::digest::Digest;
-use crate::directory::{Admission, Directory, DirectoryConfig, Output as DirectoryOutput, Refusal, Source};
+use crate::directory::{
+    Admission, Directory, DirectoryBase, DirectoryConfig, Output as DirectoryOutput, Refusal, Source,
+};
+use crate::gone::Gone;
 use crate::identity::{NodeId, SecretKey};
 use crate::limits::{
-    BOOTSTRAP_ADDRS_MAX, BOOTSTRAP_PEERS_MAX, DIAL_BACKOFF_ENTRIES_MAX, MESH_OUTPUTS_MAX, MESH_PEERS_MAX,
-    REFUSED_PEERS_MAX, SYNC_ADVERTS_MAX, SYNC_RESPONSE_BYTES_MAX,
+    BOOTSTRAP_ADDRS_MAX, BOOTSTRAP_PEERS_MAX, DIAL_BACKOFF_ENTRIES_MAX, ENVELOPE_OVERHEAD_MAX,
+    MESH_OUTPUTS_MAX, MESH_PEERS_MAX, REFUSED_PEERS_MAX, SYNC_ADVERTS_MAX, SYNC_NOTICES_MAX,
+    SYNC_RESPONSE_BYTES_MAX,
 };
-use crate::signed::{Envelope, Signed};
+use crate::signed::{DocKind, Envelope, Signed};
 use crate::sync::{SyncRequest, SyncResponse};
 use crate::time::Millis;
 use crate::verify::Verifier;
@@ -81,6 +95,10 @@ pub const BOOTSTRAP_STABLE_MS: u64 = 60_000;
 /// certified gets in once the hold ends.
 pub const REFUSED_HOLD_MS: u64 = 60_000;
 
+/// A node refutes departure notices about itself by republishing, at most this often: a
+/// stream of false notices costs the mesh one advert a second, not one per notice.
+pub const REFUTE_INTERVAL_MS: u64 = 1_000;
+
 /// How a node takes part in the mesh.
 #[derive(Clone, Debug)]
 pub struct MeshConfig {
@@ -98,6 +116,10 @@ pub struct MeshConfig {
     /// Closed mesh: a peer that has not shown a valid certificate this long after
     /// connecting is disconnected.
     pub admission_timeout_ms: u64,
+    /// A peer whose connection closed and that is not back this long after (and has
+    /// published nothing newer) is declared gone with a departure notice. 0: never declare
+    /// (departed nodes then leave directories only at their TTL).
+    pub suspect_ms: u64,
     /// How the directory judges adverts (including open or closed admission).
     pub directory: DirectoryConfig,
 }
@@ -111,6 +133,7 @@ impl Default for MeshConfig {
             peers_target: 16,
             dial_backoff_ms: 30_000,
             admission_timeout_ms: 15_000,
+            suspect_ms: 10_000,
             directory: DirectoryConfig::default(),
         }
     }
@@ -169,7 +192,7 @@ pub enum Verdict {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[must_use]
 pub enum Output {
-    /// Publish this advert envelope on [`ADVERT_TOPIC`].
+    /// Publish this envelope (an advert or a departure notice) on [`ADVERT_TOPIC`].
     Publish { bytes: Vec<u8> },
     /// The verdict on the gossip message with `token`.
     Report { token: u64, verdict: Verdict },
@@ -201,6 +224,9 @@ pub enum Event {
     AdvertRefused { node: NodeId, source: Source, reason: Refusal },
     /// A node's advert expired.
     AdvertExpired { node: NodeId },
+    /// A departure notice from `witness` dropped `node`'s advert `seq` (`source` is
+    /// [`Source::Local`] when this node is the witness).
+    Departed { node: NodeId, seq: u64, witness: NodeId, source: Source },
     /// We published our own advert with this sequence number.
     Published { seq: u64 },
 }
@@ -219,6 +245,10 @@ pub struct MeshStats {
     pub syncs_answered: u64,
     pub peers_refused: u64,
     pub outputs_dropped: u64,
+    /// Departure notices this node signed as a witness.
+    pub departures_declared: u64,
+    /// Republications that refuted a departure notice about this node.
+    pub refutations: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -262,6 +292,11 @@ pub struct MeshNode {
     dial_salt: u64,
     /// Peers refused admission, and when their hold ends (see [`REFUSED_HOLD_MS`]).
     held: BTreeMap<NodeId, Millis>,
+    /// Peers whose connection closed: the advert seq held then, and when to declare them
+    /// gone (see [`MeshConfig::suspect_ms`]).
+    suspects: BTreeMap<NodeId, (u64, Millis)>,
+    /// When we last published our advert.
+    last_published: Option<Millis>,
     outputs: VecDeque<Output>,
     stats: MeshStats,
 }
@@ -286,6 +321,39 @@ impl MeshNode {
         Self::with_directory(key, config, directory, now)
     }
 
+    /// A node whose directory starts from `base` (shared with other nodes), which already
+    /// holds this node's advert `seq` and which has been connected to `peers` (admitted,
+    /// synced) since `now`: a node of a mesh in its steady state, for simulating a large
+    /// mesh without first replaying its formation. `local` is what the advert says; the node
+    /// republishes it at its next refresh, `refresh_at`.
+    #[must_use]
+    pub fn resume(
+        key: SecretKey,
+        config: MeshConfig,
+        verifier: Arc<dyn Verifier>,
+        base: Arc<DirectoryBase>,
+        local: (u64, Vec<HostedCapsule>, Vec<String>),
+        peers: &[NodeId],
+        now: Millis,
+        refresh_at: Millis,
+    ) -> Self {
+        let directory = Directory::with_base(config.directory.clone(), verifier, base);
+        let mut node = Self::with_directory(key, config, directory, now);
+        let (seq, capsules, addrs) = local;
+        node.local.seq = seq;
+        node.local.capsules = capsules;
+        node.local.addrs = addrs;
+        node.next_refresh = refresh_at;
+        node.last_published = Some(now);
+        for peer in peers.iter().filter(|peer| **peer != node.id).take(MESH_PEERS_MAX) {
+            node.peers.insert(
+                *peer,
+                Peer { connected_at: now, admitted: true, syncing: false, sync_wanted: false },
+            );
+        }
+        node
+    }
+
     fn with_directory(key: SecretKey, config: MeshConfig, directory: Directory, now: Millis) -> Self {
         let next_sync = now.plus(config.sync_interval_ms);
         let dial_salt = dial_salt(&key);
@@ -304,6 +372,8 @@ impl MeshNode {
             bootstrap: BTreeMap::new(),
             dial_salt,
             held: BTreeMap::new(),
+            suspects: BTreeMap::new(),
+            last_published: None,
             outputs: VecDeque::new(),
             stats: MeshStats::default(),
         }
@@ -314,13 +384,14 @@ impl MeshNode {
         match input {
             Input::PeerConnected { peer } => self.on_connected(now, peer),
             Input::PeerDisconnected { peer } => {
-                if let Some(gone) = self.peers.remove(&peer)
-                    && let Some(entry) = self.bootstrap.get_mut(&peer)
-                {
-                    if now.since(gone.connected_at) >= BOOTSTRAP_STABLE_MS {
-                        entry.wait_ms = BOOTSTRAP_RETRY_MS;
+                if let Some(gone) = self.peers.remove(&peer) {
+                    if let Some(entry) = self.bootstrap.get_mut(&peer) {
+                        if now.since(gone.connected_at) >= BOOTSTRAP_STABLE_MS {
+                            entry.wait_ms = BOOTSTRAP_RETRY_MS;
+                        }
+                        entry.next_at = now.plus(entry.wait_ms);
                     }
-                    entry.next_at = now.plus(entry.wait_ms);
+                    self.suspect(now, peer);
                 }
                 self.start_waiting_sync();
             }
@@ -378,6 +449,9 @@ impl MeshNode {
         }
         if let Some(until) = self.held.values().min() {
             next = next.min(*until);
+        }
+        if let Some(deadline) = self.suspects.values().map(|(_, deadline)| *deadline).min() {
+            next = next.min(deadline);
         }
         Some(next)
     }
@@ -455,6 +529,7 @@ impl MeshNode {
         if self.peers.is_empty() {
             self.next_refresh = self.next_refresh.min(now.plus(ANNOUNCE_DELAY_MS));
         }
+        self.suspects.remove(&peer);
         self.peers.insert(peer, Peer { connected_at: now, admitted, syncing: false, sync_wanted: false });
         self.start_sync(peer);
     }
@@ -510,6 +585,16 @@ impl MeshNode {
 
     /// The verdict on a gossiped advert, and whether it was malformed or forged.
     fn judge_gossip(&mut self, now: Millis, from: NodeId, token: u64, envelope: Envelope) -> (Verdict, bool) {
+        if envelope.kind() == DocKind::NodeGone {
+            return match self.on_notice(now, &envelope, Source::Gossip { from, token }) {
+                Ok(true) => (Verdict::Accept, false),
+                Ok(false) => (Verdict::Ignore, false),
+                Err(reason) if reason.is_misbehaviour() => {
+                    (Verdict::Reject, matches!(reason, Refusal::Malformed(_) | Refusal::BadSignature))
+                }
+                Err(_) => (Verdict::Ignore, false),
+            };
+        }
         let node = NodeId::from_key(envelope.signer());
         let identical = self.directory.get(&node).is_some_and(|r| *r.envelope() == envelope);
         match self.directory.insert(now, envelope, Source::Gossip { from, token }) {
@@ -544,10 +629,16 @@ impl MeshNode {
                 }
             }
         }
-        let (adverts, more) =
-            self.directory.missing_for(&request.digest, SYNC_ADVERTS_MAX, SYNC_RESPONSE_BYTES_MAX);
+        let gone = self.directory.notices_for(&request.digest, SYNC_NOTICES_MAX);
+        let notice_bytes: usize = gone.iter().map(|n| n.body().len() + ENVELOPE_OVERHEAD_MAX).sum();
+        let (adverts, more) = self.directory.missing_for(
+            &request.digest,
+            SYNC_ADVERTS_MAX,
+            SYNC_RESPONSE_BYTES_MAX.saturating_sub(notice_bytes),
+        );
         self.stats.syncs_answered += 1;
-        self.push(Output::SendSyncResponse { token, response: SyncResponse::new(adverts, more) });
+        let response = SyncResponse::new(adverts, more).with_notices(gone);
+        self.push(Output::SendSyncResponse { token, response });
     }
 
     fn on_sync_response(&mut self, now: Millis, from: NodeId, response: SyncResponse) {
@@ -558,6 +649,14 @@ impl MeshNode {
             // Each advert is judged on its own; a peer relaying someone's forgery is not
             // proof the peer forged it, so refusals here only count.
             let _ = self.directory.insert(now, envelope, Source::Sync { from });
+        }
+        for notice in response.gone {
+            // A notice news to us is news to our gossip neighbours too (they learned the
+            // advert from the same side of a healed partition): relay it, so the whole
+            // mesh, and the node it names, hears of it.
+            if matches!(self.on_notice(now, &notice, Source::Sync { from }), Ok(true)) {
+                self.publish_envelope(&notice);
+            }
         }
         // A peer not admitted to a closed mesh gets one answer read, not an endless series.
         if response.more && (!self.closed() || peer_admitted) {
@@ -615,6 +714,83 @@ impl MeshNode {
         self.push(Output::Unblock { peer });
     }
 
+    /// Handles a departure notice: one about this node is refuted (when it names our
+    /// current advert and verifies), any other goes to the directory. Ok(true) when it
+    /// dropped an advert.
+    fn on_notice(&mut self, now: Millis, envelope: &Envelope, source: Source) -> Result<bool, Refusal> {
+        let about_us = envelope.peek::<Gone>().is_ok_and(|notice| notice.node == self.id);
+        if !about_us {
+            return self.directory.depart(now, envelope, source).map(|_| true);
+        }
+        let notice = self.directory.check_notice(now, envelope)?;
+        if notice.seq >= self.local.seq {
+            self.stats.refutations += 1;
+            let earliest = self.last_published.map_or(now, |at| at.plus(REFUTE_INTERVAL_MS)).max(now);
+            self.next_refresh = self.next_refresh.min(earliest);
+        }
+        Ok(false)
+    }
+
+    /// A connected peer's connection closed: dial it again, and declare it gone if it is not
+    /// back in time (see [`MeshConfig::suspect_ms`]).
+    fn suspect(&mut self, now: Millis, peer: NodeId) {
+        if self.config.suspect_ms == 0
+            || self.held.contains_key(&peer)
+            || self.suspects.len() >= MESH_PEERS_MAX
+        {
+            return;
+        }
+        let Some(record) = self.directory.get(&peer) else { return };
+        let (seq, addrs) = (record.advert().seq, record.advert().addrs.clone());
+        self.suspects.insert(peer, (seq, now.plus(self.config.suspect_ms)));
+        if !addrs.is_empty() {
+            self.note_dialed(now, peer);
+            self.push(Output::Dial { peer, addrs });
+        }
+    }
+
+    /// Declares the suspects whose time is up gone: signs a notice, applies it, gossips it.
+    fn declare_departures(&mut self, now: Millis) {
+        let due: Vec<(NodeId, u64)> = self
+            .suspects
+            .iter()
+            .filter(|(_, (_, deadline))| *deadline <= now)
+            .map(|(peer, (seq, _))| (*peer, *seq))
+            .collect();
+        for (peer, seq) in due {
+            self.suspects.remove(&peer);
+            // Back, or alive enough to have published since: not gone.
+            if self.peers.contains_key(&peer)
+                || self.directory.get(&peer).is_none_or(|r| r.advert().seq != seq)
+            {
+                continue;
+            }
+            let Ok(signed) = Signed::sign(Gone::new(peer, seq, now), &self.key) else { continue };
+            let envelope = signed.into_envelope();
+            if self.directory.depart(now, &envelope, Source::Local).is_ok() {
+                self.stats.departures_declared += 1;
+                self.publish_envelope(&envelope);
+            }
+        }
+    }
+
+    fn publish_envelope(&mut self, envelope: &Envelope) {
+        let bytes = envelope.encode();
+        self.stats.gossip_out_messages += 1;
+        self.stats.gossip_out_bytes += bytes.len() as u64;
+        self.push(Output::Publish { bytes });
+    }
+
+    fn note_dialed(&mut self, now: Millis, peer: NodeId) {
+        if self.dialed.len() >= DIAL_BACKOFF_ENTRIES_MAX
+            && !self.dialed.contains_key(&peer)
+            && let Some(oldest) = self.dialed.iter().min_by_key(|(_, at)| **at).map(|(id, _)| *id)
+        {
+            self.dialed.remove(&oldest);
+        }
+        self.dialed.insert(peer, now);
+    }
+
     fn update_local(&mut self, now: Millis, change: impl FnOnce(&mut Local)) {
         change(&mut self.local);
         // Republish at once: what we host changed.
@@ -630,6 +806,7 @@ impl MeshNode {
             self.enforce_admission(now);
         }
         self.release_held(now);
+        self.declare_departures(now);
         if now >= self.next_sync {
             self.next_sync = now.plus(self.config.sync_interval_ms);
             if let Some(peer) = self.next_sync_peer() {
@@ -697,12 +874,10 @@ impl MeshNode {
         match Signed::sign(advert, &self.key) {
             Ok(signed) => {
                 self.local.seq = seq;
+                self.last_published = Some(now);
                 let envelope = signed.into_envelope();
-                let bytes = envelope.encode();
-                let _ = self.directory.insert(now, envelope, Source::Local);
-                self.stats.gossip_out_messages += 1;
-                self.stats.gossip_out_bytes += bytes.len() as u64;
-                self.push(Output::Publish { bytes });
+                let _ = self.directory.insert(now, envelope.clone(), Source::Local);
+                self.publish_envelope(&envelope);
                 self.push(Output::Event(Event::Published { seq }));
             }
             Err(err) => {
@@ -795,12 +970,7 @@ impl MeshNode {
             .map(|(_, record)| (record.node(), record.advert().addrs.clone()))
             .collect();
         for (peer, addrs) in dials {
-            if self.dialed.len() >= DIAL_BACKOFF_ENTRIES_MAX
-                && let Some(oldest) = self.dialed.iter().min_by_key(|(_, at)| **at).map(|(id, _)| *id)
-            {
-                self.dialed.remove(&oldest);
-            }
-            self.dialed.insert(peer, now);
+            self.note_dialed(now, peer);
             self.push(Output::Dial { peer, addrs });
         }
     }
@@ -815,6 +985,9 @@ impl MeshNode {
                     Event::AdvertRefused { node, source, reason }
                 }
                 DirectoryOutput::Expired { node } => Event::AdvertExpired { node },
+                DirectoryOutput::Departed { node, seq, witness, source } => {
+                    Event::Departed { node, seq, witness, source }
+                }
                 // The mesh answers digests itself (`on_sync_request`), never via the directory.
                 DirectoryOutput::SendAdverts { .. } => continue,
             };

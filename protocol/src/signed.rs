@@ -51,6 +51,10 @@ pub enum DocKind {
     /// by a publisher.
     #[serde(rename = "catalog")]
     Catalog,
+    /// A witness's notice that a node is gone ([`crate::gone::Gone`]), signed by the
+    /// witness.
+    #[serde(rename = "node-gone")]
+    NodeGone,
 }
 
 impl DocKind {
@@ -62,6 +66,7 @@ impl DocKind {
             Self::Grant => "grant",
             Self::NodeCert => "node-cert",
             Self::Catalog => "catalog",
+            Self::NodeGone => "node-gone",
         }
     }
 }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{self, DecodeError};
 use crate::directory::DirectoryDigest;
-use crate::limits::{SYNC_ADVERTS_MAX, SYNC_REQUEST_BYTES_MAX, SYNC_RESPONSE_BYTES_MAX};
+use crate::limits::{SYNC_ADVERTS_MAX, SYNC_NOTICES_MAX, SYNC_REQUEST_BYTES_MAX, SYNC_RESPONSE_BYTES_MAX};
 use crate::signed::{DocKind, Envelope, decode_versioned};
 
 /// The sync message version this build writes and reads.
@@ -34,6 +34,11 @@ pub struct SyncRequest {
 pub struct SyncResponse {
     // Fields are in canonical key order (see `codec`).
     pub v: u16,
+    /// Departure notices for adverts the requester's digest lists but that are gone
+    /// (omitted when empty, so a response without notices is the same bytes as before
+    /// notices existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gone: Vec<Envelope>,
     /// More adverts were missing than fit; ask again.
     pub more: bool,
     /// Advert envelopes, each to be judged by the requester's directory.
@@ -75,7 +80,14 @@ impl SyncResponse {
     /// A response carrying `adverts`.
     #[must_use]
     pub const fn new(adverts: Vec<Envelope>, more: bool) -> Self {
-        Self { v: SYNC_VERSION, more, adverts }
+        Self { v: SYNC_VERSION, gone: Vec::new(), more, adverts }
+    }
+
+    /// The response with departure notices added.
+    #[must_use]
+    pub fn with_notices(mut self, gone: Vec<Envelope>) -> Self {
+        self.gone = gone;
+        self
     }
 
     /// Canonical bytes.
@@ -93,6 +105,20 @@ impl SyncResponse {
                 what: "sync response",
                 field: "adverts",
                 reason: format!("has {} entries, more than {SYNC_ADVERTS_MAX}", response.adverts.len()),
+            });
+        }
+        if response.gone.len() > SYNC_NOTICES_MAX {
+            return Err(DecodeError::Invalid {
+                what: "sync response",
+                field: "gone",
+                reason: format!("has {} entries, more than {SYNC_NOTICES_MAX}", response.gone.len()),
+            });
+        }
+        if let Some(other) = response.gone.iter().find(|n| n.kind() != DocKind::NodeGone) {
+            return Err(DecodeError::Invalid {
+                what: "sync response",
+                field: "gone",
+                reason: format!("holds a {} document", other.kind()),
             });
         }
         Ok(response)

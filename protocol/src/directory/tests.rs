@@ -272,3 +272,123 @@ fn identical_bytes_are_a_duplicate_without_decoding() {
     dir.insert(T0, env.clone(), Source::Local).unwrap();
     assert_eq!(dir.insert(T0, env, gossip(2)), Err(Refusal::Duplicate { seq: 3 }));
 }
+
+fn notice(witness: u8, subject: u8, seq: u64, at: Millis) -> Envelope {
+    Signed::sign(Gone::new(key(subject).node_id(), seq, at), &key(witness)).unwrap().into_envelope()
+}
+
+/// A directory holding nodes 1 (echo, seq 5) and 2 (wc, seq 1).
+fn two_nodes() -> Directory {
+    let mut dir = Directory::new(DirectoryConfig::default());
+    dir.insert(T0, signed(&key(1), advert(5, T0, &["echo"])), gossip(9)).unwrap();
+    dir.insert(T0, signed(&key(2), advert(1, T0, &["wc"])), gossip(9)).unwrap();
+    drain(&mut dir);
+    dir
+}
+
+#[test]
+fn a_departure_notice_drops_the_advert_and_its_replays() {
+    let mut dir = two_nodes();
+    let now = T0.plus(1_000);
+    assert_eq!(dir.depart(now, &notice(2, 1, 5, now), gossip(2)), Ok(key(1).node_id()));
+    assert!(hosts(&dir, "echo").is_empty());
+    assert_eq!(dir.len(), 1);
+    assert_eq!(dir.stats().departed, 1);
+    assert!(matches!(drain(&mut dir)[..], [Output::Departed { seq: 5, .. }]));
+    // The departed advert cannot come back; a newer one (a restart, a refutation) can.
+    let replay = dir.insert(now, signed(&key(1), advert(5, T0, &["echo"])), gossip(3));
+    assert_eq!(replay, Err(Refusal::Replayed { seq: 5, held: 5 }));
+    // The same notice again is a duplicate.
+    assert_eq!(dir.depart(now, &notice(2, 1, 5, now), gossip(3)), Err(Refusal::Duplicate { seq: 5 }));
+    assert_eq!(dir.insert(now, signed(&key(1), advert(6, now, &["echo"])), gossip(3)), Ok(6));
+    assert_eq!(hosts(&dir, "echo"), vec![key(1).node_id()]);
+}
+
+#[test]
+fn departure_notices_that_do_not_hold_change_nothing() {
+    let now = T0.plus(1_000);
+    let cases: Vec<(Envelope, Refusal)> = vec![
+        // The node republished since the witness last saw it.
+        (notice(2, 1, 4, now), Refusal::Stale { seq: 4, held: 5 }),
+        // A witness nobody knows.
+        (notice(7, 1, 5, now), Refusal::UnknownWitness),
+        // A node nobody knows.
+        (notice(2, 8, 5, now), Refusal::UnknownNode),
+        // Signed too far in the future, or too long ago.
+        (notice(2, 1, 5, now.plus(3_600_000)), Refusal::FromFuture { ahead_ms: 3_600_000 }),
+        (
+            notice(2, 1, 5, Millis(now.0 - 2 * crate::limits::ADVERT_TTL_MS_MAX)),
+            Refusal::Expired { valid_until: Millis(now.0 - crate::limits::ADVERT_TTL_MS_MAX) },
+        ),
+        // Not a notice at all.
+        (signed(&key(2), advert(9, now, &[])), Refusal::Malformed(String::new())),
+    ];
+    for (envelope, expected) in cases {
+        let mut dir = two_nodes();
+        let refused = dir.depart(now, &envelope, gossip(2)).unwrap_err();
+        assert_eq!(refused.reason(), expected.reason(), "{refused}");
+        if !matches!(expected, Refusal::Malformed(_)) {
+            assert_eq!(refused, expected);
+        }
+        assert_eq!((dir.len(), hosts(&dir, "echo").len()), (2, 1), "{expected} changed nothing");
+    }
+    // A forged signature: witness 2's notice with one signature bit flipped.
+    let mut dir = two_nodes();
+    let genuine = notice(2, 1, 5, now);
+    let mut bytes = genuine.encode();
+    let sig = genuine.signature().0;
+    let at = bytes.windows(64).position(|w| w == sig).unwrap();
+    bytes[at] ^= 1;
+    let tampered = Envelope::decode(&bytes).unwrap();
+    assert_eq!(dir.depart(now, &tampered, gossip(2)), Err(Refusal::BadSignature));
+    assert_eq!(dir.len(), 2);
+    // A node may announce its own departure.
+    assert!(dir.depart(now, &notice(1, 1, 5, now), gossip(2)).is_ok());
+}
+
+#[test]
+fn notices_go_to_peers_whose_digest_still_lists_the_departed_advert() {
+    let mut dir = two_nodes();
+    let stale_peer = dir.digest();
+    let now = T0.plus(1_000);
+    let gone = notice(2, 1, 5, now);
+    dir.depart(now, &gone, gossip(2)).unwrap();
+    assert_eq!(dir.notices_for(&stale_peer, 16), vec![gone]);
+    // A peer that already dropped it, or holds a newer advert, gets nothing.
+    assert!(dir.notices_for(&dir.digest(), 16).is_empty());
+    let newer = DirectoryDigest::from_entries(vec![DigestEntry(key(1).node_id(), 6)]);
+    assert!(dir.notices_for(&newer, 16).is_empty());
+}
+
+#[test]
+fn a_directory_on_a_shared_base_sees_the_base_and_keeps_its_own_changes() {
+    let seed = two_nodes();
+    let base = seed.freeze();
+    let config = DirectoryConfig::default();
+    let mut a = Directory::with_base(config.clone(), Arc::new(Ed25519Verifier), base.clone());
+    let b = Directory::with_base(config, Arc::new(Ed25519Verifier), base.clone());
+    assert_eq!((a.len(), b.len(), base.len()), (2, 2, 2));
+    assert_eq!(a.digest(), seed.digest());
+    assert_eq!(hosts(&a, "echo"), vec![key(1).node_id()]);
+    // `a` replaces node 1's advert, drops node 2's and adds node 3's; `b` is untouched.
+    let now = T0.plus(1_000);
+    a.insert(now, signed(&key(1), advert(6, now, &["wc"])), gossip(9)).unwrap();
+    a.depart(now, &notice(1, 2, 1, now), gossip(1)).unwrap();
+    a.insert(now, signed(&key(3), advert(1, now, &["echo"])), gossip(9)).unwrap();
+    assert_eq!(a.len(), 2);
+    assert_eq!(hosts(&a, "echo"), vec![key(3).node_id()]);
+    assert_eq!(hosts(&a, "wc"), vec![key(1).node_id()]);
+    let mut expected = vec![DigestEntry(key(1).node_id(), 6), DigestEntry(key(3).node_id(), 1)];
+    expected.sort();
+    assert_eq!(a.digest().entries(), &expected[..]);
+    assert!(!a.shares_base_record(&key(1).node_id()) && !a.shares_base_record(&key(2).node_id()));
+    assert_eq!(a.own_changes().1, 2);
+    assert_eq!(b.digest(), seed.digest());
+    assert_eq!(hosts(&b, "echo"), vec![key(1).node_id()]);
+    // Base adverts expire like any other, once per directory.
+    let mut c = Directory::with_base(DirectoryConfig::default(), Arc::new(Ed25519Verifier), base);
+    assert_eq!(c.poll_timeout(), Some(T0.plus(TTL_MS)));
+    c.handle(T0.plus(TTL_MS), Input::Tick);
+    assert!(c.is_empty());
+    assert_eq!(c.stats().expired, 2);
+}

@@ -333,7 +333,9 @@ fn nodes_dial_peers_learned_from_adverts_with_backoff() {
 
 #[test]
 fn expired_nodes_leave_every_directory() {
-    let mut net = Net::new((1..=2).map(|n| (key(n), config())).collect());
+    // Without departure notices (suspect_ms 0) the TTL is what drops a dead node.
+    let ttl_only = MeshConfig { suspect_ms: 0, ..config() };
+    let mut net = Net::new((1..=2).map(|n| (key(n), ttl_only.clone())).collect());
     net.handle(1, Input::SetHosted { capsules: vec![capsule("echo")] });
     net.connect(0, 1);
     assert_eq!(net.hosts(0, "echo"), 1);
@@ -521,4 +523,138 @@ fn a_closed_mesh_judges_gossip_on_its_merits_even_from_a_peer_not_yet_admitted()
     assert_eq!(verdict_of(&mut node, 3, vec![0xff; 40]), Verdict::Reject);
     assert_eq!(node.held().map(|(id, _)| id).collect::<Vec<_>>(), vec![relay]);
     assert_eq!(node.peers().count(), 0);
+}
+
+impl Net {
+    /// Node `i` dies: its links go, and its peers see their connection close.
+    fn kill(&mut self, i: usize) {
+        let dead = self.nodes[i].id();
+        let peers: Vec<usize> =
+            self.links.iter().filter_map(|&(a, b)| (a == i).then_some(b).or((b == i).then_some(a))).collect();
+        self.links.retain(|&(a, b)| a != i && b != i);
+        for p in peers {
+            self.handle(p, Input::PeerDisconnected { peer: dead });
+        }
+    }
+
+    fn published_notices(&self, i: usize) -> Vec<Vec<u8>> {
+        self.published
+            .iter()
+            .filter(|(by, bytes)| *by == i && Envelope::decode(bytes).unwrap().kind() == DocKind::NodeGone)
+            .map(|(_, bytes)| bytes.clone())
+            .collect()
+    }
+}
+
+/// Nodes 0 and 1 connected to node 2, which hosts echo; node 0 and 1 connected too.
+fn triangle() -> Net {
+    let mut net = Net::new((1..=3).map(|n| (key(n), config())).collect());
+    net.handle(2, Input::SetHosted { capsules: vec![capsule("echo")] });
+    net.handle(2, Input::SetAddrs { addrs: vec!["/ip4/10.0.0.3/tcp/7421".into()] });
+    net.connect(0, 1);
+    net.connect(0, 2);
+    net.connect(1, 2);
+    // Past the announcement after the first connection: every node holds every advert.
+    net.advance(ANNOUNCE_DELAY_MS);
+    assert_eq!((net.hosts(0, "echo"), net.hosts(1, "echo")), (1, 1));
+    net
+}
+
+#[test]
+fn a_peer_that_stays_away_is_declared_gone_and_every_directory_drops_it() {
+    let mut net = triangle();
+    let suspect_ms = config().suspect_ms;
+    let dead = key(3).node_id();
+    // Only node 0 notices (node 1's connection lingers): one witness is enough.
+    net.links.retain(|&(a, b)| a != 2 && b != 2);
+    net.handle(0, Input::PeerDisconnected { peer: dead });
+    assert!(net.dials.contains(&(0, dead)), "the lost peer is dialled again at once");
+    net.advance(suspect_ms - 1);
+    assert_eq!(net.hosts(0, "echo"), 1, "not before suspect_ms");
+    net.advance(1);
+    assert_eq!((net.hosts(0, "echo"), net.hosts(1, "echo")), (0, 0), "the notice reached node 1");
+    assert_eq!(net.nodes[0].stats().departures_declared, 1);
+    assert_eq!(net.published_notices(0).len(), 1);
+    assert_eq!(net.nodes[1].directory().stats().departed, 1);
+    // Node 1, a witness too, has nothing left to declare.
+    net.handle(1, Input::PeerDisconnected { peer: dead });
+    net.advance(suspect_ms);
+    assert_eq!(net.nodes[1].stats().departures_declared, 0);
+}
+
+#[test]
+fn a_peer_back_in_time_or_republished_is_not_declared_gone() {
+    let mut net = triangle();
+    let suspect_ms = config().suspect_ms;
+    let id2 = key(3).node_id();
+    net.handle(0, Input::PeerDisconnected { peer: id2 });
+    net.advance(suspect_ms / 2);
+    net.handle(0, Input::PeerConnected { peer: id2 });
+    // Node 1 lost node 2 too, but node 2 republishes (through node 0) before the deadline.
+    net.handle(1, Input::PeerDisconnected { peer: id2 });
+    net.links.retain(|&(a, b)| (a, b) != (1, 2));
+    net.handle(2, Input::SetHosted { capsules: vec![capsule("echo"), capsule("wc")] });
+    // (This test network does not relay: node 0 passes node 2's new advert on by hand.)
+    let (_, advert) = net.published.iter().rev().find(|(by, _)| *by == 2).unwrap().clone();
+    net.handle(1, Input::GossipReceived { from: key(1).node_id(), token: 0, bytes: advert });
+    net.advance(suspect_ms);
+    assert_eq!((net.hosts(0, "wc"), net.hosts(1, "wc")), (1, 1));
+    assert!(net.published_notices(0).is_empty() && net.published_notices(1).is_empty());
+}
+
+#[test]
+fn a_node_refutes_a_notice_about_itself_by_republishing() {
+    let mut net = triangle();
+    let suspect_ms = config().suspect_ms;
+    let alive = key(3).node_id();
+    let seq_before = net.nodes[2].local_seq();
+    // Node 1 loses its link to node 2 (a partial partition) and declares it gone.
+    net.links.retain(|&(a, b)| (a, b) != (1, 2));
+    net.handle(1, Input::PeerDisconnected { peer: alive });
+    net.advance(suspect_ms);
+    assert_eq!((net.hosts(0, "echo"), net.hosts(1, "echo")), (0, 0));
+    // Node 2 hears of it (any relay will do) and republishes; everyone lists it again.
+    let notice = net.published_notices(1).pop().unwrap();
+    net.handle(2, Input::GossipReceived { from: key(1).node_id(), token: 0, bytes: notice.clone() });
+    net.advance(REFUTE_INTERVAL_MS);
+    assert!(net.nodes[2].local_seq() > seq_before);
+    assert_eq!(net.nodes[2].stats().refutations, 1);
+    assert_eq!(net.hosts(0, "echo"), 1, "the refutation reached node 0");
+    // The same notice again changes nothing: it names an advert node 2 has replaced.
+    let seq = net.nodes[2].local_seq();
+    net.handle(2, Input::GossipReceived { from: key(1).node_id(), token: 0, bytes: notice });
+    net.advance(REFUTE_INTERVAL_MS);
+    assert_eq!(net.nodes[2].local_seq(), seq);
+}
+
+#[test]
+fn anti_entropy_hands_notices_to_peers_that_missed_them() {
+    let mut net = Net::new((1..=3).map(|n| (key(n), config())).collect());
+    let suspect_ms = config().suspect_ms;
+    let (id0, id1, id2) = (key(1).node_id(), key(2).node_id(), key(3).node_id());
+    net.handle(2, Input::SetHosted { capsules: vec![capsule("echo")] });
+    net.connect(0, 2);
+    net.connect(0, 1);
+    assert_eq!(net.hosts(1, "echo"), 1, "node 1 learned node 2 from node 0");
+    // Node 1 and node 0 part; node 2 dies; node 0 declares it, with nobody to tell.
+    net.links.clear();
+    net.handle(0, Input::PeerDisconnected { peer: id1 });
+    net.handle(1, Input::PeerDisconnected { peer: id0 });
+    net.handle(0, Input::PeerDisconnected { peer: id2 });
+    net.advance(suspect_ms);
+    assert_eq!((net.hosts(0, "echo"), net.hosts(1, "echo")), (0, 1));
+    // They meet again: node 1's digest still lists node 2, so node 0's answer carries the
+    // notice, and node 1 drops node 2 and passes the notice on.
+    net.connect(0, 1);
+    assert_eq!(net.hosts(1, "echo"), 0);
+    // (Node 1 also declared node 0 gone while they were apart: each side of a partition
+    // declares the other, and refutes once they meet.)
+    let relayed = net.published_notices(1).iter().any(|bytes| {
+        let notice: Gone = Envelope::decode(bytes).unwrap().peek().unwrap();
+        notice.node == id2
+    });
+    assert!(relayed, "node 1 relays the notice it synced");
+    net.advance(REFUTE_INTERVAL_MS);
+    assert_eq!((net.nodes[0].stats().refutations, net.nodes[1].stats().refutations), (1, 1));
+    assert_eq!((net.nodes[0].directory().len(), net.nodes[1].directory().len()), (2, 2));
 }

@@ -1,0 +1,102 @@
+//! Departure notices: a node's signed statement that another node it was connected to is
+//! gone.
+//!
+//! Adverts expire at their TTL, so without notices a crashed node stays listed for up to a
+//! TTL, and keeping that short costs every node a stream of refreshes from every other node
+//! (the refresh traffic of a mesh grows with the square of its size). With notices, the
+//! peers that lose a node's connection and cannot get it back within
+//! [`crate::mesh::MeshConfig::suspect_ms`] say so, and every directory drops the node
+//! at once; the TTL is only the backstop for a node whose every peer went down with it,
+//! so large meshes can refresh rarely.
+//!
+//! A notice names the node and the advert sequence number the witness held; it removes
+//! that advert (or an older one) and nothing newer. Any node the directory holds may act
+//! as a witness, and a node may announce its own departure. A false notice (a partition
+//! the witness mistook for a crash, or a lying witness) is refuted by its subject, which
+//! republishes with a higher sequence number as soon as it hears of the notice; so a
+//! notice can cost a live node a moment of visibility, never its place in the mesh.
+
+use serde::{Deserialize, Serialize};
+
+use crate::codec::DecodeError;
+use crate::identity::NodeId;
+use crate::signed::{DocKind, Document};
+use crate::time::Millis;
+
+/// The notice version this build writes and reads.
+pub const GONE_VERSION: u16 = 1;
+
+/// Largest encoded notice body accepted (a notice is about 70 bytes).
+pub const GONE_BYTES_MAX: usize = 256;
+
+/// "`node`, whose advert `seq` I held, is gone." The signer is the witness.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gone {
+    // Fields are in canonical key order (see `codec`).
+    /// Document version, [`GONE_VERSION`].
+    pub v: u16,
+    /// The witness's clock when it decided.
+    pub at: Millis,
+    /// The subject's advert sequence number the witness held.
+    pub seq: u64,
+    /// The node that is gone.
+    pub node: NodeId,
+}
+
+impl Gone {
+    /// A notice that `node`'s advert `seq` is gone, as of `at`.
+    #[must_use]
+    pub const fn new(node: NodeId, seq: u64, at: Millis) -> Self {
+        Self { v: GONE_VERSION, at, seq, node }
+    }
+}
+
+impl Document for Gone {
+    const KIND: DocKind = DocKind::NodeGone;
+    const VERSION: u16 = GONE_VERSION;
+    const BYTES_MAX: usize = GONE_BYTES_MAX;
+
+    fn version(&self) -> u16 {
+        self.v
+    }
+
+    fn validate(&self) -> Result<(), DecodeError> {
+        if self.seq == 0 {
+            return Err(DecodeError::Invalid {
+                what: "departure notice",
+                field: "seq",
+                reason: "must be at least 1 (no advert has sequence 0)".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::SecretKey;
+    use crate::signed::{Envelope, Signed};
+
+    #[test]
+    fn round_trips_and_refuses_other_kinds() {
+        let witness = SecretKey::from_seed([3; 32]);
+        let subject = SecretKey::from_seed([4; 32]).node_id();
+        let notice = Gone::new(subject, 7, Millis(1_800_000_000_000));
+        let envelope = Signed::sign(notice.clone(), &witness).unwrap().into_envelope();
+        let bytes = envelope.encode();
+        crate::codec::tests::assert_canonical_key_order(envelope.body());
+        let opened: Signed<Gone> = Envelope::decode(&bytes).unwrap().open().unwrap();
+        assert_eq!(*opened.doc(), notice);
+        assert_eq!(opened.signer(), witness.public());
+        assert!(Envelope::decode(&bytes).unwrap().open::<crate::Advert>().is_err());
+    }
+
+    #[test]
+    fn sequence_zero_is_refused() {
+        let witness = SecretKey::from_seed([3; 32]);
+        let notice = Gone::new(witness.node_id(), 0, Millis(1));
+        assert!(Signed::sign(notice, &witness).is_err());
+    }
+}
