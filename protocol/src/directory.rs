@@ -273,6 +273,17 @@ pub struct DirectoryBase {
 }
 
 impl DirectoryBase {
+    /// The record for `node`.
+    #[must_use]
+    pub fn get(&self, node: &NodeId) -> Option<&Record> {
+        self.records.get(node)
+    }
+
+    /// Every record, ordered by node.
+    pub fn records(&self) -> impl Iterator<Item = &Record> {
+        self.records.values()
+    }
+
     /// Records held.
     #[must_use]
     pub fn len(&self) -> usize {
@@ -526,18 +537,27 @@ impl Directory {
         Arc::new(base)
     }
 
-    /// This directory's own records, and how many base records it replaced or dropped:
-    /// everything in which it differs from its base.
+    /// The base this directory started from (empty unless built [`Directory::with_base`]).
     #[must_use]
-    pub fn own_changes(&self) -> (impl Iterator<Item = &Record>, usize) {
-        (self.records.values(), self.shadowed.len())
+    pub const fn base(&self) -> &Arc<DirectoryBase> {
+        &self.base
     }
 
-    /// Whether this directory still holds its base's record for `node` (it has not
-    /// replaced or dropped it).
+    /// The records this directory holds that are not its base's, ordered by node.
+    pub fn own_records(&self) -> impl Iterator<Item = &Record> {
+        self.records.values()
+    }
+
+    /// Whether this directory replaced or dropped its base's record for `node`.
     #[must_use]
-    pub fn shares_base_record(&self, node: &NodeId) -> bool {
-        self.base_record(node).is_some()
+    pub fn shadows(&self, node: &NodeId) -> bool {
+        self.shadowed.contains(node)
+    }
+
+    /// The base records this directory replaced or dropped, ordered by node. What it
+    /// holds is exactly its base minus these, plus [`Directory::own_records`].
+    pub fn shadowed(&self) -> impl Iterator<Item = &NodeId> {
+        self.shadowed.iter()
     }
 
     /// The nodes whose advert, still valid at `now`, lists artifact `digest` (any artifact
@@ -706,8 +726,9 @@ impl Directory {
 
     /// Runs every check on a departure notice, cheapest first, without applying it (see
     /// [`Directory::depart`]); a node judges notices about itself this way.
-    pub fn check_notice(&self, now: Millis, envelope: &Envelope) -> Result<Gone, Refusal> {
-        let notice = envelope.peek::<Gone>().map_err(|err| Refusal::Malformed(err.to_string()))?;
+    pub fn check_notice(&self, now: Millis, envelope: &Envelope) -> Result<Arc<Gone>, Refusal> {
+        let notice =
+            self.verifier.peek_notice(envelope).map_err(|err| Refusal::Malformed(err.to_string()))?;
         let held = match self.get(&notice.node) {
             Some(record) => record.advert.seq,
             None => {
@@ -845,7 +866,12 @@ impl Directory {
 
     /// Every record held, own and shared, ordered by node.
     fn all_records(&self) -> impl Iterator<Item = &Record> {
-        let base = self.base.records.iter().filter(|(node, _)| !self.shadowed.contains(node));
+        // The base minus what is shadowed, both walked in order: no lookup per record.
+        let mut shadowed = self.shadowed.iter().peekable();
+        let base = self.base.records.iter().filter(move |(node, _)| {
+            while shadowed.next_if(|s| *s < *node).is_some() {}
+            shadowed.next_if(|s| *s == *node).is_none()
+        });
         MergeSorted::new(self.records.iter(), base, |(node, _): &(&NodeId, &Record)| **node)
             .map(|(_, record)| record)
     }

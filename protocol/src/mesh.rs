@@ -139,6 +139,18 @@ impl Default for MeshConfig {
     }
 }
 
+/// Where a resumed node stands ([`MeshNode::resume`]): what its latest advert says, whom
+/// it is connected to, and when it next republishes.
+#[derive(Clone, Debug, Default)]
+pub struct Resume {
+    pub seq: u64,
+    pub capsules: Vec<HostedCapsule>,
+    pub addrs: Vec<String>,
+    pub cert: Option<Envelope>,
+    pub peers: Vec<NodeId>,
+    pub refresh_at: Millis,
+}
+
 /// What the driver tells the mesh.
 #[derive(Clone, Debug)]
 pub enum Input {
@@ -321,35 +333,30 @@ impl MeshNode {
         Self::with_directory(key, config, directory, now)
     }
 
-    /// A node whose directory starts from `base` (shared with other nodes), which already
-    /// holds this node's advert `seq` and which has been connected to `peers` (admitted,
-    /// synced) since `now`: a node of a mesh in its steady state, for simulating a large
-    /// mesh without first replaying its formation. `local` is what the advert says; the node
-    /// republishes it at its next refresh, `refresh_at`.
+    /// A node resumed in a mesh's steady state, for simulating a large mesh without first
+    /// replaying its formation: its directory starts from `base` (shared with the other
+    /// nodes, and holding this node's advert `state.seq`), and it has been connected to
+    /// `state.peers` (admitted, synced) since `now`. It republishes at `state.refresh_at`.
     #[must_use]
     pub fn resume(
         key: SecretKey,
         config: MeshConfig,
         verifier: Arc<dyn Verifier>,
         base: Arc<DirectoryBase>,
-        local: (u64, Vec<HostedCapsule>, Vec<String>),
-        peers: &[NodeId],
+        state: Resume,
         now: Millis,
-        refresh_at: Millis,
     ) -> Self {
         let directory = Directory::with_base(config.directory.clone(), verifier, base);
         let mut node = Self::with_directory(key, config, directory, now);
-        let (seq, capsules, addrs) = local;
-        node.local.seq = seq;
-        node.local.capsules = capsules;
-        node.local.addrs = addrs;
-        node.next_refresh = refresh_at;
+        node.local.seq = state.seq;
+        node.local.capsules = state.capsules;
+        node.local.addrs = state.addrs;
+        node.local.cert = state.cert;
+        node.next_refresh = state.refresh_at;
         node.last_published = Some(now);
-        for peer in peers.iter().filter(|peer| **peer != node.id).take(MESH_PEERS_MAX) {
-            node.peers.insert(
-                *peer,
-                Peer { connected_at: now, admitted: true, syncing: false, sync_wanted: false },
-            );
+        for peer in state.peers.into_iter().filter(|peer| *peer != node.id).take(MESH_PEERS_MAX) {
+            node.peers
+                .insert(peer, Peer { connected_at: now, admitted: true, syncing: false, sync_wanted: false });
         }
         node
     }
@@ -718,7 +725,8 @@ impl MeshNode {
     /// current advert and verifies), any other goes to the directory. Ok(true) when it
     /// dropped an advert.
     fn on_notice(&mut self, now: Millis, envelope: &Envelope, source: Source) -> Result<bool, Refusal> {
-        let about_us = envelope.peek::<Gone>().is_ok_and(|notice| notice.node == self.id);
+        let about_us =
+            self.directory.verifier().peek_notice(envelope).is_ok_and(|notice| notice.node == self.id);
         if !about_us {
             return self.directory.depart(now, envelope, source).map(|_| true);
         }

@@ -9,6 +9,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::advert::Advert;
+use crate::gone::Gone;
 use crate::signed::{Envelope, OpenError};
 
 /// Decides whether an envelope's signature verifies, and decodes advert bodies.
@@ -21,6 +22,11 @@ pub trait Verifier: Send + Sync + fmt::Debug {
     /// advert to every directory that receives the envelope.
     fn peek_advert(&self, envelope: &Envelope) -> Result<Arc<Advert>, OpenError> {
         envelope.peek::<Advert>().map(Arc::new)
+    }
+
+    /// As [`Verifier::peek_advert`], for a departure notice.
+    fn peek_notice(&self, envelope: &Envelope) -> Result<Arc<Gone>, OpenError> {
+        envelope.peek::<Gone>().map(Arc::new)
     }
 }
 

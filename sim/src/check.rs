@@ -46,6 +46,13 @@ pub struct Oracle {
     order: Vec<(u32, u64)>,
     /// Per observer: node → highest seq the observer ever accepted for that node.
     highest: Vec<HashMap<u32, u64>>,
+    /// A warm start's adverts, node → seq: every initial directory holds them from the
+    /// start, as if accepted (see [`Oracle::published_warm`]).
+    warm: HashMap<u32, u64>,
+    /// Observers whose directory started from the warm adverts: the initial nodes of a
+    /// warm start (below this index) that have not restarted since.
+    warm_observers: u32,
+    cold: Vec<bool>,
 }
 
 /// A broken safety property.
@@ -91,6 +98,32 @@ impl Oracle {
         }
     }
 
+    /// Records an advert every initial directory of a warm start holds from the start: it
+    /// counts as accepted by each of them (a later acceptance of it is a replay), and is
+    /// left out of the convergence figures.
+    pub fn published_warm(
+        &mut self,
+        node: u32,
+        seq: u64,
+        envelope: Envelope,
+        issued_at: Millis,
+        ttl_ms: u64,
+    ) {
+        self.genuine.insert(
+            (node, seq),
+            Genuine {
+                envelope,
+                issued_at,
+                ttl_ms,
+                published_at: 0,
+                accepted_by: 0,
+                converged_after_ms: Some(0),
+            },
+        );
+        self.warm.insert(node, seq);
+        self.warm_observers = self.warm_observers.max(node + 1);
+    }
+
     /// Checks an acceptance by `observer` of `node`'s advert `seq`, held as `envelope`.
     /// `live` is the number of live honest nodes now (for convergence tracking).
     pub fn accepted(
@@ -123,7 +156,13 @@ impl Oracle {
         if self.highest.len() <= observer_index {
             self.highest.resize_with(observer_index + 1, HashMap::default);
         }
-        let highest = self.highest[observer_index].entry(node).or_insert(0);
+        let warm =
+            if observer >= self.warm_observers || self.cold.get(observer_index).copied().unwrap_or(false) {
+                0
+            } else {
+                self.warm.get(&node).copied().unwrap_or(0)
+            };
+        let highest = self.highest[observer_index].entry(node).or_insert(warm);
         if seq <= *highest {
             return Err(format!(
                 "node {observer} accepted node {node} seq {seq} after already accepting seq {highest} (replay)"
@@ -165,6 +204,11 @@ impl Oracle {
         if let Some(map) = self.highest.get_mut(observer as usize) {
             map.clear();
         }
+        let observer = observer as usize;
+        if self.cold.len() <= observer {
+            self.cold.resize(observer + 1, false);
+        }
+        self.cold[observer] = true;
     }
 
     /// Convergence times (ms) of adverts that reached every live node, in publication order.

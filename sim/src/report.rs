@@ -96,6 +96,12 @@ pub struct Metrics {
     pub queries: u64,
     pub refusals: BTreeMap<String, u64>,
     pub adverts_published: u64,
+    /// Departure notices witnesses signed, those whose subject was alive when signed (a
+    /// partition or lost link taken for a crash; each refuted by its subject), and adverts
+    /// dropped by notices across all directories.
+    pub departures_declared: u64,
+    pub departures_false: u64,
+    pub departures_applied: u64,
     pub convergence: Convergence,
     pub liveness_after_faults_ms: Option<u64>,
     pub ed25519_checks: u64,

@@ -9,6 +9,7 @@
 //! (defaults and command-line overrides applied) is printed with every failure, so a run
 //! can be reproduced from its seed and that text alone.
 
+use murmur_protocol::limits::{ADVERT_TTL_MS_MAX, ADVERT_TTL_MS_MIN};
 use serde::{Deserialize, Serialize};
 
 mod artifacts;
@@ -72,6 +73,9 @@ pub struct ProtocolParams {
     /// A closed mesh: an authority (one per run) certifies every node but the
     /// `uncertified` byzantine ones, and every node admits only certified peers and adverts.
     pub closed: bool,
+    /// A peer whose connection closed and that is not back within this long is declared
+    /// gone with a departure notice (`MeshConfig::suspect_ms`); 0 turns notices off.
+    pub suspect_s: u64,
 }
 
 impl Default for ProtocolParams {
@@ -83,6 +87,7 @@ impl Default for ProtocolParams {
             peers_target: 8,
             clock_skew_max_s: 30,
             closed: false,
+            suspect_s: 10,
         }
     }
 }
@@ -108,6 +113,14 @@ pub struct Topology {
     /// failure instead of being repaired in the background; turn it on to check whether
     /// gossipsub's own repair would hide a finding.
     pub lazy_gossip: bool,
+    /// Start in the steady state: at time 0 every initial node has published its advert,
+    /// every initial directory holds all of them (one shared base, see
+    /// `murmur_protocol::directory::DirectoryBase`), each node is connected to about
+    /// `protocol.peers_target` random others with its gossip mesh formed, and refreshes are
+    /// spread over the refresh interval. For meshes too large to form in a run (10,000
+    /// nodes: 10⁸ advert deliveries); churn and later joins start cold as usual. Not with
+    /// `[tasks]` or `[artifacts]`.
+    pub warm_start: bool,
 }
 
 impl Default for Topology {
@@ -119,6 +132,7 @@ impl Default for Topology {
             connections_max: 64,
             request_timeout_ms: 10_000,
             lazy_gossip: false,
+            warm_start: false,
         }
     }
 }
@@ -288,11 +302,15 @@ pub struct CheckParams {
     /// An advert published at least this long ago counts as "latest": it must be held
     /// everywhere. Newer ones may still be on their way.
     pub propagation_grace_ms: u64,
+    /// With this set, liveness also requires that no live node lists a node down for
+    /// longer than this: departure notices, not TTLs, must have removed it (`None`: only
+    /// nodes dead longer than an advert lives must be gone).
+    pub departed_bound_s: Option<u64>,
 }
 
 impl Default for CheckParams {
     fn default() -> Self {
-        Self { faults_end_s: None, liveness_bound_s: 60, propagation_grace_ms: 5_000 }
+        Self { faults_end_s: None, liveness_bound_s: 60, propagation_grace_ms: 5_000, departed_bound_s: None }
     }
 }
 
@@ -358,6 +376,15 @@ impl Scenario {
             "protocol.refresh_s: must be at least 1 and below ttl_s"
         );
         anyhow::ensure!(self.topology.gossip_degree >= 1, "topology.gossip_degree: at least 1");
+        let (ttl_min, ttl_max) = (ADVERT_TTL_MS_MIN.div_ceil(1000), ADVERT_TTL_MS_MAX / 1000);
+        anyhow::ensure!(
+            (ttl_min..=ttl_max).contains(&self.protocol.ttl_s),
+            "protocol.ttl_s: must be {ttl_min}..={ttl_max} (what an advert may ask for)"
+        );
+        anyhow::ensure!(
+            !self.topology.warm_start || (self.tasks.is_none() && self.artifacts.is_none()),
+            "topology.warm_start: not with [tasks] or [artifacts] (their worlds start with the nodes)"
+        );
         let end = self.faults_end_s();
         anyhow::ensure!(
             end + self.check.liveness_bound_s <= self.duration_s,

@@ -4,7 +4,7 @@
 //! each would dominate a run. [`SharedVerifier`] checks each distinct envelope once, for
 //! real, and remembers the answer keyed by signer and signature, confirmed against the exact
 //! body bytes on every hit, so a forgery reusing a genuine signature over other bytes is a
-//! miss and gets a real check. Decoded adverts are shared the same way.
+//! miss and gets a real check. Decoded adverts and departure notices are shared the same way.
 //!
 //! The canary's [`AcceptAll`] skips signature checks entirely: the planted bug the safety
 //! checkers must catch.
@@ -13,6 +13,7 @@ use crate::fxhash::FxHashMap as HashMap;
 use std::sync::{Arc, Mutex};
 
 use murmur_protocol::advert::Advert;
+use murmur_protocol::gone::Gone;
 use murmur_protocol::signed::{Envelope, OpenError};
 use murmur_protocol::verify::Verifier;
 
@@ -23,6 +24,7 @@ struct Entry {
     body: Arc<[u8]>,
     verified: Option<bool>,
     advert: Option<Result<Arc<Advert>, OpenError>>,
+    notice: Option<Result<Arc<Gone>, OpenError>>,
 }
 
 /// Checks each distinct envelope once and shares the results.
@@ -55,10 +57,12 @@ impl SharedVerifier {
             body: Arc::from(envelope.body()),
             verified: None,
             advert: None,
+            notice: None,
         });
         if *entry.body != *envelope.body() {
             // Same signer and signature over other bytes: never trust the cached answer.
-            let mut fresh = Entry { body: Arc::from(envelope.body()), verified: None, advert: None };
+            let mut fresh =
+                Entry { body: Arc::from(envelope.body()), verified: None, advert: None, notice: None };
             return f(&mut fresh);
         }
         f(entry)
@@ -87,6 +91,12 @@ impl Verifier for SharedVerifier {
     fn peek_advert(&self, envelope: &Envelope) -> Result<Arc<Advert>, OpenError> {
         self.with_entry(envelope, |entry| {
             entry.advert.get_or_insert_with(|| envelope.peek::<Advert>().map(Arc::new)).clone()
+        })
+    }
+
+    fn peek_notice(&self, envelope: &Envelope) -> Result<Arc<Gone>, OpenError> {
+        self.with_entry(envelope, |entry| {
+            entry.notice.get_or_insert_with(|| envelope.peek::<Gone>().map(Arc::new)).clone()
         })
     }
 }

@@ -19,6 +19,7 @@ mod routing;
 mod tasks;
 mod topology;
 mod unauthorized;
+mod warm;
 
 use gossip::Message;
 use topology::HEARTBEAT_MS;
@@ -310,6 +311,10 @@ pub struct Sim {
     capsule_names: Vec<String>,
     capsule_overrides: HashMap<usize, Vec<HostedCapsule>>,
     next_req: u64,
+    /// When the run was set up: its wall time includes the setup (a warm start's).
+    created: Instant,
+    /// Live nodes but the uncertified ones (see `live_honest_count`).
+    live_honest: u32,
     converged_at: Option<u64>,
     last_liveness_gap: String,
     /// Task traffic, when the scenario has a `[tasks]` section.
@@ -362,6 +367,7 @@ impl Sim {
             ttl_ms: p.ttl_s * 1000,
             sync_interval_ms: p.sync_interval_s * 1000,
             peers_target: p.peers_target,
+            suspect_ms: p.suspect_s * 1000,
             directory: DirectoryConfig {
                 clock_skew_max_ms: p.clock_skew_max_s * 1000,
                 nodes_max: DIRECTORY_NODES_MAX,
@@ -400,6 +406,8 @@ impl Sim {
             capsule_names: Vec::new(),
             capsule_overrides: HashMap::default(),
             next_req: 0,
+            live_honest: 0,
+            created: Instant::now(),
             converged_at: None,
             last_liveness_gap: String::new(),
             tasks,
@@ -419,8 +427,13 @@ impl Sim {
         let mut start_rng = SimRng::stream(self.options.seed, "starts");
         for _ in 0..n {
             let node = self.add_node(Role::Honest);
-            let at = start_rng.between(0, spread_ms);
-            self.schedule(at, Event::Start { node });
+            if !self.scenario.topology.warm_start {
+                let at = start_rng.between(0, spread_ms);
+                self.schedule(at, Event::Start { node });
+            }
+        }
+        if self.scenario.topology.warm_start {
+            self.warm_start();
         }
         self.tasks_populate();
         self.artifacts_populate();
@@ -560,8 +573,8 @@ impl Sim {
     /// Runs to the end and also returns, for every node alive at the end, what its
     /// directory says: capsule name → indices of the nodes hosting it.
     pub fn run_with_views(mut self) -> (Outcome, Vec<Option<DirectoryView>>) {
-        let started = Instant::now();
         self.step_to_end();
+        let started = self.created;
         let views = (0..self.nodes.len() as Ix).map(|ix| self.directory_view(ix)).collect();
         (self.finish(started.elapsed()), views)
     }
@@ -586,9 +599,9 @@ impl Sim {
 
     /// Runs to the end of the scenario and judges it.
     pub fn run(mut self) -> Outcome {
-        let started = Instant::now();
         self.step_to_end();
-        self.finish(started.elapsed())
+        let wall = self.created.elapsed();
+        self.finish(wall)
     }
 
     fn step_to_end(&mut self) {
@@ -642,21 +655,16 @@ impl Sim {
                     let token = self.next_token();
                     self.nodes[to as usize].answering.insert(token, (from, req));
                     let from_id = self.nodes[from as usize].id;
-                    self.handle(
-                        to,
-                        Input::SyncRequested { from: from_id, token, request: (*request).clone() },
-                        None,
-                    );
+                    // The request was sent to this node alone: no copy of a large digest.
+                    let request = Arc::try_unwrap(request).unwrap_or_else(|shared| (*shared).clone());
+                    self.handle(to, Input::SyncRequested { from: from_id, token, request }, None);
                 }
             }
             Event::SyncResponse { to, from, req, response, epoch } => {
                 if self.is_current(to, epoch) && self.nodes[to as usize].syncing.remove(&req).is_some() {
                     let from_id = self.nodes[from as usize].id;
-                    self.handle(
-                        to,
-                        Input::SyncAnswered { from: from_id, response: (*response).clone() },
-                        None,
-                    );
+                    let response = Arc::try_unwrap(response).unwrap_or_else(|shared| (*shared).clone());
+                    self.handle(to, Input::SyncAnswered { from: from_id, response }, None);
                 }
             }
             Event::SyncTimeout { node, req, epoch } => {
@@ -838,6 +846,20 @@ impl Sim {
                 let subject = self.index.get(&node).copied().unwrap_or(Ix::MAX);
                 self.trace.record(23, u64::from(ix), u64::from(subject), 0);
             }
+            MeshEvent::Departed { node, seq, witness, source } => {
+                let subject = self.index.get(&node).copied().unwrap_or(Ix::MAX);
+                self.trace.record(25, u64::from(ix), u64::from(subject), seq);
+                self.metrics.departures_applied += 1;
+                if matches!(source, Source::Local) && witness == self.nodes[ix as usize].id {
+                    self.metrics.departures_declared += 1;
+                    // False: the subject is up and still on the advert the witness saw
+                    // (not a restart whose new advert had not reached the witness yet).
+                    let same_life = |n: &Node| n.published.back().is_some_and(|(_, s)| *s == seq);
+                    if self.nodes.get(subject as usize).is_some_and(|n| n.alive() && same_life(n)) {
+                        self.metrics.departures_false += 1;
+                    }
+                }
+            }
             MeshEvent::Published { .. } => {}
         }
     }
@@ -882,7 +904,22 @@ impl Sim {
     /// Live nodes expected to hold every advert (for convergence): all but the uncertified
     /// ones, which a closed mesh keeps out.
     fn live_honest_count(&self) -> u32 {
-        self.nodes.iter().filter(|n| n.alive() && n.uncertified().is_none()).count() as u32
+        debug_assert_eq!(
+            self.live_honest,
+            self.nodes.iter().filter(|n| n.alive() && n.uncertified().is_none()).count() as u32
+        );
+        self.live_honest
+    }
+
+    /// Node `ix` came up (`up`) or went down: keeps the live count.
+    fn count_live(&mut self, ix: Ix, up: bool) {
+        if self.uncertified(ix).is_none() {
+            if up {
+                self.live_honest += 1;
+            } else {
+                self.live_honest -= 1;
+            }
+        }
     }
 
     fn violation(&mut self, what: String) {

@@ -381,8 +381,11 @@ fn a_directory_on_a_shared_base_sees_the_base_and_keeps_its_own_changes() {
     let mut expected = vec![DigestEntry(key(1).node_id(), 6), DigestEntry(key(3).node_id(), 1)];
     expected.sort();
     assert_eq!(a.digest().entries(), &expected[..]);
-    assert!(!a.shares_base_record(&key(1).node_id()) && !a.shares_base_record(&key(2).node_id()));
-    assert_eq!(a.own_changes().1, 2);
+    let mut shadowed = vec![key(1).node_id(), key(2).node_id()];
+    shadowed.sort();
+    assert_eq!(a.shadowed().copied().collect::<Vec<_>>(), shadowed);
+    assert_eq!(a.own_records().count(), 2);
+    assert!(Arc::ptr_eq(a.base(), b.base()));
     assert_eq!(b.digest(), seed.digest());
     assert_eq!(hosts(&b, "echo"), vec![key(1).node_id()]);
     // Base adverts expire like any other, once per directory.

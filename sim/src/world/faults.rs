@@ -1,9 +1,13 @@
 //! Faults, churn, the workload, and the liveness check, scheduled from the scenario.
 
+use std::sync::Arc;
+
 use murmur_protocol::advert::HostedCapsule;
+use murmur_protocol::directory::{DirectoryBase, Record};
+use murmur_protocol::{Millis, NodeId};
 
 use super::net::Partition;
-use super::{Event, Ix, Role, Sim};
+use super::{EPOCH, Event, Ix, Role, Sim};
 use crate::scenario::Fault;
 
 impl Sim {
@@ -200,8 +204,12 @@ impl Sim {
     /// holds, or until the liveness bound passes.
     pub(super) fn liveness_check(&mut self) {
         let p = &self.mesh_config;
-        // A dead node's last advert may be held this long after it died.
-        let linger_ms = p.ttl_ms.min(p.directory.ttl_max_ms) + 2 * p.directory.clock_skew_max_ms;
+        // A dead node's last advert may be held this long after it died (less when the
+        // scenario requires departure notices to have removed it).
+        let mut linger_ms = p.ttl_ms.min(p.directory.ttl_max_ms) + 2 * p.directory.clock_skew_max_ms;
+        if let Some(bound_s) = self.scenario.check.departed_bound_s {
+            linger_ms = linger_ms.min(bound_s * 1000);
+        }
         let grace_ms = self.scenario.check.propagation_grace_ms;
         // For each live node, the seq every other node must hold by now (None: too new).
         let required: Vec<Option<u64>> = self
@@ -220,32 +228,91 @@ impl Sim {
             .map(|n| n.alive() || n.down_since.is_some_and(|since| self.now < since + linger_ms))
             .collect();
         let must_hold = required.iter().filter(|r| r.is_some()).count();
+        // How one held record counts: toward the live nodes held, as a gap, or not at all.
+        let judge = |record: &Record| -> Held {
+            let Some(&r) = self.index.get(&record.node()) else { return Held::Other };
+            match required[r as usize] {
+                Some(seq) if record.advert().seq < seq => {
+                    Held::Stale { node: r, held: record.advert().seq, seq }
+                }
+                Some(_) => Held::Latest,
+                None if !allowed[r as usize] => Held::Dead { node: r },
+                None => Held::Other,
+            }
+        };
+        // Directories on a shared base (a warm start) are judged by their differences from
+        // it, so a check costs the changes since the start rather than nodes². Base records
+        // still valid at every node clock are judged once.
+        let skew_ms = p.directory.clock_skew_max_ms;
+        let latest_clock = Millis(EPOCH.0 + self.now + skew_ms);
+        let mut base_verdict: Option<(*const DirectoryBase, Option<(usize, Vec<(NodeId, Held)>)>)> = None;
         let mut gap = None;
-        'nodes: for x in 0..self.nodes.len() {
+        for x in 0..self.nodes.len() {
             let Some(mesh) = self.nodes[x].mesh.as_ref() else { continue };
             let now = self.clock(x as Ix);
-            let mut held = 0;
-            for record in mesh.directory().records(now) {
-                let Some(&r) = self.index.get(&record.node()) else { continue };
-                if let Some(seq) = required[r as usize] {
-                    if record.advert().seq < seq {
-                        gap = Some(format!(
-                            "node {x} holds node {r}'s seq {} but {seq} was published more than {grace_ms} ms ago",
-                            record.advert().seq
-                        ));
-                        break 'nodes;
+            let directory = mesh.directory();
+            let base = directory.base();
+            if !base.is_empty()
+                && !base_verdict.as_ref().is_some_and(|(ptr, _)| std::ptr::eq(*ptr, Arc::as_ptr(base)))
+            {
+                let shared = base.records().all(|r| r.expires_at() > latest_clock).then(|| {
+                    let mut latest = 0;
+                    let mut gaps = Vec::new();
+                    for record in base.records() {
+                        match judge(record) {
+                            Held::Latest => latest += 1,
+                            Held::Other => {}
+                            held => gaps.push((record.node(), held)),
+                        }
                     }
-                    held += 1;
-                } else if !allowed[r as usize] {
-                    gap =
-                        Some(format!("node {x} still lists node {r}, dead for longer than an advert lives"));
-                    break 'nodes;
+                    (latest, gaps)
+                });
+                base_verdict = Some((Arc::as_ptr(base), shared));
+            }
+            let verdict =
+                if base.is_empty() { None } else { base_verdict.as_ref().and_then(|(_, v)| v.as_ref()) };
+            let (mut held, mut found) = (0, None);
+            let own: Box<dyn Iterator<Item = &Record>> = match verdict {
+                Some(_) => Box::new(directory.own_records().filter(|r| r.expires_at() > now)),
+                None => Box::new(directory.records(now)),
+            };
+            for record in own {
+                match judge(record) {
+                    Held::Latest => held += 1,
+                    Held::Other => {}
+                    other => {
+                        found = Some(other);
+                        break;
+                    }
                 }
             }
-            if held < must_hold {
-                gap = Some(format!(
-                    "node {x} holds the latest adverts of {held} of the {must_hold} live nodes"
-                ));
+            if let (None, Some((latest, gaps))) = (&found, verdict) {
+                held += latest;
+                for node in directory.shadowed() {
+                    if base.get(node).is_some_and(|r| matches!(judge(r), Held::Latest)) {
+                        held -= 1;
+                    }
+                }
+                found = gaps.iter().find(|(node, _)| !directory.shadows(node)).map(|(_, h)| *h);
+            }
+            gap = match found {
+                Some(Held::Stale { node, held, seq }) => Some(format!(
+                    "node {x} holds node {node}'s seq {held} but {seq} was published more than {grace_ms} ms ago"
+                )),
+                Some(Held::Dead { node }) => Some(format!(
+                    "node {x} still lists node {node}, down for longer than {}",
+                    if self.scenario.check.departed_bound_s.is_some() {
+                        format!("{} ms (check.departed_bound_s)", linger_ms)
+                    } else {
+                        "an advert lives".to_owned()
+                    }
+                )),
+                _ if held < must_hold => {
+                    Some(format!("node {x} holds the latest adverts of {held} of the {must_hold} live nodes"))
+                }
+                _ => None,
+            };
+            if gap.is_some() {
                 break;
             }
         }
@@ -260,6 +327,19 @@ impl Sim {
             }
         }
     }
+}
+
+/// How a record a directory holds counts for liveness.
+#[derive(Clone, Copy, Debug)]
+enum Held {
+    /// The latest advert of a live node (or newer).
+    Latest,
+    /// Older than the node's latest advert.
+    Stale { node: Ix, held: u64, seq: u64 },
+    /// Of a node down for longer than it may stay listed.
+    Dead { node: Ix },
+    /// Neither required nor forbidden (a node too new, or recently down).
+    Other,
 }
 
 fn churn_step_ms(per_s: f64) -> u64 {

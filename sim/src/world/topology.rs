@@ -13,7 +13,7 @@ pub(super) fn mesh_low(degree: usize) -> usize {
 }
 
 /// Node `ix`'s listen address in region `region` (what its advert lists).
-fn address(region: usize, ix: Ix) -> String {
+pub(super) fn address(region: usize, ix: Ix) -> String {
     format!("/ip4/10.{region}.{}.{}/tcp/7421", ix / 250, ix % 250)
 }
 
@@ -33,6 +33,8 @@ impl Sim {
         ));
         node.down_since = None;
         node.uplink_free_at = self.now;
+        self.count_live(ix, true);
+        let node = &mut self.nodes[i];
         let capsules = node.capsules.clone();
         let addrs = vec![address(node.region, ix)];
         self.handle(ix, Input::SetAddrs { addrs }, None);
@@ -112,6 +114,7 @@ impl Sim {
         for peer in peers {
             self.disconnect(ix, peer);
         }
+        self.count_live(ix, false);
         let node = &mut self.nodes[i];
         node.mesh = None;
         node.mcache.clear();
