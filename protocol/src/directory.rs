@@ -29,7 +29,10 @@
 //!
 //! A departure notice ([`crate::gone::Gone`]) ends an advert early: [`Directory::depart`]
 //! drops it and keeps the notice in its tombstone, and [`Directory::notices_for`] hands the
-//! notice to a peer whose digest shows it still holds the departed advert.
+//! notice to a peer whose digest shows it still holds the departed advert. A notice that
+//! names a node or a witness this directory does not know yet (a newcomer still filling its
+//! directory) is parked for [`PENDING_NOTICE_MS`] and judged again when an advert of either
+//! arrives: otherwise the departed node's advert, arriving after the notice, would stay.
 //!
 //! # Shared bases
 //!
@@ -52,12 +55,16 @@ use crate::digest::Digest;
 use crate::gone::Gone;
 use crate::identity::{NodeId, PublicKey};
 use crate::limits::{
-    DIGEST_ENTRIES_MAX, DIRECTORY_NODES_MAX, DIRECTORY_OUTPUTS_MAX, ENVELOPE_OVERHEAD_MAX, SYNC_ADVERTS_MAX,
-    SYNC_RESPONSE_BYTES_MAX,
+    DIGEST_ENTRIES_MAX, DIRECTORY_NODES_MAX, DIRECTORY_OUTPUTS_MAX, ENVELOPE_OVERHEAD_MAX,
+    PENDING_NOTICES_MAX, SYNC_ADVERTS_MAX, SYNC_RESPONSE_BYTES_MAX,
 };
 use crate::signed::{Envelope, OpenError};
 use crate::time::Millis;
 use crate::verify::{Ed25519Verifier, Verifier};
+
+/// How long a departure notice naming a node or witness this directory does not know waits
+/// for an advert of either (see the module docs).
+pub const PENDING_NOTICE_MS: u64 = 60_000;
 
 /// Who may have adverts accepted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -154,6 +161,9 @@ pub enum Refusal {
     NotAdmitted(String),
     #[error("directory is full ({nodes_max} nodes)")]
     Full { nodes_max: usize },
+    /// The notice is genuine (known witness, fresh, signed) but names a node this
+    /// directory does not hold: worth relaying, since the advert may still be on its way to
+    /// others (and here, where the notice is parked for it).
     #[error("the departure notice names a node this directory does not hold")]
     UnknownNode,
     #[error("the departure notice's witness is not a node this directory holds")]
@@ -317,8 +327,22 @@ pub struct Directory {
     expiries: BTreeSet<(Millis, NodeId)>,
     tombstones: BTreeMap<NodeId, Tombstone>,
     tombstone_expiries: BTreeSet<(Millis, NodeId)>,
+    /// Parked notices, oldest first, by arrival number; indexed by subject and by witness.
+    pending: BTreeMap<u64, Pending>,
+    pending_by_node: BTreeSet<(NodeId, u64)>,
+    pending_next: u64,
     outputs: VecDeque<Output>,
     stats: DirectoryStats,
+}
+
+/// A departure notice waiting for an advert of its subject or witness.
+#[derive(Clone, Debug)]
+struct Pending {
+    envelope: Envelope,
+    subject: NodeId,
+    witness: NodeId,
+    source: Source,
+    until: Millis,
 }
 
 #[derive(Clone, Debug)]
@@ -421,6 +445,9 @@ impl Directory {
             expiries: BTreeSet::new(),
             tombstones: BTreeMap::new(),
             tombstone_expiries: BTreeSet::new(),
+            pending: BTreeMap::new(),
+            pending_by_node: BTreeSet::new(),
+            pending_next: 0,
             outputs: VecDeque::new(),
             stats: DirectoryStats::default(),
         }
@@ -472,6 +499,7 @@ impl Directory {
                 self.store(now, envelope, advert);
                 self.stats.accepted += 1;
                 self.push(Output::Accepted { node: claimed, seq, source });
+                self.retry_pending(now, claimed);
                 Ok(seq)
             }
             Err(reason) => {
@@ -499,6 +527,9 @@ impl Directory {
             if !self.shadowed.contains(&node) {
                 self.expire_node(node);
             }
+        }
+        while self.pending.first_key_value().is_some_and(|(_, p)| p.until <= now) {
+            self.unpark_first();
         }
         while let Some(&(at, node)) = self.tombstone_expiries.first() {
             if at > now {
@@ -706,9 +737,53 @@ impl Directory {
             }
             Err(reason) => {
                 *self.stats.refused.entry(reason.reason()).or_default() += 1;
+                if matches!(reason, Refusal::UnknownNode | Refusal::UnknownWitness) {
+                    self.park(now, envelope, witness, source);
+                }
                 self.push(Output::Refused { node: witness, source, reason: reason.clone() });
                 Err(reason)
             }
+        }
+    }
+
+    /// Parks a notice naming a node or witness not known yet (see the module docs).
+    fn park(&mut self, now: Millis, envelope: &Envelope, witness: NodeId, source: Source) {
+        let Ok(notice) = self.verifier.peek_notice(envelope) else { return };
+        let subject = notice.node;
+        let parked = self
+            .pending_by_node
+            .range((subject, 0)..=(subject, u64::MAX))
+            .any(|(_, id)| self.pending.get(id).is_some_and(|p| p.envelope == *envelope));
+        if parked {
+            return;
+        }
+        if self.pending.len() >= PENDING_NOTICES_MAX {
+            self.unpark_first();
+        }
+        let id = self.pending_next;
+        self.pending_next += 1;
+        self.pending_by_node.insert((subject, id));
+        self.pending_by_node.insert((witness, id));
+        let until = now.plus(PENDING_NOTICE_MS);
+        self.pending.insert(id, Pending { envelope: envelope.clone(), subject, witness, source, until });
+    }
+
+    fn unpark_first(&mut self) -> Option<Pending> {
+        let (id, pending) = self.pending.pop_first()?;
+        self.pending_by_node.remove(&(pending.subject, id));
+        self.pending_by_node.remove(&(pending.witness, id));
+        Some(pending)
+    }
+
+    /// Judges again the parked notices that name `node`, now that its advert is here.
+    fn retry_pending(&mut self, now: Millis, node: NodeId) {
+        let ids: Vec<u64> =
+            self.pending_by_node.range((node, 0)..=(node, u64::MAX)).map(|(_, id)| *id).collect();
+        for id in ids {
+            let Some(pending) = self.pending.remove(&id) else { continue };
+            self.pending_by_node.remove(&(pending.subject, id));
+            self.pending_by_node.remove(&(pending.witness, id));
+            let _ = self.depart(now, &pending.envelope, pending.source);
         }
     }
 
@@ -729,17 +804,13 @@ impl Directory {
     pub fn check_notice(&self, now: Millis, envelope: &Envelope) -> Result<Arc<Gone>, Refusal> {
         let notice =
             self.verifier.peek_notice(envelope).map_err(|err| Refusal::Malformed(err.to_string()))?;
-        let held = match self.get(&notice.node) {
-            Some(record) => record.advert.seq,
-            None => {
-                return Err(match self.tombstones.get(&notice.node) {
-                    Some(tombstone) if tombstone.seq >= notice.seq => Refusal::Duplicate { seq: notice.seq },
-                    _ => Refusal::UnknownNode,
-                });
+        let held = self.get(&notice.node).map(|record| record.advert.seq);
+        match (held, self.tombstones.get(&notice.node)) {
+            (Some(held), _) if held > notice.seq => return Err(Refusal::Stale { seq: notice.seq, held }),
+            (None, Some(tombstone)) if tombstone.seq >= notice.seq => {
+                return Err(Refusal::Duplicate { seq: notice.seq });
             }
-        };
-        if held > notice.seq {
-            return Err(Refusal::Stale { seq: notice.seq, held });
+            _ => {}
         }
         let witness = NodeId::from_key(envelope.signer());
         // A witness this directory knows, or knew: one that a notice dropped (each side of
@@ -757,6 +828,10 @@ impl Directory {
         }
         if !self.verifier.verify(envelope) {
             return Err(Refusal::BadSignature);
+        }
+        if held.is_none() {
+            // A genuine notice about a node not known here (yet): the caller may pass it on.
+            return Err(Refusal::UnknownNode);
         }
         Ok(notice)
     }

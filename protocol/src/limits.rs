@@ -74,6 +74,9 @@ pub const DIRECTORY_OUTPUTS_MAX: usize = 4096;
 /// (`SYNC_ADVERTS_MAX` × [`ENVELOPE_BYTES_MAX`] is the worst case, 4 KiB typical).
 pub const SYNC_ADVERTS_MAX: usize = 256;
 
+/// Departure notices a directory parks until it knows their node or witness.
+pub const PENDING_NOTICES_MAX: usize = 256;
+
 /// Departure notices in one sync response.
 pub const SYNC_NOTICES_MAX: usize = 256;
 

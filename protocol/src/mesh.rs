@@ -594,7 +594,8 @@ impl MeshNode {
     fn judge_gossip(&mut self, now: Millis, from: NodeId, token: u64, envelope: Envelope) -> (Verdict, bool) {
         if envelope.kind() == DocKind::NodeGone {
             return match self.on_notice(now, &envelope, Source::Gossip { from, token }) {
-                Ok(true) => (Verdict::Accept, false),
+                // Relayed also when it names a node we never held: others may hold it.
+                Ok(true) | Err(Refusal::UnknownNode) => (Verdict::Accept, false),
                 Ok(false) => (Verdict::Ignore, false),
                 Err(reason) if reason.is_misbehaviour() => {
                     (Verdict::Reject, matches!(reason, Refusal::Malformed(_) | Refusal::BadSignature))
@@ -767,10 +768,15 @@ impl MeshNode {
             .collect();
         for (peer, seq) in due {
             self.suspects.remove(&peer);
-            // Back, or alive enough to have published since: not gone.
-            if self.peers.contains_key(&peer)
-                || self.directory.get(&peer).is_none_or(|r| r.advert().seq != seq)
-            {
+            let Some(held) = self.directory.get(&peer).map(|r| r.advert().seq) else { continue };
+            if self.peers.contains_key(&peer) {
+                continue;
+            }
+            if held != seq {
+                // A newer advert came since: it may have left the peer just before it died
+                // (in flight when the connection closed), so it is no proof of life. Suspect
+                // the new advert afresh, dialling again: a live peer comes back.
+                self.suspect(now, peer);
                 continue;
             }
             let Ok(signed) = Signed::sign(Gone::new(peer, seq, now), &self.key) else { continue };
