@@ -28,8 +28,9 @@ else
 fi
 
 # The simulator, in release mode (it alone; it does not depend on libp2p or wasmtime):
-# a bounded seed sweep of every main scenario (task and artifact traffic included), then the
-# 2,000-node scale scenario.
+# a bounded seed sweep of every main scenario (task and artifact traffic included), the
+# steady-state scenario at 2,000 nodes, then the 2,000-node formation scenario and the
+# 10,000-node steady state with churn (about 30 s and 1 GB here).
 say "simulation sweeps (release)"
 cargo build --release -p murmur-sim
 sim=target/release/murmur-sim
@@ -38,4 +39,6 @@ for scenario in steady churn partition lossy-wan byzantine mass-restart task-sto
   artifact-storm byzantine-provider closed-mesh; do
   "$sim" sweep "$scenario" --seeds 1..5
 done
+"$sim" sweep steady-10k --nodes 2000 --seeds 1..3
 "$sim" run large --seed 1
+"$sim" run steady-10k --seed 1

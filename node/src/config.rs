@@ -152,11 +152,12 @@ impl Default for RawNetwork {
 pub struct RawAdverts {
     pub refresh_secs: u64,
     pub ttl_secs: u64,
+    pub suspect_secs: u64,
 }
 
 impl Default for RawAdverts {
     fn default() -> Self {
-        Self { refresh_secs: 30, ttl_secs: 90 }
+        Self { refresh_secs: 30, ttl_secs: 90, suspect_secs: 10 }
     }
 }
 
@@ -235,6 +236,8 @@ pub struct NetworkConfig {
 pub struct AdvertConfig {
     pub refresh: Duration,
     pub ttl: Duration,
+    /// A peer gone this long is declared departed (zero: never; see `MeshConfig::suspect_ms`).
+    pub suspect: Duration,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -344,6 +347,10 @@ impl Config {
             );
         }
 
+        if raw.adverts.suspect_secs > 3600 {
+            err("adverts.suspect_secs", "must be 0..=3600 (0 turns departure notices off)".into());
+        }
+
         let authorities: Vec<PublicKey> = raw
             .trust
             .authorities
@@ -424,6 +431,7 @@ impl Config {
             adverts: AdvertConfig {
                 refresh: Duration::from_secs(raw.adverts.refresh_secs),
                 ttl: Duration::from_secs(raw.adverts.ttl_secs),
+                suspect: Duration::from_secs(raw.adverts.suspect_secs),
             },
             trust: TrustConfig {
                 authorities,

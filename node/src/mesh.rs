@@ -317,6 +317,7 @@ pub fn mesh_config(config: &Config) -> MeshConfig {
     MeshConfig {
         refresh_ms: ms(config.adverts.refresh),
         ttl_ms: ms(config.adverts.ttl),
+        suspect_ms: ms(config.adverts.suspect),
         directory: DirectoryConfig { admission, ..DirectoryConfig::default() },
         ..MeshConfig::default()
     }

@@ -73,3 +73,33 @@ fn byzantine_actors_are_refused_and_counted() {
     assert!(m.refusals.get("bad_signature").copied().unwrap_or(0) > 0, "forgeries reached and were refused");
     assert!(m.gossip_rejected > 0 && m.oversized_dropped > 0, "junk was rejected and oversized dropped");
 }
+
+/// The 10,000-node scenario's shape at 300 nodes: a warm start, churn, departures bounded.
+fn steady_warm() -> Scenario {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios/steady-10k.toml");
+    let mut scenario = Scenario::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
+    scenario.nodes = 300;
+    scenario
+}
+
+#[test]
+fn a_warm_start_with_churn_passes_and_its_departures_are_notices_not_ttls() {
+    let outcome = Sim::new(steady_warm(), Options { seed: 2, ..Options::default() }).run();
+    assert_eq!(outcome.verdict, Verdict::Pass, "{:?}", outcome.findings);
+    let m = &outcome.metrics;
+    assert!(m.departures_declared > 0 && m.departures_applied > m.departures_declared, "{m:?}");
+    assert_eq!(m.departures_false, 0, "no live node was declared gone");
+    // Warm adverts are not counted as published: only what the run itself changed.
+    assert!(m.adverts_published < 300, "{}", m.adverts_published);
+}
+
+#[test]
+fn departed_nodes_left_to_their_ttl_fail_the_departure_bound() {
+    // Without departure notices a node that left stays listed for its TTL (a day here):
+    // the departure bound must catch it.
+    let mut scenario = steady_warm();
+    scenario.protocol.suspect_s = 0;
+    let outcome = Sim::new(scenario, Options { seed: 2, ..Options::default() }).run();
+    assert_eq!(outcome.verdict, Verdict::Liveness, "{:?}", outcome.findings);
+    assert!(outcome.findings.iter().any(|f| f.contains("departed_bound_s")), "{:?}", outcome.findings);
+}

@@ -60,6 +60,16 @@ pub fn render(m: &MeshMetrics) -> String {
     metric("murmur_adverts_refused_total", "counter", "Adverts refused, by reason.", &refused);
     metric("murmur_adverts_expired_total", "counter", "Adverts dropped at their TTL.", &[("", d.expired)]);
     metric(
+        "murmur_departures_total",
+        "counter",
+        "Departure notices: adverts they dropped here, notices this node signed as a witness, and notices about this node it refuted by republishing.",
+        &[
+            ("kind=\"applied\"", d.departed),
+            ("kind=\"declared\"", s.departures_declared),
+            ("kind=\"refuted\"", s.refutations),
+        ],
+    );
+    metric(
         "murmur_gossip_messages_total",
         "counter",
         "Advert gossip messages received and published.",

@@ -523,6 +523,9 @@ fn log_event(event: &Event) {
             debug!(peer = %node, source = ?source, reason = %reason, "advert refused");
         }
         Event::AdvertExpired { node } => info!(peer = %node, "advert expired"),
+        Event::Departed { node, seq, witness, source } => {
+            info!(peer = %node, seq, witness = %witness, source = ?source, "node departed")
+        }
         Event::Published { seq } => debug!(seq, "advert published"),
     }
 }
