@@ -128,6 +128,25 @@ fn sync_bytes_are_frozen() {
     let response = murmur_protocol::sync::SyncResponse::new(vec![advert()], true);
     check("sync_response", &response.encode());
     assert_eq!(murmur_protocol::sync::SyncResponse::decode(&stored("sync_response")).unwrap(), response);
+    // With departure notices: the `gone` key appears only then, so the response above
+    // keeps the bytes it had before notices existed.
+    let response = response.with_notices(vec![gone()]);
+    check("sync_response_gone", &response.encode());
+    assert_eq!(murmur_protocol::sync::SyncResponse::decode(&stored("sync_response_gone")).unwrap(), response);
+}
+
+fn gone() -> Envelope {
+    let witness = SecretKey::from_seed([0x22; 32]);
+    Signed::sign(gone::Gone::new(node_key().node_id(), 42, T0.plus(60_000)), &witness)
+        .unwrap()
+        .into_envelope()
+}
+
+#[test]
+fn departure_notice_bytes_are_frozen() {
+    check("gone", &gone().encode());
+    let opened: Signed<gone::Gone> = Envelope::decode(&stored("gone")).unwrap().open().unwrap();
+    assert_eq!((opened.doc().node, opened.doc().seq), (node_key().node_id(), 42));
 }
 
 fn submit() -> task::Submit {

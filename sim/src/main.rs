@@ -22,6 +22,8 @@ use murmur_sim::{Options, Outcome, Scenario, Sim, Verdict};
 ///   murmur-sim sweep artifact-storm --seeds 1..5
 ///   murmur-sim run byzantine-provider --plant write-unverified   # must fail (exit 4)
 ///   murmur-sim run byzantine-provider --plant trust-any-offer    # must fail (exit 4)
+///   murmur-sim run steady-10k                 # 10,000 nodes, 120 s, churn
+///   murmur-sim scale                          # that at growing sizes, with the baseline
 ///
 /// SCENARIO is a TOML file, or the name of one in sim/scenarios/.
 /// Exit codes: 0 pass, 2 usage, 3 crash, 4 safety violation, 5 liveness failure,
@@ -53,6 +55,24 @@ enum Command {
         /// Parallel runs (default: the number of cores).
         #[arg(long)]
         jobs: Option<usize>,
+    },
+    /// The scale benchmark: `steady-10k` (a steady mesh with churn, departures by notice,
+    /// rare refresh) at growing sizes, one run at a time, and side by side at the smaller
+    /// sizes the baseline protocol, liveness by refresh (30 s refresh, 90 s TTL, no
+    /// departure notices), whose traffic grows with the square of the size. Prints a table
+    /// (and JSON with --json); wall time includes setting the run up.
+    Scale {
+        /// Node counts for the scenario as shipped.
+        #[arg(long, value_delimiter = ',', default_value = "1000,2000,5000,10000")]
+        sizes: Vec<usize>,
+        /// Node counts for the baseline (each takes minutes above a few thousand).
+        #[arg(long, value_delimiter = ',', default_value = "500,1000")]
+        baseline_sizes: Vec<usize>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Print one JSON object instead of the table.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -89,6 +109,7 @@ fn main() -> ExitCode {
     let code = match cli.command {
         Command::Run { common, seed } => run(&common, seed),
         Command::Sweep { common, seeds, jobs } => sweep(&common, &seeds, jobs),
+        Command::Scale { sizes, baseline_sizes, seed, json } => scale(&sizes, &baseline_sizes, seed, json),
     };
     ExitCode::from(code)
 }
@@ -260,4 +281,78 @@ fn sweep(common: &Common, seeds: &str, jobs: Option<usize>) -> u8 {
         .iter()
         .find(|v| failed.iter().any(|o| o.verdict == **v))
         .map_or(exit::PASS, |v| v.exit_code())
+}
+
+/// `murmur-sim scale`: see [`Command::Scale`].
+fn scale(sizes: &[usize], baseline_sizes: &[usize], seed: u64, json: bool) -> u8 {
+    let common = Common {
+        scenario: "steady-10k".into(),
+        nodes: None,
+        duration: None,
+        canary: false,
+        plant: None,
+        json,
+    };
+    let shipped = match load(&common) {
+        Ok((scenario, _)) => scenario,
+        Err(err) => {
+            eprintln!("murmur-sim: {err}");
+            return exit::USAGE;
+        }
+    };
+    let mut baseline = shipped.clone();
+    baseline.protocol.refresh_s = 30;
+    baseline.protocol.ttl_s = 90;
+    baseline.protocol.suspect_s = 0;
+    baseline.check.departed_bound_s = None;
+    let runs = baseline_sizes
+        .iter()
+        .map(|n| ("refresh (baseline)", &baseline, *n))
+        .chain(sizes.iter().map(|n| ("departure notices", &shipped, *n)));
+    let mut rows = Vec::new();
+    if !json {
+        println!(
+            "{:<20} {:>6}  {:<9} {:>8} {:>11} {:>10} {:>12} {:>13}",
+            "protocol", "nodes", "verdict", "wall s", "events", "events/s", "msgs/node/s", "bytes/node/s"
+        );
+    }
+    let mut code = exit::PASS;
+    for (protocol, scenario, nodes) in runs {
+        let mut scenario = scenario.clone();
+        scenario.nodes = nodes;
+        let outcome = run_one(&scenario, seed, false, None);
+        let m = &outcome.metrics;
+        if outcome.verdict != Verdict::Pass {
+            code = outcome.exit_code;
+        }
+        let row = serde_json::json!({
+            "protocol": protocol,
+            "nodes": nodes,
+            "verdict": format!("{:?}", outcome.verdict).to_lowercase(),
+            "wall_s": m.wall_ms / 1000.0,
+            "events": m.events,
+            "events_per_sec": m.events_per_sec,
+            "messages_per_node_per_sec": m.messages_per_node_per_sec,
+            "bytes_per_node_per_sec": m.bytes_per_node_per_sec,
+            "trace_hash": outcome.trace_hash,
+        });
+        if !json {
+            println!(
+                "{:<20} {:>6}  {:<9} {:>8.1} {:>11} {:>10.0} {:>12.1} {:>13.0}",
+                protocol,
+                nodes,
+                row["verdict"].as_str().unwrap_or("?"),
+                m.wall_ms / 1000.0,
+                m.events,
+                m.events_per_sec,
+                m.messages_per_node_per_sec,
+                m.bytes_per_node_per_sec
+            );
+        }
+        rows.push(row);
+    }
+    if json {
+        println!("{}", serde_json::json!({ "scenario": "steady-10k", "seed": seed, "runs": rows }));
+    }
+    code
 }

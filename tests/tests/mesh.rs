@@ -51,8 +51,12 @@ fn five_nodes_bootstrapped_in_a_chain_all_find_each_other() {
 
 #[test]
 fn a_killed_node_disappears_after_the_ttl() {
+    // Departure notices off: the TTL alone drops it.
     let fast = |cap: &str| {
-        format!("[adverts]\nrefresh_secs = 1\nttl_secs = 3\n{}", capsules_toml(&[(cap, "1.0.0")]))
+        format!(
+            "[adverts]\nrefresh_secs = 1\nttl_secs = 3\nsuspect_secs = 0\n{}",
+            capsules_toml(&[(cap, "1.0.0")])
+        )
     };
     let a = TestNode::start_with(&fast("alpha"), None).unwrap();
     let b = TestNode::start_with(&fast("beta"), Some(&a)).unwrap();
@@ -72,6 +76,40 @@ fn a_killed_node_disappears_after_the_ttl() {
     }
     assert!(a.capsule_names().contains(&"beta".to_owned()), "live nodes stay listed (refreshed)");
     assert!(a.metric("murmur_adverts_expired_total") >= 1);
+}
+
+#[test]
+fn a_killed_node_is_declared_gone_by_its_peers_long_before_its_ttl() {
+    // Adverts live ten minutes; the peers that lose the node declare it gone after 2 s.
+    let slow = |cap: &str| {
+        format!(
+            "[adverts]\nrefresh_secs = 300\nttl_secs = 600\nsuspect_secs = 2\n{}",
+            capsules_toml(&[(cap, "1.0.0")])
+        )
+    };
+    let a = TestNode::start_with(&slow("alpha"), None).unwrap();
+    let b = TestNode::start_with(&slow("beta"), Some(&a)).unwrap();
+    let mut c = TestNode::start_with(&slow("gamma"), Some(&b)).unwrap();
+    let all = names(&["alpha", "beta", "gamma"]);
+    for node in [&a, &b] {
+        wait_for(CONVERGE, "three capsules", || has_all(node, &all).then_some(())).unwrap();
+    }
+    c.kill();
+    let killed = Instant::now();
+    for node in [&a, &b] {
+        wait_for(Duration::from_secs(20), "gamma to be declared gone", || {
+            (!node.capsule_names().contains(&"gamma".to_owned())).then_some(())
+        })
+        .unwrap();
+    }
+    eprintln!("gamma left every directory {:?} after the kill (TTL 600 s)", killed.elapsed());
+    assert_eq!(a.metric("murmur_adverts_expired_total"), 0, "a notice, not the TTL, dropped it");
+    let declared = a.metric("murmur_departures_total{kind=\"declared\"}")
+        + b.metric("murmur_departures_total{kind=\"declared\"}");
+    assert!(declared >= 1, "a witness declared it");
+    assert!(a.metric("murmur_departures_total{kind=\"applied\"}") >= 1);
+    // The live nodes stay listed: losing a peer is not losing the mesh.
+    assert!(has_all(&a, &names(&["alpha", "beta"])) && has_all(&b, &names(&["alpha", "beta"])));
 }
 
 #[test]
