@@ -378,7 +378,7 @@ fn a_directory_on_a_shared_base_sees_the_base_and_keeps_its_own_changes() {
     assert_eq!(a.len(), 2);
     assert_eq!(hosts(&a, "echo"), vec![key(3).node_id()]);
     assert_eq!(hosts(&a, "wc"), vec![key(1).node_id()]);
-    let mut expected = vec![DigestEntry(key(1).node_id(), 6), DigestEntry(key(3).node_id(), 1)];
+    let mut expected = [DigestEntry(key(1).node_id(), 6), DigestEntry(key(3).node_id(), 1)];
     expected.sort();
     assert_eq!(a.digest().entries(), &expected[..]);
     let mut shadowed = vec![key(1).node_id(), key(2).node_id()];

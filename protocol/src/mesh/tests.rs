@@ -526,17 +526,6 @@ fn a_closed_mesh_judges_gossip_on_its_merits_even_from_a_peer_not_yet_admitted()
 }
 
 impl Net {
-    /// Node `i` dies: its links go, and its peers see their connection close.
-    fn kill(&mut self, i: usize) {
-        let dead = self.nodes[i].id();
-        let peers: Vec<usize> =
-            self.links.iter().filter_map(|&(a, b)| (a == i).then_some(b).or((b == i).then_some(a))).collect();
-        self.links.retain(|&(a, b)| a != i && b != i);
-        for p in peers {
-            self.handle(p, Input::PeerDisconnected { peer: dead });
-        }
-    }
-
     fn published_notices(&self, i: usize) -> Vec<Vec<u8>> {
         self.published
             .iter()

@@ -245,7 +245,7 @@ impl Sim {
         // still valid at every node clock are judged once.
         let skew_ms = p.directory.clock_skew_max_ms;
         let latest_clock = Millis(EPOCH.0 + self.now + skew_ms);
-        let mut base_verdict: Option<(*const DirectoryBase, Option<(usize, Vec<(NodeId, Held)>)>)> = None;
+        let mut base_verdict: Option<(*const DirectoryBase, Option<BaseVerdict>)> = None;
         let mut gap = None;
         for x in 0..self.nodes.len() {
             let Some(mesh) = self.nodes[x].mesh.as_ref() else { continue };
@@ -328,6 +328,10 @@ impl Sim {
         }
     }
 }
+
+/// How the records of a shared base count, judged once for every directory on it: the
+/// latest adverts it holds, and the records that are gaps unless a directory shadowed them.
+type BaseVerdict = (usize, Vec<(NodeId, Held)>);
 
 /// How a record a directory holds counts for liveness.
 #[derive(Clone, Copy, Debug)]
