@@ -161,11 +161,11 @@ pub enum Refusal {
     NotAdmitted(String),
     #[error("directory is full ({nodes_max} nodes)")]
     Full { nodes_max: usize },
-    /// The notice is genuine (known witness, fresh, signed) but names a node this
-    /// directory does not hold: worth relaying, since the advert may still be on its way to
-    /// others (and here, where the notice is parked for it).
-    #[error("the departure notice names a node this directory does not hold")]
-    UnknownNode,
+    /// The notice is genuine (known witness, fresh, signed) but names an advert this
+    /// directory does not hold (a node it never heard of, or a newer advert than it has):
+    /// worth relaying, since the advert may be on its way to others, and parked here.
+    #[error("the departure notice names an advert this directory does not hold")]
+    NotHeld,
     #[error("the departure notice's witness is not a node this directory holds")]
     UnknownWitness,
 }
@@ -182,7 +182,7 @@ impl Refusal {
         "from_future",
         "not_admitted",
         "full",
-        "unknown_node",
+        "not_held",
         "unknown_witness",
     ];
 
@@ -199,7 +199,7 @@ impl Refusal {
             Self::FromFuture { .. } => "from_future",
             Self::NotAdmitted(_) => "not_admitted",
             Self::Full { .. } => "full",
-            Self::UnknownNode => "unknown_node",
+            Self::NotHeld => "not_held",
             Self::UnknownWitness => "unknown_witness",
         }
     }
@@ -714,22 +714,25 @@ impl Directory {
     /// notice in a tombstone, which also refuses that advert if it comes back). Returns the
     /// departed node. The verdict is also queued as an [`Output`]. A refusal changes nothing.
     ///
-    /// A notice holds when it decodes, names a node this directory holds at the notice's
-    /// sequence number or an older one, comes from a node this directory holds or recently
-    /// held (or from the departing node itself), is fresh, and its signature verifies.
+    /// A notice holds when it decodes, names the very advert this directory holds for its
+    /// node (never a newer one: a notice naming a sequence number its node has not reached
+    /// would otherwise bury the node's next adverts too), comes from a node this directory
+    /// holds or recently held (or from the departing node itself), is fresh, and its
+    /// signature verifies.
     pub fn depart(&mut self, now: Millis, envelope: &Envelope, source: Source) -> Result<NodeId, Refusal> {
         let witness = NodeId::from_key(envelope.signer());
         match self.check_notice(now, envelope) {
             Ok(notice) => {
                 let node = notice.node;
                 if let Some(record) = self.remove(&node) {
+                    // Until neither the advert nor the notice could pass a freshness check.
                     let skew = self.config.clock_skew_max_ms;
                     let advert = record.advert();
                     let until = advert
                         .issued_at
                         .plus(self.clamped_ttl(advert) + skew)
-                        .max(notice.at.plus(self.config.ttl_max_ms + skew));
-                    self.bury(node, notice.seq.max(advert.seq), until, Some(envelope.clone()));
+                        .max(notice.at.plus(self.config.ttl_max_ms + 2 * skew));
+                    self.bury(node, advert.seq, until, Some(envelope.clone()));
                 }
                 self.stats.departed += 1;
                 self.push(Output::Departed { node, seq: notice.seq, witness, source });
@@ -737,7 +740,8 @@ impl Directory {
             }
             Err(reason) => {
                 *self.stats.refused.entry(reason.reason()).or_default() += 1;
-                if matches!(reason, Refusal::UnknownNode | Refusal::UnknownWitness) {
+                // Both only after the signature verified: junk never takes a parking place.
+                if matches!(reason, Refusal::NotHeld | Refusal::UnknownWitness) {
                     self.park(now, envelope, witness, source);
                 }
                 self.push(Output::Refused { node: witness, source, reason: reason.clone() });
@@ -800,8 +804,24 @@ impl Directory {
     }
 
     /// Runs every check on a departure notice, cheapest first, without applying it (see
-    /// [`Directory::depart`]); a node judges notices about itself this way.
+    /// [`Directory::depart`]).
     pub fn check_notice(&self, now: Millis, envelope: &Envelope) -> Result<Arc<Gone>, Refusal> {
+        self.judge_notice(now, envelope, true)
+    }
+
+    /// As [`Directory::check_notice`], for a notice about this directory's own node, which
+    /// refutes it whoever signed it: a fresh, signed notice naming its current advert drops
+    /// it wherever the witness is known, so the witness need not be known here.
+    pub fn check_notice_about_self(&self, now: Millis, envelope: &Envelope) -> Result<Arc<Gone>, Refusal> {
+        self.judge_notice(now, envelope, false)
+    }
+
+    fn judge_notice(
+        &self,
+        now: Millis,
+        envelope: &Envelope,
+        known_witness: bool,
+    ) -> Result<Arc<Gone>, Refusal> {
         let notice =
             self.verifier.peek_notice(envelope).map_err(|err| Refusal::Malformed(err.to_string()))?;
         let held = self.get(&notice.node).map(|record| record.advert.seq);
@@ -811,12 +831,6 @@ impl Directory {
                 return Err(Refusal::Duplicate { seq: notice.seq });
             }
             _ => {}
-        }
-        let witness = NodeId::from_key(envelope.signer());
-        // A witness this directory knows, or knew: one that a notice dropped (each side of
-        // a partition declares the other gone) still vouches for its notices.
-        if witness != notice.node && self.get(&witness).is_none() && !self.tombstones.contains_key(&witness) {
-            return Err(Refusal::UnknownWitness);
         }
         let skew = self.config.clock_skew_max_ms;
         if notice.at > now.plus(skew) {
@@ -829,9 +843,19 @@ impl Directory {
         if !self.verifier.verify(envelope) {
             return Err(Refusal::BadSignature);
         }
-        if held.is_none() {
-            // A genuine notice about a node not known here (yet): the caller may pass it on.
-            return Err(Refusal::UnknownNode);
+        let witness = NodeId::from_key(envelope.signer());
+        // A witness this directory knows, or knew: one that a notice dropped (each side of
+        // a partition declares the other gone) still vouches for its notices.
+        if known_witness
+            && witness != notice.node
+            && self.get(&witness).is_none()
+            && !self.tombstones.contains_key(&witness)
+        {
+            return Err(Refusal::UnknownWitness);
+        }
+        if held != Some(notice.seq) {
+            // A node not known here (yet), or an advert newer than the one held.
+            return Err(Refusal::NotHeld);
         }
         Ok(notice)
     }

@@ -147,6 +147,8 @@ pub struct Resume {
     pub capsules: Vec<HostedCapsule>,
     pub addrs: Vec<String>,
     pub cert: Option<Envelope>,
+    pub artifacts: Vec<Digest>,
+    pub load: u16,
     pub peers: Vec<NodeId>,
     pub refresh_at: Millis,
 }
@@ -259,7 +261,8 @@ pub struct MeshStats {
     pub outputs_dropped: u64,
     /// Departure notices this node signed as a witness.
     pub departures_declared: u64,
-    /// Republications that refuted a departure notice about this node.
+    /// Departure notices about this node's current advert that brought its next
+    /// republication forward (refuted them).
     pub refutations: u64,
 }
 
@@ -352,6 +355,8 @@ impl MeshNode {
         node.local.capsules = state.capsules;
         node.local.addrs = state.addrs;
         node.local.cert = state.cert;
+        node.local.artifacts = state.artifacts;
+        node.local.load = state.load;
         node.next_refresh = state.refresh_at;
         node.last_published = Some(now);
         for peer in state.peers.into_iter().filter(|peer| *peer != node.id).take(MESH_PEERS_MAX) {
@@ -595,7 +600,7 @@ impl MeshNode {
         if envelope.kind() == DocKind::NodeGone {
             return match self.on_notice(now, &envelope, Source::Gossip { from, token }) {
                 // Relayed also when it names a node we never held: others may hold it.
-                Ok(true) | Err(Refusal::UnknownNode) => (Verdict::Accept, false),
+                Ok(true) | Err(Refusal::NotHeld) => (Verdict::Accept, false),
                 Ok(false) => (Verdict::Ignore, false),
                 Err(reason) if reason.is_misbehaviour() => {
                     (Verdict::Reject, matches!(reason, Refusal::Malformed(_) | Refusal::BadSignature))
@@ -731,11 +736,15 @@ impl MeshNode {
         if !about_us {
             return self.directory.depart(now, envelope, source).map(|_| true);
         }
-        let notice = self.directory.check_notice(now, envelope)?;
-        if notice.seq >= self.local.seq {
-            self.stats.refutations += 1;
+        let notice = self.directory.check_notice_about_self(now, envelope)?;
+        // Only a notice naming the advert we hold now: an older one is answered already, and
+        // a newer one names an advert we never signed (forged by its witness).
+        if notice.seq == self.local.seq {
             let earliest = self.last_published.map_or(now, |at| at.plus(REFUTE_INTERVAL_MS)).max(now);
-            self.next_refresh = self.next_refresh.min(earliest);
+            if earliest < self.next_refresh {
+                self.stats.refutations += 1;
+                self.next_refresh = earliest;
+            }
         }
         Ok(false)
     }
@@ -752,7 +761,10 @@ impl MeshNode {
         let Some(record) = self.directory.get(&peer) else { return };
         let (seq, addrs) = (record.advert().seq, record.advert().addrs.clone());
         self.suspects.insert(peer, (seq, now.plus(self.config.suspect_ms)));
-        if !addrs.is_empty() {
+        // Within the dial backoff: a peer that keeps closing our connections (it holds us
+        // off, or is full) is not redialled at the speed of a round trip.
+        let recently = self.dialed.get(&peer).is_some_and(|at| now < at.plus(self.config.dial_backoff_ms));
+        if !addrs.is_empty() && !recently {
             self.note_dialed(now, peer);
             self.push(Output::Dial { peer, addrs });
         }

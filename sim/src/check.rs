@@ -224,6 +224,12 @@ impl Oracle {
             .collect()
     }
 
+    /// Whether `node` published an advert with sequence number `seq` (warm ones included).
+    #[must_use]
+    pub fn is_genuine(&self, node: u32, seq: u64) -> bool {
+        self.genuine.contains_key(&(node, seq))
+    }
+
     /// Adverts published.
     #[must_use]
     pub fn published_count(&self) -> usize {

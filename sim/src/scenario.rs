@@ -251,6 +251,10 @@ pub enum ByzantineRole {
     CorruptProvider,
     /// Has no certificate for the closed mesh; dials a random honest node every interval.
     Uncertified,
+    /// Signs false departure notices about live honest nodes: half name the advert it holds
+    /// for the victim (the victim must refute them), half a sequence number the victim has
+    /// not reached (they must change nothing).
+    Liar,
 }
 
 impl Fault {

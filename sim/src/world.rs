@@ -850,6 +850,13 @@ impl Sim {
                 let subject = self.index.get(&node).copied().unwrap_or(Ix::MAX);
                 self.trace.record(25, u64::from(ix), u64::from(subject), seq);
                 self.metrics.departures_applied += 1;
+                if subject != Ix::MAX && !self.oracle.is_genuine(subject, seq) {
+                    // A notice drops only the advert it names: one never published cannot
+                    // be held, so applying it means the directory buried a future advert.
+                    self.violation(format!(
+                        "node {ix} applied a departure notice naming node {subject}'s seq {seq}, which node {subject} never published"
+                    ));
+                }
                 if matches!(source, Source::Local) && witness == self.nodes[ix as usize].id {
                     self.metrics.departures_declared += 1;
                     // False: the subject is up and still on the advert the witness saw

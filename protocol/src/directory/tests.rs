@@ -313,7 +313,9 @@ fn departure_notices_that_do_not_hold_change_nothing() {
         // A witness nobody knows.
         (notice(7, 1, 5, now), Refusal::UnknownWitness),
         // A node nobody knows.
-        (notice(2, 8, 5, now), Refusal::UnknownNode),
+        (notice(2, 8, 5, now), Refusal::NotHeld),
+        // An advert the node has not published (yet): a notice never reaches ahead.
+        (notice(2, 1, 6, now), Refusal::NotHeld),
         // Signed too far in the future, or too long ago.
         (notice(2, 1, 5, now.plus(3_600_000)), Refusal::FromFuture { ahead_ms: 3_600_000 }),
         (
@@ -394,4 +396,42 @@ fn a_directory_on_a_shared_base_sees_the_base_and_keeps_its_own_changes() {
     c.handle(T0.plus(TTL_MS), Input::Tick);
     assert!(c.is_empty());
     assert_eq!(c.stats().expired, 2);
+}
+
+#[test]
+fn a_notice_naming_a_sequence_ahead_of_the_node_never_buries_its_next_adverts() {
+    // A witness signs "gone" for a sequence number its subject has not reached (u64::MAX):
+    // were it applied, the tombstone would refuse every advert the node publishes next.
+    let mut dir = two_nodes();
+    let now = T0.plus(1_000);
+    assert_eq!(dir.depart(now, &notice(2, 1, u64::MAX, now), gossip(2)), Err(Refusal::NotHeld));
+    assert_eq!(hosts(&dir, "echo"), vec![key(1).node_id()], "nothing dropped");
+    // The node's next advert is taken; the parked notice, judged again, still names an
+    // advert the node never published.
+    assert_eq!(dir.insert(now, signed(&key(1), advert(6, now, &["echo"])), gossip(3)), Ok(6));
+    assert_eq!(hosts(&dir, "echo"), vec![key(1).node_id()]);
+    // A notice for exactly seq 6 drops it, and only seq 6 stays refused.
+    dir.depart(now, &notice(2, 1, 6, now), gossip(2)).unwrap();
+    assert!(hosts(&dir, "echo").is_empty());
+    assert_eq!(dir.insert(now, signed(&key(1), advert(7, now, &["echo"])), gossip(3)), Ok(7));
+}
+
+#[test]
+fn a_parked_notice_applies_when_the_advert_it_names_arrives() {
+    let mut dir = two_nodes();
+    let now = T0.plus(1_000);
+    // Node 3's departure is heard of before its advert (a newcomer filling its directory).
+    assert_eq!(dir.depart(now, &notice(2, 3, 4, now), gossip(2)), Err(Refusal::NotHeld));
+    dir.insert(now, signed(&key(3), advert(4, T0, &["late"])), gossip(5)).unwrap();
+    assert!(hosts(&dir, "late").is_empty(), "the parked notice dropped it on arrival");
+    assert_eq!(dir.stats().departed, 1);
+    // Parked notices expire.
+    assert_eq!(dir.depart(now, &notice(2, 4, 1, now), gossip(2)), Err(Refusal::NotHeld));
+    dir.handle(now.plus(PENDING_NOTICE_MS), Input::Tick);
+    dir.insert(now.plus(PENDING_NOTICE_MS), signed(&key(4), advert(1, now, &["later"])), gossip(5)).unwrap();
+    assert_eq!(
+        dir.hosts(now.plus(PENDING_NOTICE_MS), "later").count(),
+        1,
+        "the expired notice was not applied"
+    );
 }

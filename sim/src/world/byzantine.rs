@@ -1,10 +1,12 @@
 //! Byzantine nodes: each runs an honest mesh node for its own identity (so it is connected
-//! and trusted as a relay) and, every interval, misbehaves as its role says. The
+//! and trusted as a relay, and a known witness) and, every interval, misbehaves as its role
+//! says. The
 //! unauthorized sender's tasks are in `unauthorized`.
 
 use std::sync::Arc;
 
 use murmur_protocol::advert::HostedCapsule;
+use murmur_protocol::gone::Gone;
 use murmur_protocol::{Advert, Envelope, Signed};
 
 use super::{Event, GOSSIP_BYTES_MAX, Ix, Role, Sim};
@@ -21,6 +23,7 @@ impl Sim {
             ByzantineRole::Forger => self.forge(ix),
             ByzantineRole::Replayer => self.replay(ix),
             ByzantineRole::Flooder => self.flood_junk(ix),
+            ByzantineRole::Liar => self.lie(ix),
             ByzantineRole::UnauthorizedSender => self.send_unauthorized(ix),
             // It acts when asked for chunks (`pulls`), not on a timer.
             ByzantineRole::CorruptProvider => return,
@@ -53,6 +56,29 @@ impl Sim {
         };
         let len = forged.encode().len();
         let msg = self.new_message(Some(forged), None, len, ix);
+        self.flood(ix, msg);
+        true
+    }
+
+    /// Gossips a false departure notice about a random live honest node: naming the advert
+    /// the liar holds for it, or a sequence number the victim has not reached.
+    fn lie(&mut self, ix: Ix) -> bool {
+        let Some(victim) = self.pick_honest(ix, |_| true) else { return false };
+        let victim_id = self.nodes[victim as usize].id;
+        let held = self.nodes[ix as usize]
+            .mesh
+            .as_ref()
+            .and_then(|mesh| mesh.directory().get(&victim_id))
+            .map(|record| record.advert().seq);
+        let Some(held) = held else { return false };
+        let seq = if self.nodes[ix as usize].rng.below(2) == 0 { held } else { u64::MAX };
+        let now = self.clock(ix);
+        let Ok(signed) = Signed::sign(Gone::new(victim_id, seq, now), &self.nodes[ix as usize].key) else {
+            return false;
+        };
+        let envelope = signed.into_envelope();
+        let len = envelope.encode().len();
+        let msg = self.new_message(Some(envelope), None, len, ix);
         self.flood(ix, msg);
         true
     }
