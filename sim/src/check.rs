@@ -109,17 +109,13 @@ impl Oracle {
         issued_at: Millis,
         ttl_ms: u64,
     ) {
-        self.genuine.insert(
-            (node, seq),
-            Genuine {
-                envelope,
-                issued_at,
-                ttl_ms,
-                published_at: 0,
-                accepted_by: 0,
-                converged_after_ms: Some(0),
-            },
-        );
+        self.published(node, seq, envelope, issued_at, ttl_ms, 0);
+        if self.order.last() == Some(&(node, seq)) {
+            self.order.pop();
+        }
+        if let Some(genuine) = self.genuine.get_mut(&(node, seq)) {
+            genuine.converged_after_ms = Some(0);
+        }
         self.warm.insert(node, seq);
         self.warm_observers = self.warm_observers.max(node + 1);
     }

@@ -49,31 +49,38 @@ fn five_nodes_bootstrapped_in_a_chain_all_find_each_other() {
     assert_eq!(cap4["providers"][0]["version"], "1.0.0");
 }
 
-#[test]
-fn a_killed_node_disappears_after_the_ttl() {
-    // Departure notices off: the TTL alone drops it.
-    let fast = |cap: &str| {
-        format!(
-            "[adverts]\nrefresh_secs = 1\nttl_secs = 3\nsuspect_secs = 0\n{}",
-            capsules_toml(&[(cap, "1.0.0")])
-        )
-    };
-    let a = TestNode::start_with(&fast("alpha"), None).unwrap();
-    let b = TestNode::start_with(&fast("beta"), Some(&a)).unwrap();
-    let mut c = TestNode::start_with(&fast("gamma"), Some(&b)).unwrap();
+/// Nodes hosting alpha, beta and gamma, each bootstrapped to the previous one, with
+/// `adverts` as their `[adverts]` section; returns once the first two list all three.
+fn three_nodes(adverts: &str) -> (TestNode, TestNode, TestNode) {
+    let config = |cap: &str| format!("[adverts]\n{adverts}\n{}", capsules_toml(&[(cap, "1.0.0")]));
+    let a = TestNode::start_with(&config("alpha"), None).unwrap();
+    let b = TestNode::start_with(&config("beta"), Some(&a)).unwrap();
+    let c = TestNode::start_with(&config("gamma"), Some(&b)).unwrap();
     let all = names(&["alpha", "beta", "gamma"]);
     for node in [&a, &b] {
         wait_for(CONVERGE, "three capsules", || has_all(node, &all).then_some(())).unwrap();
     }
-    c.kill();
-    // Its last advert is valid for at least two more seconds: still listed right now.
-    assert!(a.capsule_names().contains(&"gamma".to_owned()), "dropped before its advert expired");
-    for node in [&a, &b] {
-        wait_for(Duration::from_secs(15), "gamma to expire", || {
-            (!node.capsule_names().contains(&"gamma".to_owned())).then_some(())
+    (a, b, c)
+}
+
+/// Waits until none of `nodes` lists `capsule`.
+fn wait_gone(nodes: [&TestNode; 2], capsule: &str, within: Duration) {
+    for node in nodes {
+        wait_for(within, &format!("{capsule} to leave the directory"), || {
+            (!node.capsule_names().contains(&capsule.to_owned())).then_some(())
         })
         .unwrap();
     }
+}
+
+#[test]
+fn a_killed_node_disappears_after_the_ttl() {
+    // Departure notices off: the TTL alone drops it.
+    let (a, b, mut c) = three_nodes("refresh_secs = 1\nttl_secs = 3\nsuspect_secs = 0");
+    c.kill();
+    // Its last advert is valid for at least two more seconds: still listed right now.
+    assert!(a.capsule_names().contains(&"gamma".to_owned()), "dropped before its advert expired");
+    wait_gone([&a, &b], "gamma", Duration::from_secs(15));
     assert!(a.capsule_names().contains(&"beta".to_owned()), "live nodes stay listed (refreshed)");
     assert!(a.metric("murmur_adverts_expired_total") >= 1);
 }
@@ -81,27 +88,10 @@ fn a_killed_node_disappears_after_the_ttl() {
 #[test]
 fn a_killed_node_is_declared_gone_by_its_peers_long_before_its_ttl() {
     // Adverts live ten minutes; the peers that lose the node declare it gone after 2 s.
-    let slow = |cap: &str| {
-        format!(
-            "[adverts]\nrefresh_secs = 300\nttl_secs = 600\nsuspect_secs = 2\n{}",
-            capsules_toml(&[(cap, "1.0.0")])
-        )
-    };
-    let a = TestNode::start_with(&slow("alpha"), None).unwrap();
-    let b = TestNode::start_with(&slow("beta"), Some(&a)).unwrap();
-    let mut c = TestNode::start_with(&slow("gamma"), Some(&b)).unwrap();
-    let all = names(&["alpha", "beta", "gamma"]);
-    for node in [&a, &b] {
-        wait_for(CONVERGE, "three capsules", || has_all(node, &all).then_some(())).unwrap();
-    }
+    let (a, b, mut c) = three_nodes("refresh_secs = 300\nttl_secs = 600\nsuspect_secs = 2");
     c.kill();
     let killed = Instant::now();
-    for node in [&a, &b] {
-        wait_for(Duration::from_secs(20), "gamma to be declared gone", || {
-            (!node.capsule_names().contains(&"gamma".to_owned())).then_some(())
-        })
-        .unwrap();
-    }
+    wait_gone([&a, &b], "gamma", Duration::from_secs(20));
     eprintln!("gamma left every directory {:?} after the kill (TTL 600 s)", killed.elapsed());
     assert_eq!(a.metric("murmur_adverts_expired_total"), 0, "a notice, not the TTL, dropped it");
     let declared = a.metric("murmur_departures_total{kind=\"declared\"}")
