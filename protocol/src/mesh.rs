@@ -116,9 +116,11 @@ pub struct MeshConfig {
     /// Closed mesh: a peer that has not shown a valid certificate this long after
     /// connecting is disconnected.
     pub admission_timeout_ms: u64,
-    /// A peer whose connection closed and that is not back this long after (and has
-    /// published nothing newer) is declared gone with a departure notice. 0: never declare
-    /// (departed nodes then leave directories only at their TTL).
+    /// A peer whose connection closed and that is not back this long after (plus up to
+    /// half as long again, fixed per node and peer, so the peers of a crashed node do not
+    /// all declare it at once), and has published nothing newer, is declared gone with a
+    /// departure notice. 0: never declare (departed nodes then leave directories only at
+    /// their TTL).
     pub suspect_ms: u64,
     /// How the directory judges adverts (including open or closed admission).
     pub directory: DirectoryConfig,
@@ -760,7 +762,11 @@ impl MeshNode {
         }
         let Some(record) = self.directory.get(&peer) else { return };
         let (seq, addrs) = (record.advert().seq, record.advert().addrs.clone());
-        self.suspects.insert(peer, (seq, now.plus(self.config.suspect_ms)));
+        // Up to half as long again, fixed per node and peer: the peers of a crashed node
+        // all lose it at once, and the first to declare it spares the others their notices
+        // (each would be one more message to every node).
+        let jitter = dial_rank(self.dial_salt, &peer) % (self.config.suspect_ms / 2 + 1);
+        self.suspects.insert(peer, (seq, now.plus(self.config.suspect_ms + jitter)));
         // Within the dial backoff: a peer that keeps closing our connections (it holds us
         // off, or is full) is not redialled at the speed of a round trip.
         let recently = self.dialed.get(&peer).is_some_and(|at| now < at.plus(self.config.dial_backoff_ms));
