@@ -27,9 +27,10 @@
 //! skew allowance. When it expires we keep a tombstone (node, seq) until the advert could no
 //! longer pass the freshness check, so a replay of it in between is refused too.
 //!
-//! A departure notice ([`crate::gone::Gone`]) ends an advert early: [`Directory::depart`]
-//! drops it and keeps the notice in its tombstone, and [`Directory::notices_for`] hands the
-//! notice to a peer whose digest shows it still holds the departed advert. A notice that
+//! A departure notice ([`crate::gone::Gone`]) ends the very advert it names (by sequence
+//! number and signature) early: [`Directory::depart`] drops it and keeps the notice and the
+//! advert in its tombstone, and [`Directory::notices_for`] hands both to a peer whose digest
+//! shows it still holds that advert or an older one. A notice that
 //! names a node or a witness this directory does not know yet (a newcomer still filling its
 //! directory) is parked for [`PENDING_NOTICE_MS`] and judged again when an advert of either
 //! arrives: otherwise the departed node's advert, arriving after the notice, would stay.
@@ -168,11 +169,15 @@ pub enum Refusal {
     NotHeld,
     #[error("the departure notice's witness is not a node this directory holds")]
     UnknownWitness,
+    /// The notice names the sequence number held but another advert (signature): no
+    /// advert it describes was ever held, so its witness lied.
+    #[error("the departure notice names seq {seq} with an advert signature other than the one held")]
+    WrongAdvert { seq: u64 },
 }
 
 impl Refusal {
     /// Every reason name, in a fixed order (for metrics that list zero counts too).
-    pub const REASONS: [&'static str; 11] = [
+    pub const REASONS: [&'static str; 12] = [
         "malformed",
         "bad_signature",
         "duplicate",
@@ -184,6 +189,7 @@ impl Refusal {
         "full",
         "not_held",
         "unknown_witness",
+        "wrong_advert",
     ];
 
     /// A stable machine-readable name, one of [`Refusal::REASONS`].
@@ -201,6 +207,7 @@ impl Refusal {
             Self::Full { .. } => "full",
             Self::NotHeld => "not_held",
             Self::UnknownWitness => "unknown_witness",
+            Self::WrongAdvert { .. } => "wrong_advert",
         }
     }
 
@@ -210,7 +217,11 @@ impl Refusal {
     pub const fn is_misbehaviour(&self) -> bool {
         matches!(
             self,
-            Self::Malformed(_) | Self::BadSignature | Self::FromFuture { .. } | Self::NotAdmitted(_)
+            Self::Malformed(_)
+                | Self::BadSignature
+                | Self::FromFuture { .. }
+                | Self::NotAdmitted(_)
+                | Self::WrongAdvert { .. }
         )
     }
 }
@@ -349,9 +360,9 @@ struct Pending {
 struct Tombstone {
     seq: u64,
     until: Millis,
-    /// The departure notice that ended the advert, if one did (handed on by
-    /// [`Directory::notices_for`]).
-    notice: Option<Envelope>,
+    /// The departure notice that ended the advert, and the advert, if a notice ended it
+    /// (handed on by [`Directory::notices_for`]).
+    notice: Option<(Envelope, Envelope)>,
 }
 
 /// An anti-entropy summary: for every node held, the sequence number held.
@@ -695,16 +706,24 @@ impl Directory {
     }
 
     /// The departure notices a peer with `digest` has not applied (its digest still lists
-    /// the departed advert, or an older one), at most `count_max`, ordered by node.
+    /// the departed node), at most `count_max`, ordered by node; each with the departed
+    /// advert when the peer holds an older one (without it the notice could not apply
+    /// there: it names exactly the advert it ended).
     #[must_use]
-    pub fn notices_for(&self, digest: &DirectoryDigest, count_max: usize) -> Vec<Envelope> {
+    pub fn notices_for(
+        &self,
+        digest: &DirectoryDigest,
+        count_max: usize,
+    ) -> Vec<(Envelope, Option<Envelope>)> {
         let entries = digest.entries();
         self.tombstones
             .iter()
             .filter_map(|(node, tombstone)| {
-                let notice = tombstone.notice.as_ref()?;
+                let (notice, advert) = tombstone.notice.as_ref()?;
                 let at = entries.binary_search_by(|entry| entry.0.cmp(node)).ok()?;
-                (entries[at].1 <= tombstone.seq).then(|| notice.clone())
+                let theirs = entries[at].1;
+                (theirs <= tombstone.seq)
+                    .then(|| (notice.clone(), (theirs < tombstone.seq).then(|| advert.clone())))
             })
             .take(count_max)
             .collect()
@@ -732,7 +751,7 @@ impl Directory {
                         .issued_at
                         .plus(self.clamped_ttl(advert) + skew)
                         .max(notice.at.plus(self.config.ttl_max_ms + 2 * skew));
-                    self.bury(node, advert.seq, until, Some(envelope.clone()));
+                    self.bury(node, advert.seq, until, Some((envelope.clone(), record.envelope().clone())));
                 }
                 self.stats.departed += 1;
                 self.push(Output::Departed { node, seq: notice.seq, witness, source });
@@ -824,7 +843,8 @@ impl Directory {
     ) -> Result<Arc<Gone>, Refusal> {
         let notice =
             self.verifier.peek_notice(envelope).map_err(|err| Refusal::Malformed(err.to_string()))?;
-        let held = self.get(&notice.node).map(|record| record.advert.seq);
+        let held_record = self.get(&notice.node);
+        let held = held_record.map(|record| record.advert.seq);
         match (held, self.tombstones.get(&notice.node)) {
             (Some(held), _) if held > notice.seq => return Err(Refusal::Stale { seq: notice.seq, held }),
             (None, Some(tombstone)) if tombstone.seq >= notice.seq => {
@@ -853,11 +873,16 @@ impl Directory {
         {
             return Err(Refusal::UnknownWitness);
         }
-        if held != Some(notice.seq) {
+        match held_record {
+            Some(record) if record.advert.seq == notice.seq => {
+                if *record.envelope.signature() != notice.advert {
+                    return Err(Refusal::WrongAdvert { seq: notice.seq });
+                }
+                Ok(notice)
+            }
             // A node not known here (yet), or an advert newer than the one held.
-            return Err(Refusal::NotHeld);
+            _ => Err(Refusal::NotHeld),
         }
-        Ok(notice)
     }
 
     /// Runs every check on an advert, cheapest first; the signature is checked only once
@@ -975,7 +1000,7 @@ impl Directory {
             .map(|(_, record)| record)
     }
 
-    fn bury(&mut self, node: NodeId, seq: u64, until: Millis, notice: Option<Envelope>) {
+    fn bury(&mut self, node: NodeId, seq: u64, until: Millis, notice: Option<(Envelope, Envelope)>) {
         if self.tombstones.len() >= self.config.nodes_max
             && let Some((_, oldest)) = self.tombstone_expiries.pop_first()
         {

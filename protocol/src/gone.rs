@@ -9,8 +9,10 @@
 //! at once; the TTL is only the backstop for a node whose every peer went down with it,
 //! so large meshes can refresh rarely.
 //!
-//! A notice names the node and the advert sequence number the witness held; it removes
-//! that advert (or an older one) and nothing newer. Any node the directory holds may act
+//! A notice names the node and the very advert the witness held (its sequence number and
+//! its signature); it removes that advert and nothing else. Naming the advert by its
+//! signature means a notice can only be signed for an advert that exists: nobody can place
+//! a notice in advance for an advert its node has not published yet. Any node the directory holds may act
 //! as a witness, and a node may announce its own departure. A false notice (a partition
 //! the witness mistook for a crash, or a lying witness) is refuted by its subject, which
 //! republishes with a higher sequence number as soon as it hears of the notice; so a
@@ -19,17 +21,18 @@
 use serde::{Deserialize, Serialize};
 
 use crate::codec::DecodeError;
-use crate::identity::NodeId;
+use crate::identity::{NodeId, Signature};
 use crate::signed::{DocKind, Document};
 use crate::time::Millis;
 
 /// The notice version this build writes and reads.
 pub const GONE_VERSION: u16 = 1;
 
-/// Largest encoded notice body accepted (a notice is about 70 bytes).
+/// Largest encoded notice body accepted (a notice is about 140 bytes).
 pub const GONE_BYTES_MAX: usize = 256;
 
-/// "`node`, whose advert `seq` I held, is gone." The signer is the witness.
+/// "`node`, whose advert `seq` (signed `advert`) I held, is gone." The signer is the
+/// witness.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Gone {
@@ -42,13 +45,15 @@ pub struct Gone {
     pub seq: u64,
     /// The node that is gone.
     pub node: NodeId,
+    /// The signature of the advert the witness held: names that advert exactly.
+    pub advert: Signature,
 }
 
 impl Gone {
-    /// A notice that `node`'s advert `seq` is gone, as of `at`.
+    /// A notice that `node`'s advert `seq`, whose signature is `advert`, is gone, as of `at`.
     #[must_use]
-    pub const fn new(node: NodeId, seq: u64, at: Millis) -> Self {
-        Self { v: GONE_VERSION, at, seq, node }
+    pub const fn new(node: NodeId, seq: u64, advert: Signature, at: Millis) -> Self {
+        Self { v: GONE_VERSION, at, seq, node, advert }
     }
 }
 
@@ -83,7 +88,7 @@ mod tests {
     fn round_trips_and_refuses_other_kinds() {
         let witness = SecretKey::from_seed([3; 32]);
         let subject = SecretKey::from_seed([4; 32]).node_id();
-        let notice = Gone::new(subject, 7, Millis(1_800_000_000_000));
+        let notice = Gone::new(subject, 7, Signature([9; 64]), Millis(1_800_000_000_000));
         let envelope = Signed::sign(notice.clone(), &witness).unwrap().into_envelope();
         let bytes = envelope.encode();
         crate::codec::tests::assert_canonical_key_order(envelope.body());
@@ -96,7 +101,7 @@ mod tests {
     #[test]
     fn sequence_zero_is_refused() {
         let witness = SecretKey::from_seed([3; 32]);
-        let notice = Gone::new(witness.node_id(), 0, Millis(1));
+        let notice = Gone::new(witness.node_id(), 0, Signature([9; 64]), Millis(1));
         assert!(Signed::sign(notice, &witness).is_err());
     }
 }

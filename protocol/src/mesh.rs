@@ -311,7 +311,7 @@ pub struct MeshNode {
     held: BTreeMap<NodeId, Millis>,
     /// Peers whose connection closed: the advert seq held then, and when to declare them
     /// gone (see [`MeshConfig::suspect_ms`]).
-    suspects: BTreeMap<NodeId, (u64, Millis)>,
+    suspects: BTreeMap<NodeId, Suspect>,
     /// When we last published our advert.
     last_published: Option<Millis>,
     outputs: VecDeque<Output>,
@@ -405,7 +405,7 @@ impl MeshNode {
                         }
                         entry.next_at = now.plus(entry.wait_ms);
                     }
-                    self.suspect(now, peer);
+                    self.suspect(now, peer, false);
                 }
                 self.start_waiting_sync();
             }
@@ -464,7 +464,7 @@ impl MeshNode {
         if let Some(until) = self.held.values().min() {
             next = next.min(*until);
         }
-        if let Some(deadline) = self.suspects.values().map(|(_, deadline)| *deadline).min() {
+        if let Some(deadline) = self.suspects.values().map(|s| s.deadline).min() {
             next = next.min(deadline);
         }
         Some(next)
@@ -644,13 +644,25 @@ impl MeshNode {
                 }
             }
         }
-        let gone = self.directory.notices_for(&request.digest, SYNC_NOTICES_MAX);
-        let notice_bytes: usize = gone.iter().map(|n| n.body().len() + ENVELOPE_OVERHEAD_MAX).sum();
-        let (adverts, more) = self.directory.missing_for(
+        // Notices (with the adverts they ended, for a peer holding an older one) take at most
+        // half the response; what they leave goes to adverts the peer lacks.
+        let size = |envelope: &Envelope| envelope.body().len() + ENVELOPE_OVERHEAD_MAX;
+        let (mut gone, mut adverts, mut bytes) = (Vec::new(), Vec::new(), 0);
+        for (notice, advert) in self.directory.notices_for(&request.digest, SYNC_NOTICES_MAX) {
+            let cost = size(&notice) + advert.as_ref().map_or(0, size);
+            if bytes + cost > SYNC_RESPONSE_BYTES_MAX / 2 || adverts.len() == SYNC_ADVERTS_MAX / 2 {
+                break;
+            }
+            bytes += cost;
+            gone.push(notice);
+            adverts.extend(advert);
+        }
+        let (missing, more) = self.directory.missing_for(
             &request.digest,
-            SYNC_ADVERTS_MAX,
-            SYNC_RESPONSE_BYTES_MAX.saturating_sub(notice_bytes),
+            SYNC_ADVERTS_MAX - adverts.len(),
+            SYNC_RESPONSE_BYTES_MAX - bytes,
         );
+        adverts.extend(missing);
         self.stats.syncs_answered += 1;
         let response = SyncResponse::new(adverts, more).with_notices(gone);
         self.push(Output::SendSyncResponse { token, response });
@@ -753,7 +765,7 @@ impl MeshNode {
 
     /// A connected peer's connection closed: dial it again, and declare it gone if it is not
     /// back in time (see [`MeshConfig::suspect_ms`]).
-    fn suspect(&mut self, now: Millis, peer: NodeId) {
+    fn suspect(&mut self, now: Millis, peer: NodeId, dialled_since_loss: bool) {
         if self.config.suspect_ms == 0
             || self.held.contains_key(&peer)
             || self.suspects.len() >= MESH_PEERS_MAX
@@ -766,38 +778,52 @@ impl MeshNode {
         // all lose it at once, and the first to declare it spares the others their notices
         // (each would be one more message to every node).
         let jitter = dial_rank(self.dial_salt, &peer) % (self.config.suspect_ms / 2 + 1);
-        self.suspects.insert(peer, (seq, now.plus(self.config.suspect_ms + jitter)));
-        // Within the dial backoff: a peer that keeps closing our connections (it holds us
-        // off, or is full) is not redialled at the speed of a round trip.
-        let recently = self.dialed.get(&peer).is_some_and(|at| now < at.plus(self.config.dial_backoff_ms));
-        if !addrs.is_empty() && !recently {
-            self.note_dialed(now, peer);
-            self.push(Output::Dial { peer, addrs });
+        // Within the dial backoff, a peer that keeps closing our connections (it holds us
+        // off, or is full) is not redialled at the speed of a round trip: the dial waits for
+        // the backoff to end, and the suspicion runs from that dial (a peer is declared gone
+        // only after a dial that did not bring it back).
+        let deadline = now.plus(self.config.suspect_ms + jitter);
+        let backoff_ends = self.dialed.get(&peer).map(|at| at.plus(self.config.dial_backoff_ms));
+        match backoff_ends.filter(|end| *end > now) {
+            Some(_) if dialled_since_loss => {
+                self.suspects.insert(peer, Suspect { seq, deadline, dialled: true });
+            }
+            Some(end) => {
+                self.suspects.insert(peer, Suspect { seq, deadline: end, dialled: false });
+            }
+            None => {
+                self.suspects.insert(peer, Suspect { seq, deadline, dialled: true });
+                if !addrs.is_empty() {
+                    self.note_dialed(now, peer);
+                    self.push(Output::Dial { peer, addrs });
+                }
+            }
         }
     }
 
     /// Declares the suspects whose time is up gone: signs a notice, applies it, gossips it.
     fn declare_departures(&mut self, now: Millis) {
-        let due: Vec<(NodeId, u64)> = self
-            .suspects
-            .iter()
-            .filter(|(_, (_, deadline))| *deadline <= now)
-            .map(|(peer, (seq, _))| (*peer, *seq))
-            .collect();
-        for (peer, seq) in due {
+        let due: Vec<(NodeId, Suspect)> =
+            self.suspects.iter().filter(|(_, s)| s.deadline <= now).map(|(peer, s)| (*peer, *s)).collect();
+        for (peer, Suspect { seq, dialled, .. }) in due {
             self.suspects.remove(&peer);
-            let Some(held) = self.directory.get(&peer).map(|r| r.advert().seq) else { continue };
+            let Some((held, advert)) =
+                self.directory.get(&peer).map(|r| (r.advert().seq, *r.envelope().signature()))
+            else {
+                continue;
+            };
             if self.peers.contains_key(&peer) {
                 continue;
             }
-            if held != seq {
+            if held != seq || !dialled {
                 // A newer advert came since: it may have left the peer just before it died
-                // (in flight when the connection closed), so it is no proof of life. Suspect
-                // the new advert afresh, dialling again: a live peer comes back.
-                self.suspect(now, peer);
+                // (in flight when the connection closed), so it is no proof of life. Or the
+                // dial waited for the backoff. Suspect it afresh, dialling: a live peer comes
+                // back.
+                self.suspect(now, peer, dialled);
                 continue;
             }
-            let Ok(signed) = Signed::sign(Gone::new(peer, seq, now), &self.key) else { continue };
+            let Ok(signed) = Signed::sign(Gone::new(peer, seq, advert, now), &self.key) else { continue };
             let envelope = signed.into_envelope();
             if self.directory.depart(now, &envelope, Source::Local).is_ok() {
                 self.stats.departures_declared += 1;
@@ -1034,6 +1060,15 @@ impl MeshNode {
         }
         self.outputs.push_back(output);
     }
+}
+
+/// A peer whose connection closed: the advert seq held then, when to act, and whether it
+/// was dialled since (if not, the dial is what is due).
+#[derive(Clone, Copy, Debug)]
+struct Suspect {
+    seq: u64,
+    deadline: Millis,
+    dialled: bool,
 }
 
 /// A bootstrap peer: where to dial it, when next, and how long the wait after that is.

@@ -137,7 +137,9 @@ fn sync_bytes_are_frozen() {
 
 fn gone() -> Envelope {
     let witness = SecretKey::from_seed([0x22; 32]);
-    Signed::sign(gone::Gone::new(node_key().node_id(), 42, T0.plus(60_000)), &witness)
+    // It names the advert above (seq 42) by that advert's signature.
+    let named = *advert().signature();
+    Signed::sign(gone::Gone::new(node_key().node_id(), 42, named, T0.plus(60_000)), &witness)
         .unwrap()
         .into_envelope()
 }

@@ -251,9 +251,10 @@ pub enum ByzantineRole {
     CorruptProvider,
     /// Has no certificate for the closed mesh; dials a random honest node every interval.
     Uncertified,
-    /// Signs false departure notices about live honest nodes: half name the advert it holds
-    /// for the victim (the victim must refute them), half a sequence number the victim has
-    /// not reached (they must change nothing).
+    /// Signs false departure notices about live honest nodes: a third name the advert it
+    /// holds for the victim (the victim must refute them), the rest a sequence number the
+    /// victim has not reached, far or near, with a made-up advert signature (they must
+    /// change nothing, even once the victim publishes that sequence number).
     Liar,
 }
 

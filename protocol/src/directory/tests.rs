@@ -1,7 +1,7 @@
 use super::*;
 use crate::advert::HostedCapsule;
 use crate::cert::NodeCert;
-use crate::identity::SecretKey;
+use crate::identity::{SecretKey, Signature};
 use crate::signed::Signed;
 
 const T0: Millis = Millis(1_800_000_000_000);
@@ -273,8 +273,18 @@ fn identical_bytes_are_a_duplicate_without_decoding() {
     assert_eq!(dir.insert(T0, env, gossip(2)), Err(Refusal::Duplicate { seq: 3 }));
 }
 
-fn notice(witness: u8, subject: u8, seq: u64, at: Millis) -> Envelope {
-    Signed::sign(Gone::new(key(subject).node_id(), seq, at), &key(witness)).unwrap().into_envelope()
+/// A notice from `witness` that `subject`'s advert `seq` is gone, naming the advert `dir`
+/// holds for it by its signature (a made-up one when `dir` holds another seq).
+fn notice(dir: &Directory, witness: u8, subject: u8, seq: u64, at: Millis) -> Envelope {
+    let node = key(subject).node_id();
+    let held = dir.get(&node).filter(|r| r.advert().seq == seq).map(|r| *r.envelope().signature());
+    named(witness, subject, seq, held.unwrap_or(Signature([7; 64])), at)
+}
+
+/// A notice naming the advert with `signature`.
+fn named(witness: u8, subject: u8, seq: u64, signature: Signature, at: Millis) -> Envelope {
+    let notice = Gone::new(key(subject).node_id(), seq, signature, at);
+    Signed::sign(notice, &key(witness)).unwrap().into_envelope()
 }
 
 /// A directory holding nodes 1 (echo, seq 5) and 2 (wc, seq 1).
@@ -290,7 +300,8 @@ fn two_nodes() -> Directory {
 fn a_departure_notice_drops_the_advert_and_its_replays() {
     let mut dir = two_nodes();
     let now = T0.plus(1_000);
-    assert_eq!(dir.depart(now, &notice(2, 1, 5, now), gossip(2)), Ok(key(1).node_id()));
+    let gone = notice(&dir, 2, 1, 5, now);
+    assert_eq!(dir.depart(now, &gone, gossip(2)), Ok(key(1).node_id()));
     assert!(hosts(&dir, "echo").is_empty());
     assert_eq!(dir.len(), 1);
     assert_eq!(dir.stats().departed, 1);
@@ -299,7 +310,7 @@ fn a_departure_notice_drops_the_advert_and_its_replays() {
     let replay = dir.insert(now, signed(&key(1), advert(5, T0, &["echo"])), gossip(3));
     assert_eq!(replay, Err(Refusal::Replayed { seq: 5, held: 5 }));
     // The same notice again is a duplicate.
-    assert_eq!(dir.depart(now, &notice(2, 1, 5, now), gossip(3)), Err(Refusal::Duplicate { seq: 5 }));
+    assert_eq!(dir.depart(now, &gone, gossip(3)), Err(Refusal::Duplicate { seq: 5 }));
     assert_eq!(dir.insert(now, signed(&key(1), advert(6, now, &["echo"])), gossip(3)), Ok(6));
     assert_eq!(hosts(&dir, "echo"), vec![key(1).node_id()]);
 }
@@ -307,19 +318,22 @@ fn a_departure_notice_drops_the_advert_and_its_replays() {
 #[test]
 fn departure_notices_that_do_not_hold_change_nothing() {
     let now = T0.plus(1_000);
+    let held = two_nodes();
     let cases: Vec<(Envelope, Refusal)> = vec![
         // The node republished since the witness last saw it.
-        (notice(2, 1, 4, now), Refusal::Stale { seq: 4, held: 5 }),
+        (notice(&held, 2, 1, 4, now), Refusal::Stale { seq: 4, held: 5 }),
         // A witness nobody knows.
-        (notice(7, 1, 5, now), Refusal::UnknownWitness),
+        (notice(&held, 7, 1, 5, now), Refusal::UnknownWitness),
         // A node nobody knows.
-        (notice(2, 8, 5, now), Refusal::NotHeld),
+        (notice(&held, 2, 8, 5, now), Refusal::NotHeld),
         // An advert the node has not published (yet): a notice never reaches ahead.
-        (notice(2, 1, 6, now), Refusal::NotHeld),
+        (notice(&held, 2, 1, 6, now), Refusal::NotHeld),
+        // The held sequence number, but another advert: a lie.
+        (named(2, 1, 5, Signature([7; 64]), now), Refusal::WrongAdvert { seq: 5 }),
         // Signed too far in the future, or too long ago.
-        (notice(2, 1, 5, now.plus(3_600_000)), Refusal::FromFuture { ahead_ms: 3_600_000 }),
+        (notice(&held, 2, 1, 5, now.plus(3_600_000)), Refusal::FromFuture { ahead_ms: 3_600_000 }),
         (
-            notice(2, 1, 5, Millis(now.0 - 2 * crate::limits::ADVERT_TTL_MS_MAX)),
+            notice(&held, 2, 1, 5, Millis(now.0 - 2 * crate::limits::ADVERT_TTL_MS_MAX)),
             Refusal::Expired { valid_until: Millis(now.0 - crate::limits::ADVERT_TTL_MS_MAX) },
         ),
         // Not a notice at all.
@@ -336,7 +350,7 @@ fn departure_notices_that_do_not_hold_change_nothing() {
     }
     // A forged signature: witness 2's notice with one signature bit flipped.
     let mut dir = two_nodes();
-    let genuine = notice(2, 1, 5, now);
+    let genuine = notice(&dir, 2, 1, 5, now);
     let mut bytes = genuine.encode();
     let sig = genuine.signature().0;
     let at = bytes.windows(64).position(|w| w == sig).unwrap();
@@ -345,7 +359,7 @@ fn departure_notices_that_do_not_hold_change_nothing() {
     assert_eq!(dir.depart(now, &tampered, gossip(2)), Err(Refusal::BadSignature));
     assert_eq!(dir.len(), 2);
     // A node may announce its own departure.
-    assert!(dir.depart(now, &notice(1, 1, 5, now), gossip(2)).is_ok());
+    assert!(dir.depart(now, &notice(&dir, 1, 1, 5, now), gossip(2)).is_ok());
 }
 
 #[test]
@@ -353,9 +367,14 @@ fn notices_go_to_peers_whose_digest_still_lists_the_departed_advert() {
     let mut dir = two_nodes();
     let stale_peer = dir.digest();
     let now = T0.plus(1_000);
-    let gone = notice(2, 1, 5, now);
+    let gone = notice(&dir, 2, 1, 5, now);
+    let departed = dir.get(&key(1).node_id()).unwrap().envelope().clone();
     dir.depart(now, &gone, gossip(2)).unwrap();
-    assert_eq!(dir.notices_for(&stale_peer, 16), vec![gone]);
+    assert_eq!(dir.notices_for(&stale_peer, 16), vec![(gone.clone(), None)]);
+    // A peer holding an older advert gets the departed one too, or the notice (which names
+    // exactly that advert) could never apply there.
+    let older = DirectoryDigest::from_entries(vec![DigestEntry(key(1).node_id(), 4)]);
+    assert_eq!(dir.notices_for(&older, 16), vec![(gone, Some(departed))]);
     // A peer that already dropped it, or holds a newer advert, gets nothing.
     assert!(dir.notices_for(&dir.digest(), 16).is_empty());
     let newer = DirectoryDigest::from_entries(vec![DigestEntry(key(1).node_id(), 6)]);
@@ -375,7 +394,7 @@ fn a_directory_on_a_shared_base_sees_the_base_and_keeps_its_own_changes() {
     // `a` replaces node 1's advert, drops node 2's and adds node 3's; `b` is untouched.
     let now = T0.plus(1_000);
     a.insert(now, signed(&key(1), advert(6, now, &["wc"])), gossip(9)).unwrap();
-    a.depart(now, &notice(1, 2, 1, now), gossip(1)).unwrap();
+    a.depart(now, &notice(&a, 1, 2, 1, now), gossip(1)).unwrap();
     a.insert(now, signed(&key(3), advert(1, now, &["echo"])), gossip(9)).unwrap();
     assert_eq!(a.len(), 2);
     assert_eq!(hosts(&a, "echo"), vec![key(3).node_id()]);
@@ -404,14 +423,17 @@ fn a_notice_naming_a_sequence_ahead_of_the_node_never_buries_its_next_adverts() 
     // were it applied, the tombstone would refuse every advert the node publishes next.
     let mut dir = two_nodes();
     let now = T0.plus(1_000);
-    assert_eq!(dir.depart(now, &notice(2, 1, u64::MAX, now), gossip(2)), Err(Refusal::NotHeld));
+    assert_eq!(dir.depart(now, &notice(&dir, 2, 1, u64::MAX, now), gossip(2)), Err(Refusal::NotHeld));
+    // Nor can one be placed in advance for the node's next advert: it names an advert by
+    // its signature, which nobody knows before the node signs it.
+    assert_eq!(dir.depart(now, &notice(&dir, 2, 1, 6, now), gossip(2)), Err(Refusal::NotHeld));
     assert_eq!(hosts(&dir, "echo"), vec![key(1).node_id()], "nothing dropped");
     // The node's next advert is taken; the parked notice, judged again, still names an
     // advert the node never published.
     assert_eq!(dir.insert(now, signed(&key(1), advert(6, now, &["echo"])), gossip(3)), Ok(6));
     assert_eq!(hosts(&dir, "echo"), vec![key(1).node_id()]);
     // A notice for exactly seq 6 drops it, and only seq 6 stays refused.
-    dir.depart(now, &notice(2, 1, 6, now), gossip(2)).unwrap();
+    dir.depart(now, &notice(&dir, 2, 1, 6, now), gossip(2)).unwrap();
     assert!(hosts(&dir, "echo").is_empty());
     assert_eq!(dir.insert(now, signed(&key(1), advert(7, now, &["echo"])), gossip(3)), Ok(7));
 }
@@ -421,14 +443,18 @@ fn a_parked_notice_applies_when_the_advert_it_names_arrives() {
     let mut dir = two_nodes();
     let now = T0.plus(1_000);
     // Node 3's departure is heard of before its advert (a newcomer filling its directory).
-    assert_eq!(dir.depart(now, &notice(2, 3, 4, now), gossip(2)), Err(Refusal::NotHeld));
-    dir.insert(now, signed(&key(3), advert(4, T0, &["late"])), gossip(5)).unwrap();
+    let late = signed(&key(3), advert(4, T0, &["late"]));
+    let gone = named(2, 3, 4, *late.signature(), now);
+    assert_eq!(dir.depart(now, &gone, gossip(2)), Err(Refusal::NotHeld));
+    dir.insert(now, late, gossip(5)).unwrap();
     assert!(hosts(&dir, "late").is_empty(), "the parked notice dropped it on arrival");
     assert_eq!(dir.stats().departed, 1);
     // Parked notices expire.
-    assert_eq!(dir.depart(now, &notice(2, 4, 1, now), gossip(2)), Err(Refusal::NotHeld));
+    let later = signed(&key(4), advert(1, now, &["later"]));
+    let gone = named(2, 4, 1, *later.signature(), now);
+    assert_eq!(dir.depart(now, &gone, gossip(2)), Err(Refusal::NotHeld));
     dir.handle(now.plus(PENDING_NOTICE_MS), Input::Tick);
-    dir.insert(now.plus(PENDING_NOTICE_MS), signed(&key(4), advert(1, now, &["later"])), gossip(5)).unwrap();
+    dir.insert(now.plus(PENDING_NOTICE_MS), later, gossip(5)).unwrap();
     assert_eq!(
         dir.hosts(now.plus(PENDING_NOTICE_MS), "later").count(),
         1,

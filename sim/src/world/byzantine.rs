@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use murmur_protocol::advert::HostedCapsule;
 use murmur_protocol::gone::Gone;
-use murmur_protocol::{Advert, Envelope, Signed};
+use murmur_protocol::{Advert, Envelope, Signature, Signed};
 
 use super::{Event, GOSSIP_BYTES_MAX, Ix, Role, Sim};
 use crate::scenario::{ByzantineRole, Fault};
@@ -61,7 +61,9 @@ impl Sim {
     }
 
     /// Gossips a false departure notice about a random live honest node: naming the advert
-    /// the liar holds for it, or a sequence number the victim has not reached.
+    /// the liar holds for it (which the victim must refute), or, with a made-up advert
+    /// signature, a sequence number the victim has not reached or may reach soon (which must
+    /// change nothing, ever).
     fn lie(&mut self, ix: Ix) -> bool {
         let Some(victim) = self.pick_honest(ix, |_| true) else { return false };
         let victim_id = self.nodes[victim as usize].id;
@@ -69,13 +71,17 @@ impl Sim {
             .mesh
             .as_ref()
             .and_then(|mesh| mesh.directory().get(&victim_id))
-            .map(|record| record.advert().seq);
-        let Some(held) = held else { return false };
-        let seq = if self.nodes[ix as usize].rng.below(2) == 0 { held } else { u64::MAX };
-        let now = self.clock(ix);
-        let Ok(signed) = Signed::sign(Gone::new(victim_id, seq, now), &self.nodes[ix as usize].key) else {
-            return false;
+            .map(|record| (record.advert().seq, *record.envelope().signature()));
+        let Some((held, signature)) = held else { return false };
+        let ahead = self.mesh_config.refresh_ms.max(2);
+        let (seq, advert) = match self.nodes[ix as usize].rng.below(3) {
+            0 => (held, signature),
+            1 => (u64::MAX, Signature([7; 64])),
+            _ => (held + self.nodes[ix as usize].rng.between(1, ahead), Signature([7; 64])),
         };
+        let now = self.clock(ix);
+        let notice = Gone::new(victim_id, seq, advert, now);
+        let Ok(signed) = Signed::sign(notice, &self.nodes[ix as usize].key) else { return false };
         let envelope = signed.into_envelope();
         let len = envelope.encode().len();
         let msg = self.new_message(Some(envelope), None, len, ix);
