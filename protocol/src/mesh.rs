@@ -145,12 +145,7 @@ impl Default for MeshConfig {
 /// it is connected to, and when it next republishes.
 #[derive(Clone, Debug, Default)]
 pub struct Resume {
-    pub seq: u64,
-    pub capsules: Vec<HostedCapsule>,
-    pub addrs: Vec<String>,
-    pub cert: Option<Envelope>,
-    pub artifacts: Vec<Digest>,
-    pub load: u16,
+    pub advertised: Advertised,
     pub peers: Vec<NodeId>,
     pub refresh_at: Millis,
 }
@@ -278,15 +273,30 @@ struct Peer {
     sync_wanted: bool,
 }
 
-/// What we advertise about ourselves.
+/// What a node advertises about itself, and the sequence number of its latest advert.
 #[derive(Clone, Debug, Default)]
-struct Local {
-    capsules: Vec<HostedCapsule>,
-    addrs: Vec<String>,
-    artifacts: Vec<Digest>,
-    load: u16,
-    cert: Option<Envelope>,
-    seq: u64,
+pub struct Advertised {
+    pub capsules: Vec<HostedCapsule>,
+    pub addrs: Vec<String>,
+    pub artifacts: Vec<Digest>,
+    pub load: u16,
+    pub cert: Option<Envelope>,
+    pub seq: u64,
+}
+
+impl Advertised {
+    /// The node's next advert, issued at `now`: sequence number `max(seq + 1, now)`, so it
+    /// is newer than any before it, across restarts too.
+    #[must_use]
+    pub fn next(&self, now: Millis, ttl_ms: u64) -> Advert {
+        let mut advert = Advert::new((self.seq + 1).max(now.0), now, ttl_ms);
+        advert.capsules.clone_from(&self.capsules);
+        advert.addrs.clone_from(&self.addrs);
+        advert.artifacts.clone_from(&self.artifacts);
+        advert.load = self.load;
+        advert.cert.clone_from(&self.cert);
+        advert
+    }
 }
 
 /// One node's mesh state machine. See the module docs for the call order.
@@ -296,7 +306,7 @@ pub struct MeshNode {
     id: NodeId,
     config: MeshConfig,
     directory: Directory,
-    local: Local,
+    local: Advertised,
     next_refresh: Millis,
     next_sync: Millis,
     sync_cursor: Option<NodeId>,
@@ -353,12 +363,7 @@ impl MeshNode {
     ) -> Self {
         let directory = Directory::with_base(config.directory.clone(), verifier, base);
         let mut node = Self::with_directory(key, config, directory, now);
-        node.local.seq = state.seq;
-        node.local.capsules = state.capsules;
-        node.local.addrs = state.addrs;
-        node.local.cert = state.cert;
-        node.local.artifacts = state.artifacts;
-        node.local.load = state.load;
+        node.local = state.advertised;
         node.next_refresh = state.refresh_at;
         node.last_published = Some(now);
         for peer in state.peers.into_iter().filter(|peer| *peer != node.id).take(MESH_PEERS_MAX) {
@@ -376,7 +381,7 @@ impl MeshNode {
             key,
             config,
             directory,
-            local: Local::default(),
+            local: Advertised::default(),
             next_refresh: now,
             next_sync,
             sync_cursor: None,
@@ -849,7 +854,7 @@ impl MeshNode {
         self.dialed.insert(peer, now);
     }
 
-    fn update_local(&mut self, now: Millis, change: impl FnOnce(&mut Local)) {
+    fn update_local(&mut self, now: Millis, change: impl FnOnce(&mut Advertised)) {
         change(&mut self.local);
         // Republish at once: what we host changed.
         self.next_refresh = now;
@@ -922,13 +927,8 @@ impl MeshNode {
 
     fn publish(&mut self, now: Millis) {
         self.next_refresh = now.plus(self.config.refresh_ms);
-        let seq = (self.local.seq + 1).max(now.0);
-        let mut advert = Advert::new(seq, now, self.config.ttl_ms);
-        advert.capsules.clone_from(&self.local.capsules);
-        advert.addrs.clone_from(&self.local.addrs);
-        advert.artifacts.clone_from(&self.local.artifacts);
-        advert.load = self.local.load;
-        advert.cert.clone_from(&self.local.cert);
+        let advert = self.local.next(now, self.config.ttl_ms);
+        let seq = advert.seq;
         match Signed::sign(advert, &self.key) {
             Ok(signed) => {
                 self.local.seq = seq;

@@ -11,9 +11,9 @@
 //! memory grows with the changes, not with nodes². From time 0 on, the same protocol code
 //! runs as in any run; nodes that join or restart later start cold.
 
+use murmur_protocol::Signed;
 use murmur_protocol::directory::{Directory, Source};
-use murmur_protocol::mesh::{Input, MeshNode, Resume};
-use murmur_protocol::{Advert, Signed};
+use murmur_protocol::mesh::{Advertised, Input, MeshNode, Resume};
 
 use super::topology::{HEARTBEAT_MS, address};
 use super::{Event, Ix, Sim};
@@ -26,19 +26,16 @@ impl Sim {
         for ix in 0..count {
             let now = self.clock(ix);
             let node = &self.nodes[ix as usize];
-            // What `MeshNode::publish` signs for a node's first advert.
-            let seq = now.0;
-            let mut advert = Advert::new(seq, now, self.mesh_config.ttl_ms);
-            advert.capsules.clone_from(&node.capsules);
-            advert.addrs = vec![address(node.region, ix)];
-            advert.cert.clone_from(&node.cert);
-            let state = Resume {
-                seq,
-                capsules: advert.capsules.clone(),
-                addrs: advert.addrs.clone(),
+            let advertised = Advertised {
+                capsules: node.capsules.clone(),
+                addrs: vec![address(node.region, ix)],
                 cert: node.cert.clone(),
-                ..Resume::default()
+                ..Advertised::default()
             };
+            // The first advert the node would publish (`MeshNode::publish` signs the same).
+            let advert = advertised.next(now, self.mesh_config.ttl_ms);
+            let seq = advert.seq;
+            let state = Resume { advertised: Advertised { seq, ..advertised }, ..Resume::default() };
             let envelope =
                 Signed::sign(advert, &node.key).expect("a generated advert is valid").into_envelope();
             if let Err(refused) = seed.insert(now, envelope.clone(), Source::Local) {
