@@ -408,6 +408,9 @@ fn walkthrough(exe: &Path, dir: &Path, components: &Path, once: bool) -> anyhow:
         outcome["providers"],
         took.as_millis()
     );
+    // node3's new advert (it hosts mirror now) is gossiped within milliseconds: wait for it
+    // at node1 rather than race it.
+    until("node1 to learn that node3 hosts mirror", || nodes[0].capsules().iter().any(|c| c == "mirror"))?;
     let mirrored = send(&nodes[0], "mesh://mirror", "carried across the mesh", false)?;
     anyhow::ensure!(state(&mirrored) == "completed", "mirror: {}", text(&mirrored));
     let owner = mirrored["metadata"]["murmur"]["owner"].as_str().unwrap_or("");
