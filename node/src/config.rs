@@ -129,6 +129,8 @@ pub struct RawNetwork {
     pub mdns_query_interval_secs: u64,
     pub connections_max: u32,
     pub idle_timeout_secs: u64,
+    pub ping_interval_secs: u64,
+    pub ping_timeout_secs: u64,
 }
 
 impl Default for RawNetwork {
@@ -143,6 +145,8 @@ impl Default for RawNetwork {
             mdns_query_interval_secs: 10,
             connections_max: 256,
             idle_timeout_secs: 120,
+            ping_interval_secs: 15,
+            ping_timeout_secs: 20,
         }
     }
 }
@@ -230,6 +234,11 @@ pub struct NetworkConfig {
     pub mdns_query_interval: Duration,
     pub connections_max: u32,
     pub idle_timeout: Duration,
+    /// How often each connection is pinged.
+    pub ping_interval: Duration,
+    /// A connection whose ping goes unanswered this long is closed: its peer froze, lost
+    /// power or sits behind a partition (TCP alone keeps such a connection ~15 minutes).
+    pub ping_timeout: Duration,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -333,7 +342,13 @@ impl Config {
             err("network.connections_max", "must be 2..=65536".into());
         }
         if !(10..=86_400).contains(&net.idle_timeout_secs) {
-            err("network.idle_timeout_secs", "must be 10..=86400 (pings every 15 s keep live peers)".into());
+            err("network.idle_timeout_secs", "must be 10..=86400".into());
+        }
+        if !(1..=3600).contains(&net.ping_interval_secs) {
+            err("network.ping_interval_secs", "must be 1..=3600".into());
+        }
+        if !(1..=600).contains(&net.ping_timeout_secs) {
+            err("network.ping_timeout_secs", "must be 1..=600".into());
         }
 
         let ttl_range_secs = ADVERT_TTL_MS_MIN.div_ceil(1000)..=ADVERT_TTL_MS_MAX / 1000;
@@ -427,6 +442,8 @@ impl Config {
                 mdns_query_interval: Duration::from_secs(net.mdns_query_interval_secs),
                 connections_max: net.connections_max,
                 idle_timeout: Duration::from_secs(net.idle_timeout_secs),
+                ping_interval: Duration::from_secs(net.ping_interval_secs),
+                ping_timeout: Duration::from_secs(net.ping_timeout_secs),
             },
             adverts: AdvertConfig {
                 refresh: Duration::from_secs(raw.adverts.refresh_secs),

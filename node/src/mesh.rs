@@ -98,6 +98,8 @@ pub struct MeshMetrics {
     /// Artifact requests served to peers, and refused as busy.
     pub artifact_served: u64,
     pub artifact_busy: u64,
+    /// Connections closed because a ping went unanswered (`network.ping_timeout_secs`).
+    pub ping_failures: u64,
 }
 
 /// Queries waiting for the driver. The API answers 503 rather than queue more.

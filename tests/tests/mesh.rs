@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use murmur_protocol::{Advert, HostedCapsule, Millis, SecretKey, Signed};
 use murmur_tests::{TestNode, bin, capsules_toml, mur_json, wait_for};
+use nix::sys::signal::Signal;
 
 const CONVERGE: Duration = Duration::from_secs(20);
 
@@ -100,6 +101,44 @@ fn a_killed_node_is_declared_gone_by_its_peers_long_before_its_ttl() {
     assert!(a.metric("murmur_departures_total{kind=\"applied\"}") >= 1);
     // The live nodes stay listed: losing a peer is not losing the mesh.
     assert!(has_all(&a, &names(&["alpha", "beta"])) && has_all(&b, &names(&["alpha", "beta"])));
+}
+
+#[test]
+fn a_frozen_node_is_declared_gone_and_comes_back_when_it_thaws() {
+    // SIGSTOP: the kernel keeps the node's TCP connections open and still accepts dials, but
+    // nothing answers, as with a machine that hangs or a link that silently drops
+    // everything. Peers must notice by ping (TCP alone would keep the connections for about
+    // fifteen minutes), declare it gone, and take it back when it answers again.
+    let adverts = "refresh_secs = 300\nttl_secs = 600\nsuspect_secs = 2\n\n[network]\nping_interval_secs = 1\nping_timeout_secs = 2";
+    let (a, b, c) = three_nodes(adverts);
+    let before = advert_seq(&a, c.peer_id()).expect("alpha holds gamma's advert");
+    c.signal(Signal::SIGSTOP);
+    let frozen = Instant::now();
+    // Ping timeout (≤ 3 s), then the redial, which waits out the dial backoff (30 s from
+    // the last dial of gamma, made when the mesh formed), then the suspicion (2-3 s).
+    wait_gone([&a, &b], "gamma", Duration::from_secs(45));
+    eprintln!("gamma left every directory {:?} after it froze (TTL 600 s)", frozen.elapsed());
+    assert!(a.metric("murmur_ping_failures_total") + b.metric("murmur_ping_failures_total") >= 1);
+    assert_eq!(a.metric("murmur_adverts_expired_total"), 0, "a notice, not the TTL, dropped it");
+    assert!(a.metric("murmur_departures_total{kind=\"applied\"}") >= 1);
+
+    c.signal(Signal::SIGCONT);
+    let thawed = Instant::now();
+    let all = names(&["alpha", "beta", "gamma"]);
+    for node in [&a, &b, &c] {
+        wait_for(CONVERGE, "gamma back in every directory", || has_all(node, &all).then_some(())).unwrap();
+    }
+    eprintln!("gamma was back in every directory {:?} after it thawed", thawed.elapsed());
+    // Back with a newer advert (the one it announces on reconnecting, or its refutation of
+    // the notice): the old one, which the notice named, stays refused as a replay.
+    let after = advert_seq(&a, c.peer_id()).expect("alpha holds gamma's advert again");
+    assert!(after > before, "gamma's advert {after} is newer than {before}");
+}
+
+/// The sequence number of `peer`'s advert in `node`'s directory, if it holds one.
+fn advert_seq(node: &TestNode, peer: &str) -> Option<u64> {
+    let peers = node.get("/v1/peers").ok()?;
+    peers["peers"].as_array()?.iter().find(|p| p["peer_id"] == peer)?["advert_seq"].as_u64()
 }
 
 #[test]

@@ -47,6 +47,12 @@ pub fn render(m: &MeshMetrics) -> String {
         &[("outcome=\"served\"", m.artifact_served), ("outcome=\"busy\"", m.artifact_busy)],
     );
     metric(
+        "murmur_ping_failures_total",
+        "counter",
+        "Pings unanswered within network.ping_timeout_secs; each closed its connection (the peer froze, lost power or is cut off).",
+        &[("", m.ping_failures)],
+    );
+    metric(
         "murmur_adverts_accepted_total",
         "counter",
         "Adverts accepted into the directory.",

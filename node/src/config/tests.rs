@@ -52,6 +52,7 @@ listen = "localhost:7420"
 [network]
 bootstrap = ["/ip4/10.0.0.1/tcp/7421"]
 listen = ["/dns4/x/tcp/1"]
+ping_timeout_secs = 0
 [adverts]
 refresh_secs = 100
 [trust]
@@ -68,6 +69,7 @@ digest = "sha256:00"
         "`api.listen`",
         "`network.bootstrap`",
         "`network.listen`",
+        "`network.ping_timeout_secs`",
         "`adverts.refresh_secs`",
         "`trust.authorities`",
         "`capsules[0].name`",
@@ -75,7 +77,7 @@ digest = "sha256:00"
     ] {
         assert!(err.contains(key), "missing {key} in:\n{err}");
     }
-    assert!(err.starts_with("7 problems:"), "{err}");
+    assert!(err.starts_with("8 problems:"), "{err}");
 }
 
 #[test]

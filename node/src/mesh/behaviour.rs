@@ -140,7 +140,9 @@ impl Behaviour {
             limits: connection_limits::Behaviour::new(limits),
             blocked: allow_block_list::Behaviour::default(),
             identify,
-            ping: ping::Behaviour::new(ping::Config::new()),
+            ping: ping::Behaviour::new(
+                ping::Config::new().with_interval(config.ping_interval).with_timeout(config.ping_timeout),
+            ),
             mdns: mdns.into(),
             kad,
             gossipsub,

@@ -55,6 +55,8 @@ pub(super) struct Driver {
     gossip_pending: BTreeMap<u64, (gossipsub::MessageId, PeerId)>,
     sync_pending: BTreeMap<u64, request_response::ResponseChannel<SyncResponse>>,
     next_token: u64,
+    /// Connections closed because a ping went unanswered.
+    ping_failures: u64,
     tasks: TaskSide,
     artifacts: ArtifactSide,
 }
@@ -79,6 +81,7 @@ impl Driver {
             gossip_pending: BTreeMap::new(),
             sync_pending: BTreeMap::new(),
             next_token: 0,
+            ping_failures: 0,
             tasks,
             artifacts,
         }
@@ -296,12 +299,23 @@ impl Driver {
                 }
             }
             BehaviourEvent::Identify(_) => {}
-            BehaviourEvent::Ping(ping::Event { peer, result, .. }) => {
-                if let (Ok(rtt), Some(info)) = (result, self.peers.get_mut(&peer)) {
-                    info.rtt = Some(rtt);
-                    info.last_seen = Instant::now();
+            BehaviourEvent::Ping(ping::Event { peer, connection, result }) => match result {
+                Ok(rtt) => {
+                    if let Some(info) = self.peers.get_mut(&peer) {
+                        info.rtt = Some(rtt);
+                        info.last_seen = Instant::now();
+                    }
                 }
-            }
+                Err(err) => {
+                    // libp2p leaves this policy to us: an unanswered ping means the peer
+                    // froze, lost power or is cut off, and TCP would keep the connection for
+                    // minutes. Closing it lets the mesh redial the peer and, if it stays
+                    // away, declare it gone.
+                    debug!(peer = %peer, error = %err, "closing a connection whose ping failed");
+                    self.ping_failures += 1;
+                    self.swarm.close_connection(connection);
+                }
+            },
             BehaviourEvent::Mdns(mdns::Event::Discovered(found)) => {
                 for (peer, addr) in found {
                     if peer == *self.swarm.local_peer_id()
@@ -430,6 +444,7 @@ impl Driver {
                     task_refusals: self.tasks.refusals(),
                     artifact_served: self.artifacts.served_count,
                     artifact_busy: self.artifacts.busy_count,
+                    ping_failures: self.ping_failures,
                 });
             }
         }
