@@ -135,7 +135,9 @@ pub enum Output {
     /// A node's advert expired without a newer one.
     Expired { node: NodeId },
     /// A departure notice from `witness` dropped `node`'s advert `seq`.
-    Departed { node: NodeId, seq: u64, witness: NodeId, source: Source },
+    /// `addrs`: where the dropped advert said the node listens (for reconnecting to it
+    /// after a partition heals).
+    Departed { node: NodeId, seq: u64, witness: NodeId, source: Source, addrs: Vec<String> },
     /// Send these adverts to `peer`, which lacks them; `more` means its digest showed
     /// further gaps than fit in one response (the peer should ask again).
     SendAdverts { peer: NodeId, adverts: Vec<Envelope>, more: bool },
@@ -743,7 +745,9 @@ impl Directory {
         match self.check_notice(now, envelope) {
             Ok(notice) => {
                 let node = notice.node;
+                let mut addrs = Vec::new();
                 if let Some(record) = self.remove(&node) {
+                    addrs.clone_from(&record.advert().addrs);
                     // Until neither the advert nor the notice could pass a freshness check.
                     let skew = self.config.clock_skew_max_ms;
                     let advert = record.advert();
@@ -754,7 +758,7 @@ impl Directory {
                     self.bury(node, advert.seq, until, Some((envelope.clone(), record.envelope().clone())));
                 }
                 self.stats.departed += 1;
-                self.push(Output::Departed { node, seq: notice.seq, witness, source });
+                self.push(Output::Departed { node, seq: notice.seq, witness, source, addrs });
                 Ok(node)
             }
             Err(reason) => {

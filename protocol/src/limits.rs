@@ -109,6 +109,10 @@ const _: () = assert!(SYNC_REQUEST_BYTES_MAX >= DIGEST_ENTRIES_MAX * 45 + CERT_B
 /// [`crate::mesh::REFUSED_HOLD_MS`]); beyond it the hold that ends first ends early.
 pub const REFUSED_PEERS_MAX: usize = 1024;
 
+/// Departed nodes remembered for reconnecting (see [`crate::mesh::RECONNECT_INTERVAL_MS`]);
+/// beyond it the one that departed first is forgotten.
+pub const DEPARTED_NODES_MAX: usize = 1024;
+
 /// Bootstrap peers a node keeps at most (its configuration refuses more).
 pub const BOOTSTRAP_PEERS_MAX: usize = 64;
 /// Addresses kept per bootstrap peer.

@@ -46,9 +46,9 @@ use crate::directory::{
 use crate::gone::Gone;
 use crate::identity::{NodeId, SecretKey};
 use crate::limits::{
-    BOOTSTRAP_ADDRS_MAX, BOOTSTRAP_PEERS_MAX, DIAL_BACKOFF_ENTRIES_MAX, ENVELOPE_OVERHEAD_MAX,
-    MESH_OUTPUTS_MAX, MESH_PEERS_MAX, REFUSED_PEERS_MAX, SYNC_ADVERTS_MAX, SYNC_NOTICES_MAX,
-    SYNC_RESPONSE_BYTES_MAX,
+    BOOTSTRAP_ADDRS_MAX, BOOTSTRAP_PEERS_MAX, DEPARTED_NODES_MAX, DIAL_BACKOFF_ENTRIES_MAX,
+    ENVELOPE_OVERHEAD_MAX, MESH_OUTPUTS_MAX, MESH_PEERS_MAX, REFUSED_PEERS_MAX, SYNC_ADVERTS_MAX,
+    SYNC_NOTICES_MAX, SYNC_RESPONSE_BYTES_MAX,
 };
 use crate::signed::{DocKind, Envelope, Signed};
 use crate::sync::{SyncRequest, SyncResponse};
@@ -87,6 +87,19 @@ pub const BOOTSTRAP_RETRY_MAX_MS: u64 = 300_000;
 /// [`BOOTSTRAP_RETRY_MS`] (one that a peer keeps refusing, say for a missing certificate,
 /// does not).
 pub const BOOTSTRAP_STABLE_MS: u64 = 60_000;
+
+/// A node dials one node that departed (a notice dropped its advert, see
+/// [`MeshConfig::suspect_ms`]) this often, in an order of its own, for
+/// [`RECONNECT_WINDOW_MS`] after the departure, at the addresses its last advert listed.
+/// After a partition each side has declared the other gone and nothing else would dial
+/// across once it heals unless a bootstrap peer happens to sit on the other side; with every
+/// node trying one departed node per interval, the first connection across comes within a
+/// fraction of a second in a large mesh, and it carries the notices to the nodes they name,
+/// which refute them. A node that crashed for good costs each node one failed dial per
+/// interval at most. (Serf's reconnect does the same, every 30 s for a day.)
+pub const RECONNECT_INTERVAL_MS: u64 = 30_000;
+/// How long after its departure a node is still dialled again.
+pub const RECONNECT_WINDOW_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// A peer refused admission to a closed mesh is held off this long: the driver blocks its
 /// connections ([`Output::Block`]) and the mesh closes any that still arrive. Without the
@@ -322,6 +335,12 @@ pub struct MeshNode {
     /// Peers whose connection closed: the advert seq held then, and when to declare them
     /// gone (see [`MeshConfig::suspect_ms`]).
     suspects: BTreeMap<NodeId, Suspect>,
+    /// Nodes that departed, with the addresses their last advert listed and when, for
+    /// reconnecting after a partition (see [`RECONNECT_INTERVAL_MS`]).
+    departed: BTreeMap<NodeId, Departed>,
+    next_reconnect: Millis,
+    /// The [`dial_rank`] of the departed node dialled last: the next is the one after it.
+    reconnect_cursor: u64,
     /// When we last published our advert.
     last_published: Option<Millis>,
     outputs: VecDeque<Output>,
@@ -392,6 +411,11 @@ impl MeshNode {
             dial_salt,
             held: BTreeMap::new(),
             suspects: BTreeMap::new(),
+            departed: BTreeMap::new(),
+            // Each node on its own phase, so that after a heal the mesh's reconnects spread
+            // over the interval.
+            next_reconnect: now.plus(RECONNECT_INTERVAL_MS + dial_salt % RECONNECT_INTERVAL_MS),
+            reconnect_cursor: 0,
             last_published: None,
             outputs: VecDeque::new(),
             stats: MeshStats::default(),
@@ -440,7 +464,7 @@ impl MeshNode {
             Input::Tick => {}
         }
         self.on_time(now);
-        self.drain_directory();
+        self.drain_directory(now);
     }
 
     /// The next queued output, oldest first.
@@ -471,6 +495,9 @@ impl MeshNode {
         }
         if let Some(deadline) = self.suspects.values().map(|s| s.deadline).min() {
             next = next.min(deadline);
+        }
+        if !self.departed.is_empty() {
+            next = next.min(self.next_reconnect);
         }
         Some(next)
     }
@@ -878,6 +905,51 @@ impl MeshNode {
         }
         self.maybe_bootstrap(now);
         self.maybe_dial(now);
+        self.maybe_reconnect(now);
+    }
+
+    /// Dials the next departed node, if one is due (see [`RECONNECT_INTERVAL_MS`]).
+    fn maybe_reconnect(&mut self, now: Millis) {
+        if now < self.next_reconnect {
+            return;
+        }
+        self.next_reconnect = now.plus(RECONNECT_INTERVAL_MS);
+        self.departed.retain(|_, d| now < d.at.plus(RECONNECT_WINDOW_MS));
+        let backoff = self.config.dial_backoff_ms;
+        let dialable = |node: &NodeId| {
+            !self.peers.contains_key(node)
+                && !self.held.contains_key(node)
+                && self.dialed.get(node).is_none_or(|at| now >= at.plus(backoff))
+        };
+        // The dialable node ranked next after the last one, wrapping around.
+        let mut ranked: Vec<(u64, NodeId)> = self
+            .departed
+            .keys()
+            .filter(|node| dialable(node))
+            .map(|node| (dial_rank(self.dial_salt, node), *node))
+            .collect();
+        ranked.sort_unstable();
+        let next = ranked.iter().find(|(rank, _)| *rank > self.reconnect_cursor).or_else(|| ranked.first());
+        let Some(&(rank, node)) = next else { return };
+        self.reconnect_cursor = rank;
+        if let Some(addrs) = self.departed.get(&node).map(|d| d.addrs.clone()) {
+            self.note_dialed(now, node);
+            self.push(Output::Dial { peer: node, addrs });
+        }
+    }
+
+    /// Remembers a node a notice dropped, to dial it again now and then.
+    fn remember_departed(&mut self, now: Millis, node: NodeId, addrs: Vec<String>) {
+        if node == self.id || addrs.is_empty() {
+            return;
+        }
+        if self.departed.len() >= DEPARTED_NODES_MAX
+            && !self.departed.contains_key(&node)
+            && let Some(oldest) = self.departed.iter().min_by_key(|(id, d)| (d.at, **id)).map(|(id, _)| *id)
+        {
+            self.departed.remove(&oldest);
+        }
+        self.departed.insert(node, Departed { addrs, at: now });
     }
 
     fn set_bootstrap(&mut self, now: Millis, peers: Vec<(NodeId, Vec<String>)>) {
@@ -1033,17 +1105,19 @@ impl MeshNode {
         }
     }
 
-    fn drain_directory(&mut self) {
+    fn drain_directory(&mut self, now: Millis) {
         while let Some(output) = self.directory.poll_output() {
             let event = match output {
                 DirectoryOutput::Accepted { node, seq, source } => {
+                    self.departed.remove(&node);
                     Event::AdvertAccepted { node, seq, source }
                 }
                 DirectoryOutput::Refused { node, source, reason } => {
                     Event::AdvertRefused { node, source, reason }
                 }
                 DirectoryOutput::Expired { node } => Event::AdvertExpired { node },
-                DirectoryOutput::Departed { node, seq, witness, source } => {
+                DirectoryOutput::Departed { node, seq, witness, source, addrs } => {
+                    self.remember_departed(now, node, addrs);
                     Event::Departed { node, seq, witness, source }
                 }
                 // The mesh answers digests itself (`on_sync_request`), never via the directory.
@@ -1069,6 +1143,13 @@ struct Suspect {
     seq: u64,
     deadline: Millis,
     dialled: bool,
+}
+
+/// A node a notice dropped: where its last advert said it listens, and when it departed.
+#[derive(Clone, Debug)]
+struct Departed {
+    addrs: Vec<String>,
+    at: Millis,
 }
 
 /// A bootstrap peer: where to dial it, when next, and how long the wait after that is.

@@ -102,6 +102,8 @@ pub struct Metrics {
     pub departures_declared: u64,
     pub departures_false: u64,
     pub departures_applied: u64,
+    /// Connections closed for an unanswered ping (a partition cut them).
+    pub connections_cut: u64,
     pub convergence: Convergence,
     pub liveness_after_faults_ms: Option<u64>,
     pub ed25519_checks: u64,
@@ -357,6 +359,13 @@ impl Outcome {
             m.messages_per_node_per_sec,
             m.bytes_per_node_per_sec
         );
+        if m.departures_declared > 0 || m.connections_cut > 0 {
+            let _ = writeln!(
+                out,
+                "  departures: {} notices signed ({} naming live nodes), {} adverts dropped by notices; {} connections closed by unanswered pings",
+                m.departures_declared, m.departures_false, m.departures_applied, m.connections_cut
+            );
+        }
         if let Some(t) = &m.tasks {
             let _ = writeln!(
                 out,

@@ -107,6 +107,13 @@ pub struct Topology {
     pub connections_max: usize,
     /// A request-response exchange fails after this long without an answer.
     pub request_timeout_ms: u64,
+    /// murnode pings every connection this often and closes one whose ping goes unanswered
+    /// for `ping_timeout_ms`: a connection a partition cuts closes that long after the cut
+    /// (plus up to one interval, when its next ping was due), and its peers are redialled
+    /// and, if still cut off, declared gone. A partition shorter than that closes nothing.
+    pub ping_interval_ms: u64,
+    /// 0: connections outlive partitions (only their messages are dropped).
+    pub ping_timeout_ms: u64,
     /// Model gossipsub's lazy gossip too (IHAVE to a few peers outside the mesh each
     /// heartbeat, IWANT for what a node has not seen). Off by default: without it the model
     /// errs pessimistic, so a gap in how the mesh spreads adverts shows as a convergence
@@ -131,6 +138,8 @@ impl Default for Topology {
             gossip_degree: 6,
             connections_max: 64,
             request_timeout_ms: 10_000,
+            ping_interval_ms: 15_000,
+            ping_timeout_ms: 20_000,
             lazy_gossip: false,
             warm_start: false,
         }

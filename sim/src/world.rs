@@ -184,6 +184,8 @@ struct Node {
     /// Left for good (churn, byzantine retirement).
     gone: bool,
     down_since: Option<u64>,
+    /// When this life began (the last start or restart).
+    up_since: u64,
     timer_at: Option<u64>,
     peers: BTreeSet<Ix>,
     gossip_mesh: Vec<Ix>,
@@ -224,6 +226,8 @@ impl Node {
 
 /// Everything that happens in a run. `IHave` and `IWant` are gossipsub's lazy gossip
 /// (only with `topology.lazy_gossip`): "I have these recent messages", and "send me these".
+/// `PingLapse`: a ping across a partition went unanswered; the connection closes if a
+/// partition still cuts it.
 #[derive(Debug)]
 enum Event {
     Start { node: Ix },
@@ -236,6 +240,7 @@ enum Event {
     SyncResponse { to: Ix, from: Ix, req: u64, response: Arc<SyncResponse>, epoch: u32 },
     SyncTimeout { node: Ix, req: u64, epoch: u32 },
     Connected { a: Ix, b: Ix, epoch_a: u32, epoch_b: u32 },
+    PingLapse { a: Ix, b: Ix, epoch_a: u32, epoch_b: u32 },
     FaultStart { fault: usize },
     FaultEnd { fault: usize },
     Restart { node: Ix },
@@ -270,6 +275,7 @@ impl Event {
             Self::Heartbeat { node, .. } => (16, u64::from(*node), 0),
             Self::IHave { to, from, .. } => (17, u64::from(*to), u64::from(*from)),
             Self::IWant { to, from, .. } => (18, u64::from(*to), u64::from(*from)),
+            Self::PingLapse { a, b, .. } => (19, u64::from(*a), u64::from(*b)),
             Self::Task(event) => event.trace(),
             Self::Artifact(event) => event.trace(),
         }
@@ -294,6 +300,8 @@ pub struct Sim {
     messages: Vec<Message>,
     links: HashMap<(Ix, Ix), SimRng>,
     faults_rng: SimRng,
+    /// When each connection a partition cuts has its next ping due.
+    pings_rng: SimRng,
     workload_rng: SimRng,
     partitions: Vec<net::Partition>,
     extra_loss: (f64, Option<usize>),
@@ -390,6 +398,7 @@ impl Sim {
             messages: Vec::new(),
             links: HashMap::default(),
             faults_rng: SimRng::stream(seed, "faults"),
+            pings_rng: SimRng::stream(seed, "pings"),
             workload_rng: SimRng::stream(seed, "workload"),
             partitions: Vec::new(),
             extra_loss: (0.0, None),
@@ -519,6 +528,7 @@ impl Sim {
             epoch: 0,
             gone: false,
             down_since: Some(0),
+            up_since: 0,
             timer_at: None,
             peers: BTreeSet::new(),
             gossip_mesh: Vec::new(),
@@ -678,6 +688,11 @@ impl Sim {
             Event::Connected { a, b, epoch_a, epoch_b } => {
                 if self.is_current(a, epoch_a) && self.is_current(b, epoch_b) {
                     self.connect(a, b);
+                }
+            }
+            Event::PingLapse { a, b, epoch_a, epoch_b } => {
+                if self.is_current(a, epoch_a) && self.is_current(b, epoch_b) {
+                    self.ping_lapse(a, b);
                 }
             }
             Event::FaultStart { fault } => self.fault_start(fault),
@@ -859,9 +874,12 @@ impl Sim {
                 }
                 if matches!(source, Source::Local) && witness == self.nodes[ix as usize].id {
                     self.metrics.departures_declared += 1;
-                    // False: the subject is up and still on the advert the witness saw
-                    // (not a restart whose new advert had not reached the witness yet).
-                    let same_life = |n: &Node| n.published.back().is_some_and(|(_, s)| *s == seq);
+                    // False: the subject is up in the life that published the advert the
+                    // witness saw (not a restart whose new advert had not reached the witness
+                    // yet). Its latest advert may be newer: one the witness, cut off by a
+                    // partition, never received.
+                    let same_life =
+                        |n: &Node| n.published.iter().any(|(at, s)| *s == seq && *at >= n.up_since);
                     if self.nodes.get(subject as usize).is_some_and(|n| n.alive() && same_life(n)) {
                         self.metrics.departures_false += 1;
                     }

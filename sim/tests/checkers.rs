@@ -103,3 +103,38 @@ fn departed_nodes_left_to_their_ttl_fail_the_departure_bound() {
     assert_eq!(outcome.verdict, Verdict::Liveness, "{:?}", outcome.findings);
     assert!(outcome.findings.iter().any(|f| f.contains("departed_bound_s")), "{:?}", outcome.findings);
 }
+
+/// Half the mesh cut off for 50 s: longer than murnode's ping timeout, so the connections
+/// across the cut close.
+fn long_partition() -> Scenario {
+    let mut scenario = small();
+    scenario.duration_s = 200;
+    scenario.check.liveness_bound_s = 100;
+    scenario.faults.push(Fault::Partition {
+        at_s: 10,
+        until_s: 60,
+        fraction: 0.5,
+        by_region: false,
+        one_way: false,
+    });
+    scenario
+}
+
+#[test]
+fn a_partition_longer_than_the_ping_timeout_closes_connections_and_the_mesh_heals() {
+    let outcome = Sim::new(long_partition(), Options { seed: 4, ..Options::default() }).run();
+    assert_eq!(outcome.verdict, Verdict::Pass, "{:?}", outcome.findings);
+    let m = &outcome.metrics;
+    assert!(m.connections_cut > 0, "pings across the cut went unanswered: {m:?}");
+    // Each side declared live nodes of the other gone; after the heal they refuted and every
+    // directory holds every node again (the liveness check passed).
+    assert!(m.departures_false > 0, "{m:?}");
+
+    // Without the ping policy (connections outlive the cut) nothing closes, nobody is
+    // declared gone.
+    let mut scenario = long_partition();
+    scenario.topology.ping_timeout_ms = 0;
+    let outcome = Sim::new(scenario, Options { seed: 4, ..Options::default() }).run();
+    assert_eq!(outcome.verdict, Verdict::Pass, "{:?}", outcome.findings);
+    assert_eq!((outcome.metrics.connections_cut, outcome.metrics.departures_false), (0, 0));
+}

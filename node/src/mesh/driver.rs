@@ -306,11 +306,14 @@ impl Driver {
                         info.last_seen = Instant::now();
                     }
                 }
+                // A peer that answers that it does not speak ping (a tool rather than a
+                // node) is responsive: it keeps its connection.
+                Err(ping::Failure::Unsupported) => trace!(peer = %peer, "peer does not speak ping"),
                 Err(err) => {
-                    // libp2p leaves this policy to us: an unanswered ping means the peer
-                    // froze, lost power or is cut off, and TCP would keep the connection for
-                    // minutes. Closing it lets the mesh redial the peer and, if it stays
-                    // away, declare it gone.
+                    // libp2p leaves this policy to us: a ping unanswered (or a ping stream
+                    // that could not be opened) in time means the peer froze, lost power or
+                    // is cut off, and TCP would keep the connection for minutes. Closing it
+                    // lets the mesh redial the peer and, if it stays away, declare it gone.
                     debug!(peer = %peer, error = %err, "closing a connection whose ping failed");
                     self.ping_failures += 1;
                     self.swarm.close_connection(connection);

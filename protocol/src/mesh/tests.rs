@@ -572,6 +572,46 @@ fn a_peer_that_stays_away_is_declared_gone_and_every_directory_drops_it() {
 }
 
 #[test]
+fn a_departed_node_is_dialled_again_now_and_then_until_it_is_back() {
+    // A partition: node 2 is cut off from both others, who declare it gone.
+    let mut net = triangle();
+    let suspect_ms = config().suspect_ms;
+    let cut = key(3).node_id();
+    net.links.retain(|&(a, b)| a != 2 && b != 2);
+    net.handle(0, Input::PeerDisconnected { peer: cut });
+    net.handle(1, Input::PeerDisconnected { peer: cut });
+    for other in [key(1).node_id(), key(2).node_id()] {
+        net.handle(2, Input::PeerDisconnected { peer: other });
+    }
+    net.advance(suspect_ms * 2);
+    assert_eq!((net.hosts(0, "echo"), net.hosts(1, "echo")), (0, 0));
+    let seq_before = net.nodes[2].local_seq();
+    // Nothing in either directory leads back to it, yet each node dials it once per
+    // reconnect interval at the address its last advert listed.
+    let dials = |net: &Net, i: usize| net.dials.iter().filter(|&&(by, p)| by == i && p == cut).count();
+    let before = (dials(&net, 0), dials(&net, 1));
+    net.advance(2 * RECONNECT_INTERVAL_MS);
+    let after = (dials(&net, 0), dials(&net, 1));
+    assert!(after.0 > before.0 && after.1 > before.1, "{before:?} then {after:?}");
+    assert!(after.0 - before.0 <= 2, "once per interval: {before:?} then {after:?}");
+    // The partition heals: node 0's dial gets through. Node 2 republishes (it had lost
+    // every peer; the sync also hands it the notice naming its advert), and its new advert
+    // is taken everywhere; the notices each side signed about the other are refuted too.
+    net.connect(0, 2);
+    net.connect(1, 2);
+    net.advance(2 * REFUTE_INTERVAL_MS);
+    assert!(net.nodes[2].local_seq() > seq_before);
+    assert_eq!((net.hosts(0, "echo"), net.hosts(1, "echo")), (1, 1));
+    for i in 0..3 {
+        assert_eq!(net.nodes[i].directory().len(), 3, "node {i} holds every node again");
+    }
+    // Back: no more dials to it.
+    let back = (dials(&net, 0), dials(&net, 1));
+    net.advance(3 * RECONNECT_INTERVAL_MS);
+    assert_eq!((dials(&net, 0), dials(&net, 1)), back);
+}
+
+#[test]
 fn a_peer_back_in_time_or_republished_is_not_declared_gone() {
     let mut net = triangle();
     let suspect_ms = config().suspect_ms;

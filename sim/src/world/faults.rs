@@ -45,6 +45,7 @@ impl Sim {
                         })
                         .collect();
                 self.partitions.push(Partition { fault: i, side_a, one_way });
+                self.schedule_ping_lapses();
             }
             Fault::Crash { count, nodes, restart_after_s, .. } => {
                 let chosen: Vec<Ix> = if nodes.is_empty() {

@@ -9,8 +9,8 @@
 
 use std::sync::Arc;
 
-use murmur_protocol::Envelope;
 use murmur_protocol::mesh::Input;
+use murmur_protocol::{Envelope, NodeId};
 
 use super::{Delivery, Event, GOSSIP_BYTES_MAX, Ix, PUBLISHED_HISTORY_MAX, Role, Sim};
 use crate::scenario::ByzantineRole;
@@ -63,7 +63,9 @@ impl Sim {
             return;
         };
         // Every node's own advert is genuine: byzantine nodes sign their own honestly too.
-        if let Ok(advert) = envelope.peek::<murmur_protocol::Advert>() {
+        // (A node also gossips others' adverts on: those of departed nodes that came back.)
+        let own = NodeId::from_key(envelope.signer()) == self.nodes[ix as usize].id;
+        if let Some(advert) = own.then(|| envelope.peek::<murmur_protocol::Advert>().ok()).flatten() {
             self.oracle.published(
                 ix,
                 advert.seq,

@@ -32,6 +32,7 @@ impl Sim {
             now,
         ));
         node.down_since = None;
+        node.up_since = self.now;
         node.uplink_free_at = self.now;
         self.count_live(ix, true);
         let node = &mut self.nodes[i];
@@ -172,6 +173,38 @@ impl Sim {
         }
         self.nodes[a as usize].gossip_mesh.push(b);
         self.nodes[b as usize].gossip_mesh.push(a);
+    }
+    /// A partition began: every connection it cuts (either way) closes when its ping goes
+    /// unanswered, as murnode closes it, unless the partition heals first.
+    pub(super) fn schedule_ping_lapses(&mut self) {
+        let (interval, timeout) =
+            (self.scenario.topology.ping_interval_ms, self.scenario.topology.ping_timeout_ms);
+        if timeout == 0 {
+            return;
+        }
+        for a in 0..self.nodes.len() as Ix {
+            let cut: Vec<Ix> = self.nodes[a as usize]
+                .peers
+                .iter()
+                .copied()
+                .filter(|&b| a < b && (self.partitioned(a, b) || self.partitioned(b, a)))
+                .collect();
+            for b in cut {
+                // The ping that finds the cut is the next one due on this connection, within
+                // an interval (drawn from a stream of its own).
+                let due = self.pings_rng.below(interval.max(1));
+                let (epoch_a, epoch_b) = (self.nodes[a as usize].epoch, self.nodes[b as usize].epoch);
+                self.schedule(self.now + due + timeout, Event::PingLapse { a, b, epoch_a, epoch_b });
+            }
+        }
+    }
+    /// A ping scheduled by [`Sim::schedule_ping_lapses`] is due: close the connection if a
+    /// partition still cuts it.
+    pub(super) fn ping_lapse(&mut self, a: Ix, b: Ix) {
+        if self.nodes[a as usize].peers.contains(&b) && (self.partitioned(a, b) || self.partitioned(b, a)) {
+            self.metrics.connections_cut += 1;
+            self.disconnect(a, b);
+        }
     }
     pub(super) fn disconnect(&mut self, a: Ix, b: Ix) {
         if !self.nodes[a as usize].peers.remove(&b) {
