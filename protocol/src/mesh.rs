@@ -705,9 +705,20 @@ impl MeshNode {
         peer.syncing = false;
         let peer_admitted = peer.admitted;
         for envelope in response.adverts {
+            // An update of a node we knew, or a node a notice dropped here coming back: gossip
+            // missed it on its way to us (a partition, loss), so it likely missed the nodes
+            // around us too, and anti-entropy alone would take it to them one sync interval
+            // per hop. Gossip it on once accepted. (Adverts of nodes we did not know at all,
+            // a newcomer's first sync, are not re-flooded.)
+            let node = NodeId::from_key(envelope.signer());
+            let news = self.directory.get(&node).is_some() || self.departed.contains_key(&node);
+            let relay = news.then(|| envelope.clone());
             // Each advert is judged on its own; a peer relaying someone's forgery is not
             // proof the peer forged it, so refusals here only count.
-            let _ = self.directory.insert(now, envelope, Source::Sync { from });
+            let accepted = self.directory.insert(now, envelope, Source::Sync { from }).is_ok();
+            if let Some(envelope) = relay.filter(|_| accepted) {
+                self.publish_envelope(&envelope);
+            }
         }
         for notice in response.gone {
             // A notice news to us is news to our gossip neighbours too (they learned the

@@ -39,6 +39,9 @@ fn an_unmeetable_liveness_bound_is_a_liveness_failure() {
         one_way: false,
     });
     scenario.check.liveness_bound_s = 1;
+    // Connections outlive the cut (no ping policy), so nothing reconnects and syncs at
+    // the heal either.
+    scenario.topology.ping_timeout_ms = 0;
     let outcome = Sim::new(scenario, Options { seed: 1, canary: false, uncached: false, plant: None }).run();
     assert_eq!(outcome.verdict, Verdict::Liveness, "{:?}", outcome.findings);
     assert_eq!(outcome.exit_code, exit::LIVENESS);

@@ -526,6 +526,19 @@ fn a_closed_mesh_judges_gossip_on_its_merits_even_from_a_peer_not_yet_admitted()
 }
 
 impl Net {
+    /// Adverts node `i` published that node `signer` signed (its own, or others' passed on).
+    fn published_adverts_of(&self, i: usize, signer: NodeId) -> usize {
+        self.published
+            .iter()
+            .filter(|(by, bytes)| {
+                let envelope = Envelope::decode(bytes).unwrap();
+                *by == i
+                    && envelope.kind() == DocKind::NodeAdvert
+                    && NodeId::from_key(envelope.signer()) == signer
+            })
+            .count()
+    }
+
     fn published_notices(&self, i: usize) -> Vec<Vec<u8>> {
         self.published
             .iter()
@@ -609,6 +622,29 @@ fn a_departed_node_is_dialled_again_now_and_then_until_it_is_back() {
     let back = (dials(&net, 0), dials(&net, 1));
     net.advance(3 * RECONNECT_INTERVAL_MS);
     assert_eq!((dials(&net, 0), dials(&net, 1)), back);
+}
+
+#[test]
+fn an_update_learned_by_anti_entropy_is_gossiped_on_but_a_first_sync_is_not() {
+    // A chain 0 - 1 - 2; this test network does not relay, so what node 2 publishes reaches
+    // node 0 only through anti-entropy with node 1.
+    let mut net = Net::new((1..=3).map(|n| (key(n), config())).collect());
+    let far = key(3).node_id();
+    net.handle(2, Input::SetHosted { capsules: vec![capsule("echo")] });
+    net.connect(1, 2);
+    net.advance(ANNOUNCE_DELAY_MS);
+    // Node 0's first sync fills an empty directory: nothing of it is re-flooded.
+    net.connect(0, 1);
+    assert_eq!(net.hosts(0, "echo"), 1);
+    assert_eq!(net.published_adverts_of(0, far), 0, "a first sync is not re-flooded");
+    // Node 2 changes; gossip carries it to node 1 only (as if node 0 had missed it: loss,
+    // or a partition). The next anti-entropy round brings it to node 0, which gossips it on
+    // to its own neighbours, who likely missed it too.
+    net.handle(2, Input::SetHosted { capsules: vec![capsule("echo"), capsule("wc")] });
+    assert_eq!(net.hosts(0, "wc"), 0);
+    net.advance(config().sync_interval_ms);
+    assert_eq!(net.hosts(0, "wc"), 1);
+    assert_eq!(net.published_adverts_of(0, far), 1, "the update is gossiped on, once");
 }
 
 #[test]
