@@ -919,6 +919,14 @@ impl MeshNode {
         self.maybe_reconnect(now);
     }
 
+    /// Whether `node` may be dialled now: not connected, not held off, and not dialled
+    /// within the dial backoff.
+    fn may_dial(&self, now: Millis, node: &NodeId) -> bool {
+        !self.peers.contains_key(node)
+            && !self.held.contains_key(node)
+            && self.dialed.get(node).is_none_or(|at| now >= at.plus(self.config.dial_backoff_ms))
+    }
+
     /// Dials the next departed node, if one is due (see [`RECONNECT_INTERVAL_MS`]).
     fn maybe_reconnect(&mut self, now: Millis) {
         if now < self.next_reconnect {
@@ -926,22 +934,15 @@ impl MeshNode {
         }
         self.next_reconnect = now.plus(RECONNECT_INTERVAL_MS);
         self.departed.retain(|_, d| now < d.at.plus(RECONNECT_WINDOW_MS));
-        let backoff = self.config.dial_backoff_ms;
-        let dialable = |node: &NodeId| {
-            !self.peers.contains_key(node)
-                && !self.held.contains_key(node)
-                && self.dialed.get(node).is_none_or(|at| now >= at.plus(backoff))
-        };
         // The dialable node ranked next after the last one, wrapping around.
-        let mut ranked: Vec<(u64, NodeId)> = self
+        let ranked: Vec<(u64, NodeId)> = self
             .departed
             .keys()
-            .filter(|node| dialable(node))
+            .filter(|node| self.may_dial(now, node))
             .map(|node| (dial_rank(self.dial_salt, node), *node))
             .collect();
-        ranked.sort_unstable();
-        let next = ranked.iter().find(|(rank, _)| *rank > self.reconnect_cursor).or_else(|| ranked.first());
-        let Some(&(rank, node)) = next else { return };
+        let after = ranked.iter().filter(|(rank, _)| *rank > self.reconnect_cursor).min();
+        let Some(&(rank, node)) = after.or_else(|| ranked.iter().min()) else { return };
         self.reconnect_cursor = rank;
         if let Some(addrs) = self.departed.get(&node).map(|d| d.addrs.clone()) {
             self.note_dialed(now, node);
@@ -1081,7 +1082,6 @@ impl MeshNode {
             return;
         }
         self.next_dial_check = now.plus(DIAL_CHECK_INTERVAL_MS);
-        let backoff = self.config.dial_backoff_ms;
         // The candidates this node ranks first: every node ranks the directory in its own
         // order, so dials spread over the mesh. (In directory order every node dialled the
         // same few nodes, with the lowest ids, until their connection limits refused
@@ -1090,12 +1090,8 @@ impl MeshNode {
             .directory
             .records(now)
             .filter(|record| {
-                let node = record.node();
-                let recently = self.dialed.get(&node).is_some_and(|at| now < at.plus(backoff));
-                node != self.id
-                    && !self.peers.contains_key(&node)
-                    && !self.held.contains_key(&node)
-                    && !recently
+                record.node() != self.id
+                    && self.may_dial(now, &record.node())
                     && !record.advert().addrs.is_empty()
             })
             .map(|record| (dial_rank(self.dial_salt, &record.node()), record))
