@@ -29,7 +29,7 @@ use murmur_sim::{Options, Outcome, Scenario, Sim, Verdict};
 /// Exit codes: 0 pass, 2 usage, 3 crash, 4 safety violation, 5 liveness failure,
 /// 6 a configured fault never acted.
 #[derive(Debug, Parser)]
-#[command(name = "murmur-sim", version)]
+#[command(name = "murmur-sim", version, verbatim_doc_comment)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

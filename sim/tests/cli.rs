@@ -30,6 +30,16 @@ fn the_canary_exits_with_the_safety_code_and_a_repro_line() {
 }
 
 #[test]
+fn help_shows_each_example_on_its_own_line() {
+    let out = sim(&["--help"]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for example in ["murmur-sim run partition --seed 42", "murmur-sim sweep churn --seeds 1..50"] {
+        assert!(help.lines().any(|line| line.trim() == example), "{example}: {help}");
+    }
+}
+
+#[test]
 fn a_sweep_summarizes_every_seed() {
     let out = sim(&["sweep", "byzantine", "--nodes", "20", "--seeds", "1..=3", "--jobs", "2"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));

@@ -9,13 +9,37 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Whether `help` shows `example` as a line of its own (clap reflows doc comments into
+/// one paragraph unless told to keep them as written).
+fn shows_example(help: &[u8], example: &str) -> bool {
+    text(help).lines().any(|line| line.trim() == example)
+}
+
 #[test]
 fn help_teaches_with_examples() {
     let out = murnode(&["--help"]);
     assert!(out.status.success());
-    assert!(text(&out.stdout).contains("murnode init --data-dir"));
+    assert!(shows_example(&out.stdout, "murnode init --data-dir ./node1"), "{}", text(&out.stdout));
+    let out = mur(&["--help"]);
+    assert!(shows_example(&out.stdout, "mur capsules --json"), "{}", text(&out.stdout));
     let out = mur(&["grant", "sign", "--help"]);
-    assert!(text(&out.stdout).contains("--allow mesh://echo"), "{}", text(&out.stdout));
+    assert!(
+        shows_example(&out.stdout, "mur grant sign --key authority.key --capsule pipeline \\"),
+        "{}",
+        text(&out.stdout)
+    );
+    for (command, example) in [
+        (
+            &["cert", "sign"][..],
+            "mur cert sign --key authority.key --node 12D3KooW… --valid-for 365d --out node.cert",
+        ),
+        (&["artifact", "pull"][..], "mur artifact pull wordcount@1.0.0"),
+        (&["bundle", "export"][..], "mur key gen --out publisher.key"),
+        (&["tool", "run"][..], "mur tool run wordcount --data \"count these words\""),
+    ] {
+        let out = mur(&[command, &["--help"]].concat());
+        assert!(shows_example(&out.stdout, example), "{command:?}: {}", text(&out.stdout));
+    }
     let out = mur(&["grant", "bogus"]);
     assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
 }

@@ -31,7 +31,7 @@ use murmur_node::exit::{self, CliResult};
 /// Exit codes: 0 ok, 1 failed (e.g. an invalid grant), 2 usage or input error,
 /// 3 `mur send --wait|--stream`: the task ended failed, canceled or rejected.
 #[derive(Debug, Parser)]
-#[command(name = "mur", version, propagate_version = true)]
+#[command(name = "mur", version, propagate_version = true, verbatim_doc_comment)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -74,7 +74,7 @@ enum Command {
     ///
     /// Example:
     ///   mur install wordcount@1.0.0 && mur send mesh://wordcount "count these words"
-    #[command(disable_version_flag = true)]
+    #[command(disable_version_flag = true, verbatim_doc_comment)]
     Install(pull::PullArgs),
 }
 

@@ -19,7 +19,7 @@ use murmur_node::telemetry::{self, LogFormat};
 /// Logs go to stderr (filter with MURNODE_LOG, e.g. MURNODE_LOG=debug); the ready line
 /// and command output go to stdout.
 #[derive(Debug, Parser)]
-#[command(name = "murnode", version, propagate_version = true)]
+#[command(name = "murnode", version, propagate_version = true, verbatim_doc_comment)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -62,7 +62,7 @@ pub enum ArtifactCommand {
     /// Example:
     ///   mur artifact add wordcount.wasm --name wordcount --version 1.0.0 --kind tool
     /// then run it from a capsule manifest with `artifact = "wordcount@1.0.0"`.
-    #[command(disable_version_flag = true)]
+    #[command(disable_version_flag = true, verbatim_doc_comment)]
     Add(AddArgs),
     /// List the artifacts in the store.
     Ls(LsArgs),
@@ -78,7 +78,7 @@ pub enum ArtifactCommand {
     ///
     /// Example:
     ///   mur artifact pull wordcount@1.0.0
-    #[command(disable_version_flag = true)]
+    #[command(disable_version_flag = true, verbatim_doc_comment)]
     Pull(super::pull::PullArgs),
 }
 
@@ -257,6 +257,7 @@ pub enum BundleCommand {
     /// Example (on a connected machine):
     ///   mur key gen --out publisher.key
     ///   mur bundle export wordcount@1.0.0 echo --sign-key publisher.key -o tools.bundle
+    #[command(verbatim_doc_comment)]
     Export(ExportArgs),
     /// Check a bundle completely without importing it (signature, entries, every blob).
     Verify(VerifyArgs),

@@ -18,6 +18,7 @@ pub enum CertCommand {
     /// Example:
     ///   mur cert sign --key authority.key --node 12D3KooW… --valid-for 365d --out node.cert
     /// then copy node.cert into that node's data directory (config key trust.cert).
+    #[command(verbatim_doc_comment)]
     Sign(SignArgs),
 }
 

@@ -24,6 +24,7 @@ pub enum GrantCommand {
     ///   mur grant sign --key authority.key --capsule pipeline \
     ///       --allow mesh://echo --allow 'mesh://word*' --tools-allow wordcount \
     ///       --valid-for 30d --out pipeline.grant
+    #[command(verbatim_doc_comment)]
     Sign(SignArgs),
     /// Verify a grant against trusted authority keys. Exit 0 if valid, 1 if not.
     ///

@@ -24,6 +24,7 @@ pub enum ToolCommand {
     /// Examples:
     ///   mur tool run wordcount --data "count these words"
     ///   mur tool run ./target/wasm32-wasip2/release/echo.wasm --input '{"data":"hi"}' --json
+    #[command(verbatim_doc_comment)]
     Run(RunArgs),
 }
 
