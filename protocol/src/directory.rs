@@ -60,6 +60,7 @@ use crate::limits::{
     PENDING_NOTICES_MAX, SYNC_ADVERTS_MAX, SYNC_RESPONSE_BYTES_MAX,
 };
 use crate::signed::{Envelope, OpenError};
+use crate::sync::{Buckets, Scope, Summary};
 use crate::time::Millis;
 use crate::verify::{Ed25519Verifier, Verifier};
 
@@ -678,6 +679,51 @@ impl Directory {
         }
     }
 
+    /// What is held, bucket by bucket (for a summary-first sync; see [`crate::sync`]).
+    #[must_use]
+    pub fn summary(&self, buckets: &Buckets) -> Summary {
+        buckets.summarize(self.all_records().map(|record| (record.node(), record.advert().seq)))
+    }
+
+    /// The sum of bucket `bucket`, as [`Directory::summary`] would have it.
+    #[must_use]
+    pub fn bucket_sum(&self, buckets: &Buckets, bucket: u32) -> u64 {
+        let (low, high) = buckets.range(bucket);
+        self.records_in(low, high).fold(0u64, |sum, record| {
+            sum.wrapping_add(buckets.fingerprint(&record.node(), record.advert().seq))
+        })
+    }
+
+    /// The nodes held in bucket `bucket`, in order.
+    pub fn nodes_in(&self, buckets: &Buckets, bucket: u32) -> impl Iterator<Item = NodeId> + '_ {
+        let (low, high) = buckets.range(bucket);
+        self.records_in(low, high).map(Record::node)
+    }
+
+    /// The digest of what is held in the buckets `scope` covers.
+    #[must_use]
+    pub fn digest_in(&self, scope: &Scope) -> DirectoryDigest {
+        DirectoryDigest {
+            entries: self
+                .scoped_records(Some(scope))
+                .map(|record| DigestEntry(record.node(), record.advert().seq))
+                .collect(),
+        }
+    }
+
+    /// The adverts held in the buckets `scope` covers, if there are at most `count_max`.
+    #[must_use]
+    pub fn adverts_in(&self, scope: &Scope, count_max: usize) -> Option<Vec<Envelope>> {
+        let mut adverts = Vec::new();
+        for record in self.scoped_records(Some(scope)) {
+            if adverts.len() == count_max {
+                return None;
+            }
+            adverts.push(record.envelope().clone());
+        }
+        Some(adverts)
+    }
+
     /// The adverts a peer with `digest` is missing (nodes it lacks, or holds older adverts
     /// for): at most `count_max` of them and about `bytes_max` encoded bytes, and whether
     /// more were left out.
@@ -688,10 +734,23 @@ impl Directory {
         count_max: usize,
         bytes_max: usize,
     ) -> (Vec<Envelope>, bool) {
+        self.missing_in(digest, None, count_max, bytes_max)
+    }
+
+    /// [`Directory::missing_for`] a digest that covers only `scope`, when given: nodes
+    /// outside it are not missing, whatever the digest lists.
+    #[must_use]
+    pub fn missing_in(
+        &self,
+        digest: &DirectoryDigest,
+        scope: Option<&Scope>,
+        count_max: usize,
+        bytes_max: usize,
+    ) -> (Vec<Envelope>, bool) {
         let mut theirs = digest.entries.iter().peekable();
         let mut missing = Vec::new();
         let mut bytes = 0;
-        for record in self.all_records() {
+        for record in self.scoped_records(scope) {
             let node = record.node();
             while theirs.next_if(|entry| entry.0 < node).is_some() {}
             let their_seq = theirs.next_if(|entry| entry.0 == node).map(|entry| entry.1);
@@ -1002,6 +1061,25 @@ impl Directory {
         });
         MergeSorted::new(self.records.iter(), base, |(node, _): &(&NodeId, &Record)| **node)
             .map(|(_, record)| record)
+    }
+
+    /// The records from node `low` through `high`, in order (as [`Directory::all_records`]).
+    fn records_in(&self, low: NodeId, high: NodeId) -> impl Iterator<Item = &Record> {
+        let mut shadowed = self.shadowed.range(low..=high).peekable();
+        let base = self.base.records.range(low..=high).filter(move |(node, _)| {
+            while shadowed.next_if(|s| *s < *node).is_some() {}
+            shadowed.next_if(|s| *s == *node).is_none()
+        });
+        MergeSorted::new(self.records.range(low..=high), base, |(node, _): &(&NodeId, &Record)| **node)
+            .map(|(_, record)| record)
+    }
+
+    /// Every record, or (given a scope) those in its buckets; in order either way.
+    fn scoped_records<'a>(&'a self, scope: Option<&'a Scope>) -> Box<dyn Iterator<Item = &'a Record> + 'a> {
+        match scope {
+            None => Box::new(self.all_records()),
+            Some(scope) => Box::new(scope.ranges().flat_map(|(low, high)| self.records_in(low, high))),
+        }
     }
 
     fn bury(&mut self, node: NodeId, seq: u64, until: Millis, notice: Option<(Envelope, Envelope)>) {

@@ -144,6 +144,12 @@ impl NodeId {
         Self(key)
     }
 
+    /// Any 32 bytes as a node id, not checked to be a key: for the ends of ranges of ids.
+    #[must_use]
+    pub(crate) const fn bound(bytes: [u8; 32]) -> Self {
+        Self(PublicKey::from_validated(bytes))
+    }
+
     /// The node's public key.
     #[must_use]
     pub const fn key(&self) -> &PublicKey {

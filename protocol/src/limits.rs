@@ -85,6 +85,24 @@ const _: () = assert!(GRANT_BYTES_MAX + ENVELOPE_OVERHEAD_MAX <= ENVELOPE_BYTES_
 const _: () = assert!(ADVERT_TTL_MS_MIN < ADVERT_TTL_MS_MAX);
 const _: () = assert!(DIGEST_ENTRIES_MAX >= DIRECTORY_NODES_MAX);
 
+/// Buckets in an anti-entropy summary (see [`crate::sync::Summary`]): a power of two. At
+/// 9 bytes a sum, the largest summary is 36 KiB, against 720 KiB for a full digest of
+/// [`DIRECTORY_NODES_MAX`] nodes.
+pub const SYNC_BUCKETS_MAX: usize = 4096;
+
+/// A node whose directory holds at least this many nodes syncs by summary first; below
+/// it the full digest (≈ 45 bytes a node) is about as small as a summary.
+pub const SYNC_SUMMARY_NODES_MIN: usize = 64;
+
+/// Nodes per bucket a summary aims for: its size is about 9 / 16 bytes a node held, and
+/// each bucket that differs costs a scoped digest of about 16 entries.
+pub const SYNC_NODES_PER_BUCKET: usize = 16;
+
+/// Adverts a responder sends with its answer to a summary, when its nodes in the buckets
+/// that differ are no more than this (one bucket or two): a requester that missed an
+/// advert gets it in one round trip.
+pub const SYNC_INLINE_ADVERTS_MAX: usize = 2 * SYNC_NODES_PER_BUCKET;
+
 /// Largest anti-entropy request: a full digest (≈ 45 bytes per node) plus a certificate.
 /// libp2p's request-response default cap is 1 MiB as well.
 pub const SYNC_REQUEST_BYTES_MAX: usize = 1024 * 1024;
@@ -104,6 +122,9 @@ pub const MESH_OUTPUTS_MAX: usize = 8192;
 
 const _: () = assert!(SYNC_RESPONSE_BYTES_MAX >= ENVELOPE_BYTES_MAX);
 const _: () = assert!(SYNC_REQUEST_BYTES_MAX >= DIGEST_ENTRIES_MAX * 45 + CERT_BYTES_MAX);
+const _: () =
+    assert!(SYNC_BUCKETS_MAX.is_power_of_two() && SYNC_BUCKETS_MAX * 9 < SYNC_REQUEST_BYTES_MAX / 4);
+const _: () = assert!(SYNC_SUMMARY_NODES_MIN >= SYNC_NODES_PER_BUCKET);
 
 /// Peers refused admission to a closed mesh that are held off at once (see
 /// [`crate::mesh::REFUSED_HOLD_MS`]); beyond it the hold that ends first ends early.

@@ -34,24 +34,25 @@
 //! an event for its logs and metrics (`Event`). The machine never blocks and holds nothing
 //! unbounded: peers, dial backoffs and queued outputs each have a limit in [`crate::limits`].
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use crate::advert::{Advert, HostedCapsule};
 use crate::cert::verify_cert_with;
 use crate::digest::Digest;
 use crate::directory::{
-    Admission, Directory, DirectoryBase, DirectoryConfig, Output as DirectoryOutput, Refusal, Source,
+    Admission, Directory, DirectoryBase, DirectoryConfig, DirectoryDigest, Output as DirectoryOutput,
+    Refusal, Source,
 };
 use crate::gone::Gone;
 use crate::identity::{NodeId, SecretKey};
 use crate::limits::{
     BOOTSTRAP_ADDRS_MAX, BOOTSTRAP_PEERS_MAX, DEPARTED_NODES_MAX, DIAL_BACKOFF_ENTRIES_MAX,
     ENVELOPE_OVERHEAD_MAX, MESH_OUTPUTS_MAX, MESH_PEERS_MAX, REFUSED_PEERS_MAX, SYNC_ADVERTS_MAX,
-    SYNC_NOTICES_MAX, SYNC_RESPONSE_BYTES_MAX,
+    SYNC_INLINE_ADVERTS_MAX, SYNC_NOTICES_MAX, SYNC_RESPONSE_BYTES_MAX, SYNC_SUMMARY_NODES_MIN,
 };
 use crate::signed::{DocKind, Envelope, Signed};
-use crate::sync::{SyncRequest, SyncResponse};
+use crate::sync::{Buckets, Scope, SyncRequest, SyncResponse};
 use crate::time::Millis;
 use crate::verify::Verifier;
 
@@ -267,6 +268,10 @@ pub struct MeshStats {
     pub gossip_rejected: u64,
     pub syncs_sent: u64,
     pub syncs_answered: u64,
+    /// Syncs we started with a summary, and those of them its answer settled (nothing
+    /// differed, or the adverts it carried made the buckets agree): no digest was sent.
+    pub sync_summaries: u64,
+    pub sync_summaries_settled: u64,
     pub peers_refused: u64,
     pub outputs_dropped: u64,
     /// Departure notices this node signed as a witness.
@@ -284,6 +289,11 @@ struct Peer {
     syncing: bool,
     /// A sync with this peer is due but waits for a free slot.
     sync_wanted: bool,
+    /// The bucketing of our summary in flight to this peer, if the request is one.
+    summary: Option<Buckets>,
+    /// Its last answer said `more`: we are catching up, so the next request sends the
+    /// digest (a summary would only find most buckets differing).
+    catching_up: bool,
 }
 
 /// What a node advertises about itself, and the sequence number of its latest advert.
@@ -386,8 +396,17 @@ impl MeshNode {
         node.next_refresh = state.refresh_at;
         node.last_published = Some(now);
         for peer in state.peers.into_iter().filter(|peer| *peer != node.id).take(MESH_PEERS_MAX) {
-            node.peers
-                .insert(peer, Peer { connected_at: now, admitted: true, syncing: false, sync_wanted: false });
+            node.peers.insert(
+                peer,
+                Peer {
+                    connected_at: now,
+                    admitted: true,
+                    syncing: false,
+                    sync_wanted: false,
+                    summary: None,
+                    catching_up: false,
+                },
+            );
         }
         node
     }
@@ -576,7 +595,17 @@ impl MeshNode {
             self.next_refresh = self.next_refresh.min(now.plus(ANNOUNCE_DELAY_MS));
         }
         self.suspects.remove(&peer);
-        self.peers.insert(peer, Peer { connected_at: now, admitted, syncing: false, sync_wanted: false });
+        self.peers.insert(
+            peer,
+            Peer {
+                connected_at: now,
+                admitted,
+                syncing: false,
+                sync_wanted: false,
+                summary: None,
+                catching_up: false,
+            },
+        );
         self.start_sync(peer);
     }
 
@@ -593,7 +622,24 @@ impl MeshNode {
         state.sync_wanted = false;
         state.syncing = true;
         self.stats.syncs_sent += 1;
-        let request = SyncRequest::new(self.local.cert.clone(), self.directory.digest());
+        // A large directory is summarized first (see `crate::sync`); the salt differs per
+        // exchange, so two directories that differ cannot collide twice in a row.
+        let nodes = self.directory.len();
+        let catching_up = std::mem::take(&mut state.catching_up);
+        let (summary, request) = if nodes >= SYNC_SUMMARY_NODES_MIN && !catching_up {
+            let salt = self.dial_salt ^ self.stats.syncs_sent.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let buckets = Buckets::for_nodes(salt, nodes);
+            self.stats.sync_summaries += 1;
+            (
+                Some(buckets),
+                SyncRequest::summarized(self.local.cert.clone(), self.directory.summary(&buckets)),
+            )
+        } else {
+            (None, SyncRequest::new(self.local.cert.clone(), self.directory.digest()))
+        };
+        if let Some(state) = self.peers.get_mut(&peer) {
+            state.summary = summary;
+        }
         self.push(Output::SendSyncRequest { peer, request });
     }
 
@@ -676,8 +722,30 @@ impl MeshNode {
                 }
             }
         }
+        if let Some(summary) = &request.summary {
+            self.stats.syncs_answered += 1;
+            let response = if self.directory.len() < SYNC_SUMMARY_NODES_MIN {
+                // We hold little (a newcomer): all of it is smaller than a second round trip
+                // for the requester's digest. It judges each advert as usual.
+                let (adverts, more) = self.directory.missing_for(
+                    &DirectoryDigest::default(),
+                    SYNC_ADVERTS_MAX,
+                    SYNC_RESPONSE_BYTES_MAX,
+                );
+                SyncResponse::new(adverts, more)
+            } else {
+                let buckets = summary.buckets();
+                let differ = summary.differing(&self.directory.summary(&buckets));
+                let scope = Scope::new(buckets, differ.iter().map(|b| b.0).collect());
+                let inline = self.directory.adverts_in(&scope, SYNC_INLINE_ADVERTS_MAX).unwrap_or_default();
+                SyncResponse::differing(differ, inline)
+            };
+            self.push(Output::SendSyncResponse { token, response });
+            return;
+        }
         // Notices (with the adverts they ended, for a peer holding an older one) take at most
-        // half the response; what they leave goes to adverts the peer lacks.
+        // half the response; what they leave goes to adverts the peer lacks. (A scoped digest
+        // lists only its buckets, so the notices are for those buckets alone.)
         let size = |envelope: &Envelope| envelope.body().len() + ENVELOPE_OVERHEAD_MAX;
         let (mut gone, mut adverts, mut bytes) = (Vec::new(), Vec::new(), 0);
         for (notice, advert) in self.directory.notices_for(&request.digest, SYNC_NOTICES_MAX) {
@@ -689,8 +757,9 @@ impl MeshNode {
             gone.push(notice);
             adverts.extend(advert);
         }
-        let (missing, more) = self.directory.missing_for(
+        let (missing, more) = self.directory.missing_in(
             &request.digest,
+            request.scope.as_ref(),
             SYNC_ADVERTS_MAX - adverts.len(),
             SYNC_RESPONSE_BYTES_MAX - bytes,
         );
@@ -704,6 +773,10 @@ impl MeshNode {
         let Some(peer) = self.peers.get_mut(&from) else { return };
         peer.syncing = false;
         let peer_admitted = peer.admitted;
+        let summary = peer.summary.take();
+        // Adverts that come with `differ` are all the responder holds in those buckets.
+        let inline: Option<BTreeSet<NodeId>> = (response.differ.is_some() && !response.adverts.is_empty())
+            .then(|| response.adverts.iter().map(|e| NodeId::from_key(e.signer())).collect());
         for envelope in response.adverts {
             // An update of a node we knew, or a node a notice dropped here coming back: gossip
             // missed it on its way to us (a partition, loss), so it likely missed the nodes
@@ -729,7 +802,44 @@ impl MeshNode {
             }
         }
         // A peer not admitted to a closed mesh gets one answer read, not an endless series.
-        if response.more && (!self.closed() || peer_admitted) {
+        let may_continue = !self.closed() || peer_admitted;
+        if let Some(differ) = response.differ {
+            // The answer to our summary, with the adverts it could inline already judged:
+            // the buckets that still differ are settled by their digest, unless the inline
+            // adverts show the responder holds every node we hold there (then we are only
+            // ahead of it: nothing to learn, no notice to miss; its own syncs catch it up).
+            // (An answer we did not ask for, or naming buckets we do not have, ends the
+            // exchange.)
+            let Some(buckets) =
+                summary.filter(|buckets| differ.last().is_none_or(|last| last.0 < buckets.count()))
+            else {
+                self.start_waiting_sync();
+                return;
+            };
+            let ahead_only = |bucket: u32| {
+                inline.as_ref().is_some_and(|theirs| {
+                    self.directory.nodes_in(&buckets, bucket).all(|node| theirs.contains(&node))
+                })
+            };
+            let still: Vec<u32> = differ
+                .iter()
+                .filter(|b| self.directory.bucket_sum(&buckets, b.0) != b.1 && !ahead_only(b.0))
+                .map(|b| b.0)
+                .collect();
+            if still.is_empty() {
+                self.stats.sync_summaries_settled += 1;
+            } else if may_continue && let Some(peer) = self.peers.get_mut(&from) {
+                peer.syncing = true;
+                let scope = Scope::new(buckets, still);
+                let digest = self.directory.digest_in(&scope);
+                let request = SyncRequest::scoped(self.local.cert.clone(), scope, digest);
+                self.push(Output::SendSyncRequest { peer: from, request });
+                return;
+            }
+        } else if response.more && may_continue {
+            if let Some(peer) = self.peers.get_mut(&from) {
+                peer.catching_up = true;
+            }
             self.start_sync(from);
         }
         self.start_waiting_sync();

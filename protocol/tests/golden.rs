@@ -135,6 +135,24 @@ fn sync_bytes_are_frozen() {
     assert_eq!(murmur_protocol::sync::SyncResponse::decode(&stored("sync_response_gone")).unwrap(), response);
 }
 
+#[test]
+fn summary_sync_bytes_are_frozen() {
+    use murmur_protocol::sync::{BucketSum, Buckets, Scope, SyncRequest, SyncResponse};
+    // The keyed hash is part of the format: both ends must sum the same way.
+    let buckets = Buckets::new(0x5eed, 4);
+    let entries = digest().entries().iter().map(|e| (e.0, e.1)).collect::<Vec<_>>();
+    let summary = buckets.summarize(entries);
+    let request = SyncRequest::summarized(Some(cert()), summary);
+    check("sync_request_summary", &request.encode());
+    assert_eq!(SyncRequest::decode(&stored("sync_request_summary")).unwrap(), request);
+    let request = SyncRequest::scoped(None, Scope::new(buckets, vec![1, 3]), digest());
+    check("sync_request_scoped", &request.encode());
+    assert_eq!(SyncRequest::decode(&stored("sync_request_scoped")).unwrap(), request);
+    let response = SyncResponse::differing(vec![BucketSum(1, 0x0123_4567_89ab_cdef)], vec![advert()]);
+    check("sync_response_differ", &response.encode());
+    assert_eq!(SyncResponse::decode(&stored("sync_response_differ")).unwrap(), response);
+}
+
 fn gone() -> Envelope {
     let witness = SecretKey::from_seed([0x22; 32]);
     // It names the advert above (seq 42) by that advert's signature.

@@ -204,6 +204,48 @@ proptest! {
     }
 
     #[test]
+    fn summary_sync_messages_round_trip(keys in proptest::collection::vec((secret(), any::<u64>()), 0..10), salt in any::<u64>(), count in 1usize..5000, picks in proptest::collection::vec(any::<u32>(), 0..8)) {
+        let buckets = sync::Buckets::new(salt, count);
+        let entries: Vec<_> = keys.iter().map(|(k, s)| (k.node_id(), *s)).collect();
+        let summary = buckets.summarize(entries.clone());
+        prop_assert_eq!(summary.sums.len(), buckets.count() as usize);
+        // Every node falls in the range of its bucket.
+        for (node, _) in &entries {
+            let (low, high) = buckets.range(buckets.bucket(node));
+            prop_assert!(low <= *node && *node <= high);
+        }
+        let request = sync::SyncRequest::summarized(None, summary.clone());
+        prop_assert_eq!(sync::SyncRequest::decode(&request.encode()).unwrap(), request);
+        let mut chosen: Vec<u32> = picks.iter().map(|p| p % buckets.count()).collect();
+        chosen.sort_unstable();
+        chosen.dedup();
+        let digest = DirectoryDigest::from_entries(entries.iter().map(|(n, s)| DigestEntry(*n, *s)).collect());
+        let request = sync::SyncRequest::scoped(None, sync::Scope::new(buckets, chosen.clone()), digest);
+        prop_assert_eq!(sync::SyncRequest::decode(&request.encode()).unwrap(), request);
+        let differ = chosen.iter().map(|&b| sync::BucketSum(b, summary.sums[b as usize])).collect();
+        let response = sync::SyncResponse::differing(differ, Vec::new());
+        prop_assert_eq!(sync::SyncResponse::decode(&response.encode()).unwrap(), response);
+    }
+
+    #[test]
+    fn mutated_summary_sync_messages_never_panic(key in secret(), salt in any::<u64>(), bit in any::<usize>(), cut in any::<usize>()) {
+        let buckets = sync::Buckets::new(salt, 16);
+        let request = sync::SyncRequest::summarized(None, buckets.summarize([(key.node_id(), 1)])).encode();
+        for mutated in mutations(&request, bit, cut) {
+            let _ = sync::SyncRequest::decode(&mutated);
+        }
+        let scope = sync::Scope::new(buckets, vec![2, 5]);
+        let request = sync::SyncRequest::scoped(None, scope, DirectoryDigest::from_entries(vec![DigestEntry(key.node_id(), 1)])).encode();
+        for mutated in mutations(&request, bit, cut) {
+            let _ = sync::SyncRequest::decode(&mutated);
+        }
+        let response = sync::SyncResponse::differing(vec![sync::BucketSum(3, salt)], Vec::new()).encode();
+        for mutated in mutations(&response, bit, cut) {
+            let _ = sync::SyncResponse::decode(&mutated);
+        }
+    }
+
+    #[test]
     fn mutated_sync_messages_never_panic(key in secret(), advert in advert(), bit in any::<usize>(), cut in any::<usize>()) {
         let envelope = Signed::sign(advert, &key).unwrap().into_envelope();
         let response = sync::SyncResponse::new(vec![envelope], false).encode();

@@ -771,8 +771,11 @@ impl Sim {
                     let size = response
                         .adverts
                         .iter()
+                        .chain(&response.gone)
                         .map(|e| e.body().len() + ENVELOPE_OVERHEAD_MAX)
-                        .sum::<usize>();
+                        .sum::<usize>()
+                        + response.differ.as_ref().map_or(0, |d| d.len() * 12)
+                        + 16;
                     if size > SYNC_RESPONSE_BYTES_MAX {
                         // Dropped by the requester's size limit; it times out.
                         self.violation(format!("node {ix} built a sync response of {size} bytes, above the {SYNC_RESPONSE_BYTES_MAX}-byte limit"));
@@ -899,9 +902,13 @@ impl Sim {
             self.schedule(self.now, Event::SyncTimeout { node: ix, req, epoch });
             return;
         }
-        // Estimated encoded size (≈45 bytes per digest entry): encoding a large digest for
-        // every request would dominate big runs.
-        let size = request.digest.entries().len() * 45 + 64;
+        // Estimated encoded size (≈45 bytes per digest entry, 9 per summary bucket, up to 3
+        // per scope bucket): encoding a large digest for every request would dominate big
+        // runs.
+        let size = request.digest.entries().len() * 45
+            + request.summary.as_ref().map_or(0, |s| s.sums.len() * 9)
+            + request.scope.as_ref().map_or(0, |s| s.buckets.len() * 3)
+            + 64;
         self.nodes[ix as usize].syncing.insert(req, to);
         if size > SYNC_REQUEST_BYTES_MAX {
             // request-response refuses an oversized request: the exchange fails.

@@ -135,6 +135,65 @@ fn a_frozen_node_is_declared_gone_and_comes_back_when_it_thaws() {
     assert!(after > before, "gamma's advert {after} is newer than {before}");
 }
 
+#[test]
+fn large_directories_sync_by_summary_between_real_nodes() {
+    // 70 adverts of nodes that do not exist, injected at alpha and gossiped on to beta, make
+    // both directories large enough (64 nodes) for summaries. Then beta freezes until alpha
+    // closes the connection (ping) and thaws: they reconnect holding the same directory, and
+    // each side's summary is answered "nothing differs" (no digest sent).
+    let adverts = "refresh_secs = 300\nttl_secs = 600\nsuspect_secs = 0\n\n[network]\nping_interval_secs = 1\nping_timeout_secs = 2";
+    let config = |cap: &str| format!("[adverts]\n{adverts}\n{}", capsules_toml(&[(cap, "1.0.0")]));
+    let a = TestNode::start_with(&config("alpha"), None).unwrap();
+    let b = TestNode::start_with(&config("beta"), Some(&a)).unwrap();
+    for node in [&a, &b] {
+        wait_for(CONVERGE, "alpha and beta", || has_all(node, &names(&["alpha", "beta"])).then_some(()))
+            .unwrap();
+    }
+    let now = now();
+    let file = tempfile::NamedTempFile::new().unwrap();
+    for n in 0..70u8 {
+        let mut advert = Advert::new(1, now, 600_000);
+        advert.capsules.push(HostedCapsule { name: "bulk".into(), digest: None, version: "1.0.0".into() });
+        let key = SecretKey::from_seed([n.wrapping_add(0x40); 32]);
+        writeln!(file.as_file(), "{}", hex::encode(Signed::sign(advert, &key).unwrap().envelope().encode()))
+            .unwrap();
+    }
+    let mut peer = Command::new(bin("murmur-testpeer"))
+        .args(["--dial", &a.dial_addrs()[0], "--publish", file.path().to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let bulk = |node: &TestNode| {
+        let capsules = node.get("/v1/capsules").ok()?;
+        let entry = capsules["capsules"].as_array()?.iter().find(|c| c["name"] == "bulk")?.clone();
+        Some(entry["providers"].as_array()?.len())
+    };
+    let outcome = [&a, &b]
+        .iter()
+        .try_for_each(|node| wait_for(CONVERGE, "70 bulk hosts", || (bulk(node) == Some(70)).then_some(())));
+    let _ = peer.kill();
+    let _ = peer.wait();
+    outcome.unwrap();
+
+    let settled = |node: &TestNode| node.metric("murmur_sync_summaries_total{outcome=\"settled\"}");
+    let before = (settled(&a), settled(&b));
+    b.signal(Signal::SIGSTOP);
+    let cut = wait_for(CONVERGE, "alpha to close the connection to the frozen beta", || {
+        (!a.connected_peers().contains(&b.peer_id().to_owned())).then_some(())
+    });
+    b.signal(Signal::SIGCONT);
+    cut.unwrap();
+    wait_for(Duration::from_secs(40), "both summaries settled after the reconnect", || {
+        (settled(&a) > before.0 && settled(&b) > before.1).then_some(())
+    })
+    .unwrap();
+    for node in [&a, &b] {
+        assert!(node.metric("murmur_sync_summaries_total{outcome=\"started\"}") >= 1);
+        assert_eq!(bulk(node), Some(70));
+    }
+}
+
 /// The sequence number of `peer`'s advert in `node`'s directory, if it holds one.
 fn advert_seq(node: &TestNode, peer: &str) -> Option<u64> {
     let peers = node.get("/v1/peers").ok()?;

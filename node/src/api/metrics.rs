@@ -104,6 +104,12 @@ pub fn render(m: &MeshMetrics) -> String {
         &[("direction=\"sent\"", s.syncs_sent), ("direction=\"answered\"", s.syncs_answered)],
     );
     metric(
+        "murmur_sync_summaries_total",
+        "counter",
+        "Anti-entropy exchanges this node started with a summary, and those the answer settled without a digest.",
+        &[("outcome=\"started\"", s.sync_summaries), ("outcome=\"settled\"", s.sync_summaries_settled)],
+    );
+    metric(
         "murmur_peers_refused_total",
         "counter",
         "Peers disconnected for lacking admission.",

@@ -461,3 +461,41 @@ fn a_parked_notice_applies_when_the_advert_it_names_arrives() {
         "the expired notice was not applied"
     );
 }
+
+#[test]
+fn bucket_reads_agree_with_a_full_scan_on_a_shared_base_too() {
+    use crate::sync::{Buckets, Scope};
+    // 40 nodes in the base; the directory replaces one, drops one and adds one of its own.
+    let mut seed = Directory::new(DirectoryConfig::default());
+    for n in 1..=40 {
+        seed.insert(T0, signed(&key(n), advert(1, T0, &["echo"])), gossip(99)).unwrap();
+    }
+    let base = seed.freeze();
+    let mut dir = Directory::with_base(DirectoryConfig::default(), Arc::new(Ed25519Verifier), base);
+    let now = T0.plus(1_000);
+    dir.insert(now, signed(&key(5), advert(2, now, &["wc"])), gossip(99)).unwrap();
+    dir.depart(now, &notice(&dir, 1, 9, 1, now), gossip(1)).unwrap();
+    dir.insert(now, signed(&key(41), advert(1, now, &["echo"])), gossip(99)).unwrap();
+    let full = dir.digest();
+    for count in [1, 4, 16] {
+        let buckets = Buckets::new(7, count);
+        let summary = dir.summary(&buckets);
+        let all: Vec<u32> = (0..buckets.count()).collect();
+        for &bucket in &all {
+            assert_eq!(dir.bucket_sum(&buckets, bucket), summary.sums[bucket as usize]);
+            // The digest of one bucket is the full digest's entries in that bucket.
+            let scope = Scope::new(buckets, vec![bucket]);
+            let expected: Vec<DigestEntry> =
+                full.entries().iter().filter(|e| buckets.bucket(&e.0) == bucket).copied().collect();
+            assert_eq!(dir.digest_in(&scope).entries(), &expected[..]);
+            // What a peer holding nothing lacks in that bucket is exactly its adverts.
+            let (missing, more) = dir.missing_in(&DirectoryDigest::default(), Some(&scope), 100, usize::MAX);
+            assert!(!more);
+            assert_eq!(missing.len(), expected.len());
+            assert_eq!(dir.adverts_in(&scope, 100).map(|a| a.len()), Some(expected.len()));
+        }
+        // Scoped to every bucket, it is the whole digest.
+        assert_eq!(dir.digest_in(&Scope::new(buckets, all)), full);
+    }
+    assert_eq!(dir.adverts_in(&Scope::new(Buckets::new(7, 1), vec![0]), 10), None, "more than 10");
+}

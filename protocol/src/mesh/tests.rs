@@ -41,7 +41,16 @@ struct Net {
     disconnects: Vec<(usize, NodeId)>,
     unblocks: Vec<(usize, NodeId)>,
     dials: Vec<(usize, NodeId)>,
+    /// Every sync request sent: by whom, and what it carried.
+    syncs: Vec<(usize, SyncKind)>,
     now: Millis,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SyncKind {
+    Digest,
+    Summary,
+    Scoped,
 }
 
 impl Net {
@@ -54,6 +63,7 @@ impl Net {
             disconnects: Vec::new(),
             unblocks: Vec::new(),
             dials: Vec::new(),
+            syncs: Vec::new(),
             now: T0,
         }
     }
@@ -102,6 +112,12 @@ impl Net {
                             };
                             let from = self.nodes[i].id();
                             let request = SyncRequest::decode(&request.encode()).unwrap();
+                            let kind = match (&request.summary, &request.scope) {
+                                (Some(_), _) => SyncKind::Summary,
+                                (None, Some(_)) => SyncKind::Scoped,
+                                (None, None) => SyncKind::Digest,
+                            };
+                            self.syncs.push((i, kind));
                             self.nodes[j]
                                 .handle(self.now, Input::SyncRequested { from, token: i as u64, request });
                         }
@@ -546,6 +562,131 @@ impl Net {
             .map(|(_, bytes)| bytes.clone())
             .collect()
     }
+}
+
+/// Adverts of nodes outside any test net, issued at T0, one per number in `numbers`.
+fn others(numbers: std::ops::Range<u16>) -> Vec<Envelope> {
+    numbers
+        .map(|n| {
+            let mut seed = [0xaa; 32];
+            seed[..2].copy_from_slice(&n.to_le_bytes());
+            Signed::sign(Advert::new(1, T0, 90_000), &SecretKey::from_seed(seed)).unwrap().into_envelope()
+        })
+        .collect()
+}
+
+impl Net {
+    /// Hands node `i` these adverts as gossip.
+    fn learn(&mut self, i: usize, adverts: &[Envelope]) {
+        for advert in adverts {
+            let from = key(99).node_id();
+            let bytes = advert.encode();
+            self.nodes[i].handle(self.now, Input::GossipReceived { from, token: 0, bytes });
+        }
+        self.pump();
+    }
+
+    fn syncs_by(&self, i: usize) -> Vec<SyncKind> {
+        self.syncs.iter().filter(|(by, _)| *by == i).map(|(_, kind)| *kind).collect()
+    }
+}
+
+/// Two connected nodes that hold the same `adverts` and each other's, past their first
+/// exchange; refreshes are rare, so only what a test changes differs.
+fn agreeing_pair(adverts: &[Envelope]) -> Net {
+    let quiet = MeshConfig { refresh_ms: 3_600_000, ttl_ms: 7_200_000, ..config() };
+    let mut net = Net::new((1..=2).map(|n| (key(n), quiet.clone())).collect());
+    net.learn(0, adverts);
+    net.learn(1, adverts);
+    net.connect(0, 1);
+    net.advance(ANNOUNCE_DELAY_MS);
+    assert_eq!(net.nodes[0].directory().len(), adverts.len() + 2);
+    assert_eq!(net.nodes[1].directory().len(), adverts.len() + 2);
+    net.syncs.clear();
+    net
+}
+
+/// Runs the periodic sync (each node syncs with its one peer).
+fn periodic_sync(net: &mut Net) {
+    let interval = config().sync_interval_ms;
+    net.advance(interval - ANNOUNCE_DELAY_MS);
+}
+
+#[test]
+fn large_directories_that_agree_sync_by_one_summary_each_way() {
+    let mut net = agreeing_pair(&others(0..100));
+    let before: Vec<u64> = net.nodes.iter().map(|n| n.stats().sync_summaries_settled).collect();
+    periodic_sync(&mut net);
+    assert_eq!(net.syncs_by(0), [SyncKind::Summary]);
+    assert_eq!(net.syncs_by(1), [SyncKind::Summary]);
+    for (node, before) in net.nodes.iter().zip(before) {
+        assert_eq!(node.stats().sync_summaries_settled, before + 1);
+    }
+}
+
+#[test]
+fn a_missed_advert_comes_with_the_answer_to_the_summary() {
+    let mut net = agreeing_pair(&others(0..100));
+    // Node 0 hears of one more node; the gossip never reaches node 1.
+    let missed = others(100..101);
+    net.learn(0, &missed);
+    periodic_sync(&mut net);
+    let node = NodeId::from_key(missed[0].signer());
+    assert!(net.nodes[1].directory().get(&node).is_some(), "node 1 got the advert it lacked");
+    assert_eq!(net.syncs_by(1), [SyncKind::Summary], "in the summary's answer: no digest needed");
+    // Node 0 holds more than node 1 in that bucket: its own summary's answer cannot settle
+    // it, and the digest of that one bucket shows node 1 has nothing for it.
+    assert_eq!(net.syncs_by(0), [SyncKind::Summary, SyncKind::Scoped]);
+    assert_eq!(net.nodes[0].directory().len(), net.nodes[1].directory().len());
+}
+
+#[test]
+fn a_notice_the_requester_missed_is_found_through_the_digest_of_its_bucket() {
+    let adverts = others(0..100);
+    let mut net = agreeing_pair(&adverts);
+    // Node 0 hears that the first of them is gone (witness: the second, which it holds);
+    // node 1 does not.
+    let gone = NodeId::from_key(adverts[0].signer());
+    let notice = Gone::new(gone, 1, *adverts[0].signature(), net.now);
+    let mut witness = [0xaa; 32];
+    witness[..2].copy_from_slice(&1u16.to_le_bytes());
+    let notice = Signed::sign(notice, &SecretKey::from_seed(witness)).unwrap().into_envelope();
+    let from = key(99).node_id();
+    net.nodes[0].handle(net.now, Input::GossipReceived { from, token: 0, bytes: notice.encode() });
+    assert!(net.nodes[0].directory().get(&gone).is_none());
+    net.published.clear();
+    periodic_sync(&mut net);
+    assert!(net.nodes[1].directory().get(&gone).is_none(), "node 1 applied the notice");
+    assert_eq!(net.syncs_by(1), [SyncKind::Summary, SyncKind::Scoped]);
+    assert_eq!(net.nodes[0].directory().len(), net.nodes[1].directory().len());
+}
+
+#[test]
+fn a_summary_to_a_newcomer_is_answered_with_all_it_holds() {
+    let mut net = Net::new((1..=2).map(|n| (key(n), config())).collect());
+    let adverts = others(0..100);
+    net.learn(0, &adverts);
+    net.learn(1, &adverts[..3]);
+    net.connect(0, 1);
+    // Node 1 holds too little to summarize, and node 0 gets node 1's three adverts (which
+    // it has) in one answer.
+    assert_eq!(net.syncs_by(0), [SyncKind::Summary]);
+    assert_eq!(net.syncs_by(1), [SyncKind::Digest]);
+    assert_eq!(net.nodes[0].directory().len(), net.nodes[1].directory().len());
+}
+
+#[test]
+fn a_sync_that_must_catch_up_sends_the_digest_after_the_first_answer() {
+    // Node 1 lacks 320 of node 0's adverts: more than one answer holds (256). The request
+    // after an answer that said `more` is a digest: a summary would find every bucket
+    // differing again.
+    let mut net = Net::new((1..=2).map(|n| (key(n), config())).collect());
+    let adverts = others(0..400);
+    net.learn(0, &adverts);
+    net.learn(1, &adverts[..80]);
+    net.connect(0, 1);
+    assert_eq!(net.nodes[0].directory().len(), net.nodes[1].directory().len());
+    assert_eq!(net.syncs_by(1), [SyncKind::Summary, SyncKind::Scoped, SyncKind::Digest]);
 }
 
 /// Nodes 0 and 1 connected to node 2, which hosts echo; node 0 and 1 connected too.
