@@ -268,10 +268,12 @@ pub struct MeshStats {
     pub gossip_rejected: u64,
     pub syncs_sent: u64,
     pub syncs_answered: u64,
-    /// Syncs we started with a summary, and those of them its answer settled (nothing
-    /// differed, or the adverts it carried made the buckets agree): no digest was sent.
+    /// Syncs we started with a summary; those its answer settled (nothing differed, or
+    /// the adverts it carried left us nothing to learn); and those that went on to the
+    /// digest of the buckets that still differed.
     pub sync_summaries: u64,
     pub sync_summaries_settled: u64,
+    pub sync_summaries_scoped: u64,
     pub peers_refused: u64,
     pub outputs_dropped: u64,
     /// Departure notices this node signed as a witness.
@@ -627,7 +629,7 @@ impl MeshNode {
         let nodes = self.directory.len();
         let catching_up = std::mem::take(&mut state.catching_up);
         let (summary, request) = if nodes >= SYNC_SUMMARY_NODES_MIN && !catching_up {
-            let salt = self.dial_salt ^ self.stats.syncs_sent.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let salt = sync_salt(self.dial_salt, self.stats.syncs_sent);
             let buckets = Buckets::for_nodes(salt, nodes);
             self.stats.sync_summaries += 1;
             (
@@ -830,6 +832,7 @@ impl MeshNode {
                 self.stats.sync_summaries_settled += 1;
             } else if may_continue && let Some(peer) = self.peers.get_mut(&from) {
                 peer.syncing = true;
+                self.stats.sync_summaries_scoped += 1;
                 let scope = Scope::new(buckets, still);
                 let digest = self.directory.digest_in(&scope);
                 let request = SyncRequest::scoped(self.local.cert.clone(), scope, digest);
@@ -1275,6 +1278,16 @@ struct Bootstrap {
     addrs: Vec<String>,
     next_at: Millis,
     wait_ms: u64,
+}
+
+/// The salt of our `n`th summary: one-way from our secret `dial_salt` (peers see the salt,
+/// and must not learn the secret from it).
+fn sync_salt(dial_salt: u64, n: u64) -> u64 {
+    let mut input = b"murmur/sync-salt/1\0".to_vec();
+    input.extend_from_slice(&dial_salt.to_le_bytes());
+    input.extend_from_slice(&n.to_le_bytes());
+    let digest = Digest::of(&input);
+    u64::from_le_bytes(digest.0[..8].try_into().expect("8 bytes"))
 }
 
 /// A secret of the node's own, derived from its key, that salts [`dial_rank`]: nobody else

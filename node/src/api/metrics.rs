@@ -106,8 +106,12 @@ pub fn render(m: &MeshMetrics) -> String {
     metric(
         "murmur_sync_summaries_total",
         "counter",
-        "Anti-entropy exchanges this node started with a summary, and those the answer settled without a digest.",
-        &[("outcome=\"started\"", s.sync_summaries), ("outcome=\"settled\"", s.sync_summaries_settled)],
+        "Anti-entropy exchanges this node started with a summary; those the answer settled, and those that went on to a digest of the buckets that differed.",
+        &[
+            ("outcome=\"started\"", s.sync_summaries),
+            ("outcome=\"settled\"", s.sync_summaries_settled),
+            ("outcome=\"scoped\"", s.sync_summaries_scoped),
+        ],
     );
     metric(
         "murmur_peers_refused_total",
