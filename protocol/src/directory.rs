@@ -1053,18 +1053,12 @@ impl Directory {
 
     /// Every record held, own and shared, ordered by node.
     fn all_records(&self) -> impl Iterator<Item = &Record> {
-        // The base minus what is shadowed, both walked in order: no lookup per record.
-        let mut shadowed = self.shadowed.iter().peekable();
-        let base = self.base.records.iter().filter(move |(node, _)| {
-            while shadowed.next_if(|s| *s < *node).is_some() {}
-            shadowed.next_if(|s| *s == *node).is_none()
-        });
-        MergeSorted::new(self.records.iter(), base, |(node, _): &(&NodeId, &Record)| **node)
-            .map(|(_, record)| record)
+        self.records_in(NodeId::bound([0; 32]), NodeId::bound([0xff; 32]))
     }
 
-    /// The records from node `low` through `high`, in order (as [`Directory::all_records`]).
+    /// The records from node `low` through `high`, in order.
     fn records_in(&self, low: NodeId, high: NodeId) -> impl Iterator<Item = &Record> {
+        // The base minus what is shadowed, both walked in order: no lookup per record.
         let mut shadowed = self.shadowed.range(low..=high).peekable();
         let base = self.base.records.range(low..=high).filter(move |(node, _)| {
             while shadowed.next_if(|s| *s < *node).is_some() {}

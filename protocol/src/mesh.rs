@@ -298,6 +298,20 @@ struct Peer {
     catching_up: bool,
 }
 
+impl Peer {
+    /// A peer connected at `now`, with no exchange under way.
+    const fn connected(now: Millis, admitted: bool) -> Self {
+        Self {
+            connected_at: now,
+            admitted,
+            syncing: false,
+            sync_wanted: false,
+            summary: None,
+            catching_up: false,
+        }
+    }
+}
+
 /// What a node advertises about itself, and the sequence number of its latest advert.
 #[derive(Clone, Debug, Default)]
 pub struct Advertised {
@@ -398,17 +412,7 @@ impl MeshNode {
         node.next_refresh = state.refresh_at;
         node.last_published = Some(now);
         for peer in state.peers.into_iter().filter(|peer| *peer != node.id).take(MESH_PEERS_MAX) {
-            node.peers.insert(
-                peer,
-                Peer {
-                    connected_at: now,
-                    admitted: true,
-                    syncing: false,
-                    sync_wanted: false,
-                    summary: None,
-                    catching_up: false,
-                },
-            );
+            node.peers.insert(peer, Peer::connected(now, true));
         }
         node
     }
@@ -597,17 +601,7 @@ impl MeshNode {
             self.next_refresh = self.next_refresh.min(now.plus(ANNOUNCE_DELAY_MS));
         }
         self.suspects.remove(&peer);
-        self.peers.insert(
-            peer,
-            Peer {
-                connected_at: now,
-                admitted,
-                syncing: false,
-                sync_wanted: false,
-                summary: None,
-                catching_up: false,
-            },
-        );
+        self.peers.insert(peer, Peer::connected(now, admitted));
         self.start_sync(peer);
     }
 

@@ -8,22 +8,25 @@
 //!
 //! A full digest is about 45 bytes per node held: 450 KB at 10,000 nodes, for every
 //! connection and every periodic sync, mostly to learn that nothing differs. So a node
-//! holding many nodes sends a [`Summary`] first: its directory cut into buckets by a hash
-//! of each node id, with one fingerprint per bucket (about half a byte per node). The
-//! responder answers with the buckets whose fingerprints differ from its own, with its
-//! sums for them ([`SyncResponse::differ`]), and, when they hold few nodes (at most
+//! holding many nodes sends a [`Summary`] first: its directory cut into buckets by the
+//! leading bits of the node ids (so a bucket is a range of ids, read without a scan), with
+//! per bucket the sum of a keyed hash of each entry (about half a byte per node). The
+//! responder answers with the buckets whose sums differ from its own, with its sums for
+//! them ([`SyncResponse::differ`]), and, when they hold few nodes (at most
 //! [`SYNC_INLINE_ADVERTS_MAX`]), its adverts in them. The requester judges those adverts as
-//! usual and sums its buckets again: a bucket that still differs (the requester holds
-//! something the responder does not: a newer advert, or one a departure notice ended) is
-//! settled by a second exchange, the digest of those buckets alone with their [`Scope`],
-//! which the responder answers as it would a full digest, looking only at its nodes in
-//! those buckets (notices included). Two directories that agree exchange one summary; a
-//! requester that missed an advert or two gets it in the summary's answer.
+//! usual and sums its buckets again. A bucket that still differs holds something the
+//! responder's does not: a newer advert (the requester is only ahead, and is done when the
+//! inline adverts show the responder holds every node it holds there) or a node the
+//! responder lacks, perhaps because a departure notice ended it there. That is settled by
+//! a second exchange, the digest of those buckets alone with their [`Scope`], which the
+//! responder answers as it would a full digest, looking only at its nodes in those buckets
+//! (notices included). Two directories that agree exchange one summary; a requester that
+//! missed an advert or two gets it in the summary's answer.
 //!
-//! Buckets and fingerprints are a keyed hash, salted by the requester per exchange, so two
-//! honest directories that differ cannot keep colliding in the same bucket. The hash is not
-//! cryptographic and need not be: a responder that wants to hide adverts from a requester
-//! can simply leave them out, summary or not; anti-entropy with other peers repairs that.
+//! The hash is keyed by a salt the requester picks per exchange, so two honest directories
+//! that differ cannot keep having equal sums. It is not cryptographic and need not be: a
+//! responder that wants to hide adverts from a requester can simply leave them out, summary
+//! or not; anti-entropy with other peers repairs that.
 
 use serde::{Deserialize, Serialize};
 

@@ -151,20 +151,9 @@ fn large_directories_sync_by_summary_between_real_nodes() {
             .unwrap();
     }
     let now = now();
-    let file = tempfile::NamedTempFile::new().unwrap();
-    for n in 0..70u8 {
-        let mut advert = Advert::new(1, now, 600_000);
-        advert.capsules.push(HostedCapsule { name: "bulk".into(), digest: None, version: "1.0.0".into() });
-        let key = SecretKey::from_seed([n.wrapping_add(0x40); 32]);
-        writeln!(file.as_file(), "{}", hex::encode(Signed::sign(advert, &key).unwrap().envelope().encode()))
-            .unwrap();
-    }
-    let mut peer = Command::new(bin("murmur-testpeer"))
-        .args(["--dial", &a.dial_addrs()[0], "--publish", file.path().to_str().unwrap()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let bulk_adverts: Vec<Vec<u8>> =
+        (0..70u8).map(|n| advert_envelope(&SecretKey::from_seed([n + 0x40; 32]), 1, now, "bulk")).collect();
+    let (mut peer, _file) = inject(&a, &bulk_adverts);
     let bulk = |node: &TestNode| {
         let capsules = node.get("/v1/capsules").ok()?;
         let entry = capsules["capsules"].as_array()?.iter().find(|c| c["name"] == "bulk")?.clone();
@@ -236,6 +225,23 @@ fn advert_envelope(key: &SecretKey, seq: u64, issued_at: Millis, capsule: &str) 
     Signed::sign(advert, key).unwrap().envelope().encode()
 }
 
+/// Starts a test peer that dials `node` and publishes `envelopes` on the advert topic; it
+/// stays connected until killed. The file it reads them from lives as long as the returned
+/// handle.
+fn inject(node: &TestNode, envelopes: &[Vec<u8>]) -> (std::process::Child, tempfile::NamedTempFile) {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    for envelope in envelopes {
+        writeln!(file.as_file(), "{}", hex::encode(envelope)).unwrap();
+    }
+    let peer = Command::new(bin("murmur-testpeer"))
+        .args(["--dial", &node.dial_addrs()[0], "--publish", file.path().to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    (peer, file)
+}
+
 /// An advert that claims `victim`'s key but is signed by another key.
 fn forged_envelope(victim: &SecretKey, now: Millis) -> Vec<u8> {
     let forger = SecretKey::from_seed([0x66; 32]);
@@ -274,16 +280,7 @@ fn forged_and_replayed_adverts_are_refused_counted_and_never_relayed() {
         // b's real key, a new sequence number, but issued two hours ago: a stale copy.
         advert_envelope(&b_key, now.0 * 2, now.minus(2 * 3_600_000), "expired"),
     ];
-    let file = tempfile::NamedTempFile::new().unwrap();
-    for envelope in &envelopes {
-        writeln!(file.as_file(), "{}", hex::encode(envelope)).unwrap();
-    }
-    let mut peer = Command::new(bin("murmur-testpeer"))
-        .args(["--dial", &a.dial_addrs()[0], "--publish", file.path().to_str().unwrap()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (mut peer, _file) = inject(&a, &envelopes);
     let refused = |node: &TestNode, reason: &str| {
         node.metric(&format!("murmur_adverts_refused_total{{reason=\"{reason}\"}}"))
     };
