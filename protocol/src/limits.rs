@@ -94,8 +94,9 @@ pub const SYNC_BUCKETS_MAX: usize = 4096;
 /// it the full digest (≈ 45 bytes a node) is about as small as a summary.
 pub const SYNC_SUMMARY_NODES_MIN: usize = 64;
 
-/// Nodes per bucket a summary aims for: its size is about 9 / 16 bytes a node held, and
-/// each bucket that differs costs a scoped digest of about 16 entries.
+/// Nodes per bucket a summary aims for (the count rounds up to a power of two): a summary
+/// is 9/16 to 9/8 bytes a node held, and each bucket that differs costs a scoped digest of
+/// at most about 16 entries.
 pub const SYNC_NODES_PER_BUCKET: usize = 16;
 
 /// Adverts a responder sends with its answer to a summary, when its nodes in the buckets

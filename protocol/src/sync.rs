@@ -10,7 +10,7 @@
 //! connection and every periodic sync, mostly to learn that nothing differs. So a node
 //! holding many nodes sends a [`Summary`] first: its directory cut into buckets by the
 //! leading bits of the node ids (so a bucket is a range of ids, read without a scan), with
-//! per bucket the sum of a keyed hash of each entry (about half a byte per node). The
+//! per bucket the sum of a keyed hash of each entry (up to about a byte per node). The
 //! responder answers with the buckets whose sums differ from its own, with its sums for
 //! them ([`SyncResponse::differ`]), and, when they hold few nodes (at most
 //! [`SYNC_INLINE_ADVERTS_MAX`]), its adverts in them. The requester judges those adverts as
