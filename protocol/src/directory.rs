@@ -671,12 +671,7 @@ impl Directory {
     /// A summary of what is held, for anti-entropy.
     #[must_use]
     pub fn digest(&self) -> DirectoryDigest {
-        DirectoryDigest {
-            entries: self
-                .all_records()
-                .map(|record| DigestEntry(record.node(), record.advert().seq))
-                .collect(),
-        }
+        Self::digest_of(self.all_records())
     }
 
     /// What is held, bucket by bucket (for a summary-first sync; see [`crate::sync`]).
@@ -703,11 +698,13 @@ impl Directory {
     /// The digest of what is held in the buckets `scope` covers.
     #[must_use]
     pub fn digest_in(&self, scope: &Scope) -> DirectoryDigest {
+        Self::digest_of(self.scoped_records(Some(scope)))
+    }
+
+    /// The digest of `records`, which come in node order.
+    fn digest_of<'a>(records: impl Iterator<Item = &'a Record>) -> DirectoryDigest {
         DirectoryDigest {
-            entries: self
-                .scoped_records(Some(scope))
-                .map(|record| DigestEntry(record.node(), record.advert().seq))
-                .collect(),
+            entries: records.map(|record| DigestEntry(record.node(), record.advert().seq)).collect(),
         }
     }
 

@@ -190,7 +190,7 @@ impl Summary {
 
     fn validate(&self) -> Result<(), DecodeError> {
         let len = self.sums.len();
-        if !(len.is_power_of_two() && len <= SYNC_BUCKETS_MAX) {
+        if !valid_count(len) {
             return Err(DecodeError::Invalid {
                 what: "sync request",
                 field: "summary",
@@ -227,20 +227,20 @@ impl Scope {
 
     /// The bucketing this scope uses.
     #[must_use]
-    pub fn bucketing(&self) -> Buckets {
+    pub fn buckets(&self) -> Buckets {
         Buckets::new(self.salt, self.count as usize)
     }
 
     /// The node id ranges of the covered buckets, in order.
     pub fn ranges(&self) -> impl Iterator<Item = (NodeId, NodeId)> + '_ {
-        let buckets = self.bucketing();
+        let buckets = self.buckets();
         self.buckets.iter().map(move |&bucket| buckets.range(bucket))
     }
 
     fn validate(&self) -> Result<(), DecodeError> {
         let invalid = |reason: String| DecodeError::Invalid { what: "sync request", field: "scope", reason };
         let count = self.count as usize;
-        if !(count.is_power_of_two() && count <= SYNC_BUCKETS_MAX) {
+        if !valid_count(count) {
             return Err(invalid(format!("has {count} buckets, not a power of two up to {SYNC_BUCKETS_MAX}")));
         }
         if !ascending_below(&self.buckets, self.count) {
@@ -248,6 +248,11 @@ impl Scope {
         }
         Ok(())
     }
+}
+
+/// Whether `count` buckets is a bucketing [`Buckets::new`] could make.
+const fn valid_count(count: usize) -> bool {
+    count.is_power_of_two() && count <= SYNC_BUCKETS_MAX
 }
 
 /// Whether `buckets` is strictly increasing with every entry below `count`.
