@@ -1,5 +1,10 @@
+use super::dialling::dial_rank;
 use super::*;
 use crate::cert::NodeCert;
+use crate::directory::Admission;
+use crate::gone::Gone;
+use crate::limits::REFUSED_PEERS_MAX;
+use crate::signed::{DocKind, Signed};
 
 const T0: Millis = Millis(1_800_000_000_000);
 
