@@ -4,13 +4,13 @@
 //! the one it holds, fresh, and (in a closed mesh) carries a valid node certificate. It
 //! drops adverts whose TTL passes without a newer one, answers "which nodes host capsule
 //! NAME", and supports anti-entropy: [`Directory::digest`] summarizes what it holds and
-//! [`Input::PeerDigest`] yields the adverts a peer's digest shows it is missing.
+//! [`Directory::missing_for`] yields the adverts a peer's digest shows it is missing.
 //!
 //! # Driving it
 //!
 //! ```text
 //! loop {
-//!     directory.handle(now, input);              // an advert, a peer digest, or Tick
+//!     directory.handle(now, input);              // an advert, or Tick
 //!     while let Some(out) = directory.poll_output() { carry it out }
 //!     wake me at directory.poll_timeout() and call handle(now, Input::Tick)
 //! }
@@ -57,7 +57,7 @@ use crate::gone::Gone;
 use crate::identity::{NodeId, PublicKey};
 use crate::limits::{
     DIGEST_ENTRIES_MAX, DIRECTORY_NODES_MAX, DIRECTORY_OUTPUTS_MAX, ENVELOPE_OVERHEAD_MAX,
-    PENDING_NOTICES_MAX, SYNC_ADVERTS_MAX, SYNC_RESPONSE_BYTES_MAX,
+    PENDING_NOTICES_MAX,
 };
 use crate::signed::{Envelope, OpenError};
 use crate::sync::{Buckets, Scope, Summary};
@@ -119,13 +119,12 @@ pub enum Source {
 pub enum Input {
     /// An advert arrived.
     Advert { envelope: Envelope, source: Source },
-    /// A peer sent its digest; the directory answers with what the peer is missing.
-    PeerDigest { peer: NodeId, digest: DirectoryDigest },
     /// Time passed; expire what is due.
     Tick,
 }
 
-/// What the directory asks the driver to do or know.
+/// What the directory tells the driver happened: its verdicts on adverts, expiries and
+/// departures.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[must_use]
 pub enum Output {
@@ -139,9 +138,6 @@ pub enum Output {
     /// `addrs`: where the dropped advert said the node listens (for reconnecting to it
     /// after a partition heals).
     Departed { node: NodeId, seq: u64, witness: NodeId, source: Source, addrs: Vec<String> },
-    /// Send these adverts to `peer`, which lacks them; `more` means its digest showed
-    /// further gaps than fit in one response (the peer should ask again).
-    SendAdverts { peer: NodeId, adverts: Vec<Envelope>, more: bool },
 }
 
 /// Why an advert was refused.
@@ -473,12 +469,6 @@ impl Directory {
         match input {
             Input::Advert { envelope, source } => {
                 let _ = self.insert(now, envelope, source);
-            }
-            Input::PeerDigest { peer, digest } => {
-                let (adverts, more) = self.missing_for(&digest, SYNC_ADVERTS_MAX, SYNC_RESPONSE_BYTES_MAX);
-                if !adverts.is_empty() {
-                    self.push(Output::SendAdverts { peer, adverts, more });
-                }
             }
             Input::Tick => {}
         }

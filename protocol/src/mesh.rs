@@ -578,8 +578,6 @@ impl MeshNode {
                     self.remember_departed(now, node, addrs);
                     Event::Departed { node, seq, witness, source }
                 }
-                // The mesh answers digests itself (`on_sync_request`), never via the directory.
-                DirectoryOutput::SendAdverts { .. } => continue,
             };
             self.push(Output::Event(event));
         }
