@@ -27,8 +27,8 @@
 //! skew allowance. When it expires we keep a tombstone (node, seq) until the advert could no
 //! longer pass the freshness check, so a replay of it in between is refused too.
 //!
-//! A departure notice ([`crate::gone::Gone`]) ends the very advert it names (by sequence
-//! number and signature) early: [`Directory::depart`] drops it and keeps the notice and the
+//! A departure notice ([`crate::departure::Departure`]) ends the very advert it names (by
+//! sequence number and signature) early: [`Directory::depart`] drops it and keeps the notice and the
 //! advert in its tombstone, and [`Directory::notices_for`] hands both to a peer whose digest
 //! shows it still holds that advert or an older one. A notice that
 //! names a node or a witness this directory does not know yet (a newcomer still filling its
@@ -52,8 +52,8 @@ use serde::{Deserialize, Serialize};
 use crate::advert::{Advert, HostedCapsule};
 use crate::cert::verify_cert_with;
 use crate::codec::{self, DecodeError};
+use crate::departure::Departure;
 use crate::digest::Digest;
-use crate::gone::Gone;
 use crate::identity::{NodeId, PublicKey};
 use crate::limits::{
     DIGEST_ENTRIES_MAX, DIRECTORY_NODES_MAX, DIRECTORY_OUTPUTS_MAX, ENVELOPE_OVERHEAD_MAX,
@@ -874,14 +874,18 @@ impl Directory {
 
     /// Runs every check on a departure notice, cheapest first, without applying it (see
     /// [`Directory::depart`]).
-    pub fn check_notice(&self, now: Millis, envelope: &Envelope) -> Result<Arc<Gone>, Refusal> {
+    pub fn check_notice(&self, now: Millis, envelope: &Envelope) -> Result<Arc<Departure>, Refusal> {
         self.judge_notice(now, envelope, true)
     }
 
     /// As [`Directory::check_notice`], for a notice about this directory's own node, which
     /// refutes it whoever signed it: a fresh, signed notice naming its current advert drops
     /// it wherever the witness is known, so the witness need not be known here.
-    pub fn check_notice_about_self(&self, now: Millis, envelope: &Envelope) -> Result<Arc<Gone>, Refusal> {
+    pub fn check_notice_about_self(
+        &self,
+        now: Millis,
+        envelope: &Envelope,
+    ) -> Result<Arc<Departure>, Refusal> {
         self.judge_notice(now, envelope, false)
     }
 
@@ -890,7 +894,7 @@ impl Directory {
         now: Millis,
         envelope: &Envelope,
         known_witness: bool,
-    ) -> Result<Arc<Gone>, Refusal> {
+    ) -> Result<Arc<Departure>, Refusal> {
         let notice =
             self.verifier.peek_notice(envelope).map_err(|err| Refusal::Malformed(err.to_string()))?;
         let held_record = self.get(&notice.node);
@@ -915,7 +919,7 @@ impl Directory {
         }
         let witness = NodeId::from_key(envelope.signer());
         // A witness this directory knows, or knew: one that a notice dropped (each side of
-        // a partition declares the other gone) still vouches for its notices.
+        // a partition declares the other departed) still vouches for its notices.
         if known_witness
             && witness != notice.node
             && self.get(&witness).is_none()

@@ -15,7 +15,7 @@
 //! - **Grants** ([`grant`]): what a capsule may do, signed by a mesh authority.
 //! - **Node certificates** ([`cert`]): closed-mesh admission.
 //! - **Adverts** ([`advert`]) and the **directory** ([`directory`]): who hosts what;
-//!   **departure notices** ([`gone`]): who left.
+//!   **departure notices** ([`departure`]): who left.
 //! - **Peer URLs** ([`peer_url`]): `mesh://NAME[@PEERID]`, `HOST:PORT`, `http(s)://…`, and
 //!   allowlist patterns over them.
 //! - **Limits** ([`limits`]): every bound, in one place.
@@ -42,9 +42,9 @@ pub mod artifact;
 pub mod catalog;
 pub mod cert;
 pub mod codec;
+pub mod departure;
 pub mod digest;
 pub mod directory;
-pub mod gone;
 pub mod grant;
 pub mod identity;
 pub mod limits;

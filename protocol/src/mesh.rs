@@ -10,9 +10,9 @@
 //!
 //! A peer whose connection closes is suspected: the node dials it again, and if it is not
 //! back within [`MeshConfig::suspect_ms`] (and has published nothing newer), the node
-//! signs a departure notice ([`crate::gone::Gone`]) and gossips it, and every directory
-//! drops the peer's advert at once instead of at its TTL. A node that hears a notice about
-//! itself refutes it by republishing. So a mesh learns of a crash in seconds whatever its
+//! signs a departure notice ([`crate::departure::Departure`]) and gossips it, and every
+//! directory drops the peer's advert at once instead of at its TTL. A node that hears a
+//! notice about itself refutes it by republishing. So a mesh learns of a crash in seconds whatever its
 //! refresh interval, and a large mesh can refresh rarely: its steady traffic then no longer
 //! grows with the square of its size.
 //!
@@ -100,7 +100,7 @@ pub struct MeshConfig {
     pub admission_timeout_ms: u64,
     /// A peer whose connection closed and that is not back this long after (plus up to
     /// half as long again, fixed per node and peer, so the peers of a crashed node do not
-    /// all declare it at once), and has published nothing newer, is declared gone with a
+    /// all declare it at once), and has published nothing newer, is declared departed with a
     /// departure notice. 0: never declare (departed nodes then leave directories only at
     /// their TTL).
     pub suspect_ms: u64,
@@ -329,7 +329,7 @@ pub struct MeshNode {
     /// Peers refused admission, and when their hold ends (see [`REFUSED_HOLD_MS`]).
     held: BTreeMap<NodeId, Millis>,
     /// Peers whose connection closed: the advert seq held then, and when to declare them
-    /// gone (see [`MeshConfig::suspect_ms`]).
+    /// departed (see [`MeshConfig::suspect_ms`]).
     suspects: BTreeMap<NodeId, Suspect>,
     /// Nodes that departed, with the addresses their last advert listed and when, for
     /// reconnecting after a partition (see [`RECONNECT_INTERVAL_MS`]).

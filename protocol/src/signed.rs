@@ -51,10 +51,10 @@ pub enum DocKind {
     /// by a publisher.
     #[serde(rename = "catalog")]
     Catalog,
-    /// A witness's notice that a node is gone ([`crate::gone::Gone`]), signed by the
-    /// witness.
+    /// A departure notice ([`crate::departure::Departure`]): a witness's statement that a
+    /// node departed, signed by the witness. Its wire name predates the type's name.
     #[serde(rename = "node-gone")]
-    NodeGone,
+    NodeDeparture,
 }
 
 impl DocKind {
@@ -66,7 +66,7 @@ impl DocKind {
             Self::Grant => "grant",
             Self::NodeCert => "node-cert",
             Self::Catalog => "catalog",
-            Self::NodeGone => "node-gone",
+            Self::NodeDeparture => "node-gone",
         }
     }
 }

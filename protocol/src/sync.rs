@@ -266,9 +266,9 @@ fn ascending_below(buckets: &[u32], count: u32) -> bool {
 pub struct SyncResponse {
     // Fields are in canonical key order (see `codec`).
     pub v: u16,
-    /// Departure notices for adverts the requester's digest lists but that are gone
-    /// (omitted when empty, so a response without notices is the same bytes as before
-    /// notices existed).
+    /// Departure notices that ended adverts the requester's digest still lists (omitted
+    /// when empty, so a response without notices is the same bytes as before notices
+    /// existed). The field keeps its wire key, `gone`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gone: Vec<Envelope>,
     /// More adverts were missing than fit; ask again.
@@ -389,7 +389,7 @@ impl SyncResponse {
                 reason: format!("has {} entries, more than {SYNC_NOTICES_MAX}", response.gone.len()),
             });
         }
-        if let Some(other) = response.gone.iter().find(|n| n.kind() != DocKind::NodeGone) {
+        if let Some(other) = response.gone.iter().find(|n| n.kind() != DocKind::NodeDeparture) {
             return Err(DecodeError::Invalid {
                 what: "sync response",
                 field: "gone",

@@ -9,7 +9,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::advert::Advert;
-use crate::gone::Gone;
+use crate::departure::Departure;
 use crate::signed::{Envelope, OpenError};
 
 /// Decides whether an envelope's signature verifies, and decodes advert bodies.
@@ -25,8 +25,8 @@ pub trait Verifier: Send + Sync + fmt::Debug {
     }
 
     /// As [`Verifier::peek_advert`], for a departure notice.
-    fn peek_notice(&self, envelope: &Envelope) -> Result<Arc<Gone>, OpenError> {
-        envelope.peek::<Gone>().map(Arc::new)
+    fn peek_notice(&self, envelope: &Envelope) -> Result<Arc<Departure>, OpenError> {
+        envelope.peek::<Departure>().map(Arc::new)
     }
 }
 

@@ -130,7 +130,7 @@ fn sync_bytes_are_frozen() {
     assert_eq!(murmur_protocol::sync::SyncResponse::decode(&stored("sync_response")).unwrap(), response);
     // With departure notices: the `gone` key appears only then, so the response above
     // keeps the bytes it had before notices existed.
-    let response = response.with_notices(vec![gone()]);
+    let response = response.with_notices(vec![departure()]);
     check("sync_response_gone", &response.encode());
     assert_eq!(murmur_protocol::sync::SyncResponse::decode(&stored("sync_response_gone")).unwrap(), response);
 }
@@ -153,19 +153,20 @@ fn summary_sync_bytes_are_frozen() {
     assert_eq!(SyncResponse::decode(&stored("sync_response_differ")).unwrap(), response);
 }
 
-fn gone() -> Envelope {
+fn departure() -> Envelope {
     let witness = SecretKey::from_seed([0x22; 32]);
     // It names the advert above (seq 42) by that advert's signature.
     let named = *advert().signature();
-    Signed::sign(gone::Gone::new(node_key().node_id(), 42, named, T0.plus(60_000)), &witness)
+    Signed::sign(departure::Departure::new(node_key().node_id(), 42, named, T0.plus(60_000)), &witness)
         .unwrap()
         .into_envelope()
 }
 
 #[test]
 fn departure_notice_bytes_are_frozen() {
-    check("gone", &gone().encode());
-    let opened: Signed<gone::Gone> = Envelope::decode(&stored("gone")).unwrap().open().unwrap();
+    check("departure", &departure().encode());
+    let opened: Signed<departure::Departure> =
+        Envelope::decode(&stored("departure")).unwrap().open().unwrap();
     assert_eq!((opened.doc().node, opened.doc().seq), (node_key().node_id(), 42));
 }
 

@@ -74,7 +74,7 @@ pub struct ProtocolParams {
     /// `uncertified` byzantine ones, and every node admits only certified peers and adverts.
     pub closed: bool,
     /// A peer whose connection closed and that is not back within this long is declared
-    /// gone with a departure notice (`MeshConfig::suspect_ms`); 0 turns notices off.
+    /// departed with a departure notice (`MeshConfig::suspect_ms`); 0 turns notices off.
     pub suspect_s: u64,
 }
 
@@ -110,7 +110,7 @@ pub struct Topology {
     /// murnode pings every connection this often and closes one whose ping goes unanswered
     /// for `ping_timeout_ms`: a connection a partition cuts closes that long after the cut
     /// (plus up to one interval, when its next ping was due), and its peers are redialled
-    /// and, if still cut off, declared gone. A partition shorter than that closes nothing.
+    /// and, if still cut off, declared departed. A partition shorter than that closes nothing.
     pub ping_interval_ms: u64,
     /// 0: connections outlive partitions (only their messages are dropped).
     pub ping_timeout_ms: u64,

@@ -13,7 +13,7 @@ use crate::fxhash::FxHashMap as HashMap;
 use std::sync::{Arc, Mutex};
 
 use murmur_protocol::advert::Advert;
-use murmur_protocol::gone::Gone;
+use murmur_protocol::departure::Departure;
 use murmur_protocol::signed::{Envelope, OpenError};
 use murmur_protocol::verify::Verifier;
 
@@ -24,7 +24,7 @@ struct Entry {
     body: Arc<[u8]>,
     verified: Option<bool>,
     advert: Option<Result<Arc<Advert>, OpenError>>,
-    notice: Option<Result<Arc<Gone>, OpenError>>,
+    notice: Option<Result<Arc<Departure>, OpenError>>,
 }
 
 /// Checks each distinct envelope once and shares the results.
@@ -94,9 +94,9 @@ impl Verifier for SharedVerifier {
         })
     }
 
-    fn peek_notice(&self, envelope: &Envelope) -> Result<Arc<Gone>, OpenError> {
+    fn peek_notice(&self, envelope: &Envelope) -> Result<Arc<Departure>, OpenError> {
         self.with_entry(envelope, |entry| {
-            entry.notice.get_or_insert_with(|| envelope.peek::<Gone>().map(Arc::new)).clone()
+            entry.notice.get_or_insert_with(|| envelope.peek::<Departure>().map(Arc::new)).clone()
         })
     }
 }

@@ -91,7 +91,7 @@ fn a_warm_start_with_churn_passes_and_its_departures_are_notices_not_ttls() {
     assert_eq!(outcome.verdict, Verdict::Pass, "{:?}", outcome.findings);
     let m = &outcome.metrics;
     assert!(m.departures_declared > 0 && m.departures_applied > m.departures_declared, "{m:?}");
-    assert_eq!(m.departures_false, 0, "no live node was declared gone");
+    assert_eq!(m.departures_false, 0, "no live node was declared departed");
     // Warm adverts are not counted as published: only what the run itself changed.
     assert!(m.adverts_published < 300, "{}", m.adverts_published);
 }
@@ -129,12 +129,12 @@ fn a_partition_longer_than_the_ping_timeout_closes_connections_and_the_mesh_heal
     assert_eq!(outcome.verdict, Verdict::Pass, "{:?}", outcome.findings);
     let m = &outcome.metrics;
     assert!(m.connections_cut > 0, "pings across the cut went unanswered: {m:?}");
-    // Each side declared live nodes of the other gone; after the heal they refuted and every
+    // Each side declared live nodes of the other departed; after the heal they refuted and every
     // directory holds every node again (the liveness check passed).
     assert!(m.departures_false > 0, "{m:?}");
 
     // Without the ping policy (connections outlive the cut) nothing closes, nobody is
-    // declared gone.
+    // declared departed.
     let mut scenario = long_partition();
     scenario.topology.ping_timeout_ms = 0;
     let outcome = Sim::new(scenario, Options { seed: 4, ..Options::default() }).run();

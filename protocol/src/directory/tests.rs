@@ -268,7 +268,7 @@ fn identical_bytes_are_a_duplicate_without_decoding() {
     assert_eq!(dir.insert(T0, env, gossip(2)), Err(Refusal::Duplicate { seq: 3 }));
 }
 
-/// A notice from `witness` that `subject`'s advert `seq` is gone, naming the advert `dir`
+/// A notice from `witness` that `subject`'s advert `seq` departed, naming the advert `dir`
 /// holds for it by its signature (a made-up one when `dir` holds another seq).
 fn notice(dir: &Directory, witness: u8, subject: u8, seq: u64, at: Millis) -> Envelope {
     let node = key(subject).node_id();
@@ -278,7 +278,7 @@ fn notice(dir: &Directory, witness: u8, subject: u8, seq: u64, at: Millis) -> En
 
 /// A notice naming the advert with `signature`.
 fn named(witness: u8, subject: u8, seq: u64, signature: Signature, at: Millis) -> Envelope {
-    let notice = Gone::new(key(subject).node_id(), seq, signature, at);
+    let notice = Departure::new(key(subject).node_id(), seq, signature, at);
     Signed::sign(notice, &key(witness)).unwrap().into_envelope()
 }
 
@@ -295,8 +295,8 @@ fn two_nodes() -> Directory {
 fn a_departure_notice_drops_the_advert_and_its_replays() {
     let mut dir = two_nodes();
     let now = T0.plus(1_000);
-    let gone = notice(&dir, 2, 1, 5, now);
-    assert_eq!(dir.depart(now, &gone, gossip(2)), Ok(key(1).node_id()));
+    let departure = notice(&dir, 2, 1, 5, now);
+    assert_eq!(dir.depart(now, &departure, gossip(2)), Ok(key(1).node_id()));
     assert!(hosts(&dir, "echo").is_empty());
     assert_eq!(dir.len(), 1);
     assert_eq!(dir.stats().departed, 1);
@@ -305,7 +305,7 @@ fn a_departure_notice_drops_the_advert_and_its_replays() {
     let replay = dir.insert(now, signed(&key(1), advert(5, T0, &["echo"])), gossip(3));
     assert_eq!(replay, Err(Refusal::Replayed { seq: 5, held: 5 }));
     // The same notice again is a duplicate.
-    assert_eq!(dir.depart(now, &gone, gossip(3)), Err(Refusal::Duplicate { seq: 5 }));
+    assert_eq!(dir.depart(now, &departure, gossip(3)), Err(Refusal::Duplicate { seq: 5 }));
     assert_eq!(dir.insert(now, signed(&key(1), advert(6, now, &["echo"])), gossip(3)), Ok(6));
     assert_eq!(hosts(&dir, "echo"), vec![key(1).node_id()]);
 }
@@ -362,14 +362,14 @@ fn notices_go_to_peers_whose_digest_still_lists_the_departed_advert() {
     let mut dir = two_nodes();
     let stale_peer = dir.digest();
     let now = T0.plus(1_000);
-    let gone = notice(&dir, 2, 1, 5, now);
+    let departure = notice(&dir, 2, 1, 5, now);
     let departed = dir.get(&key(1).node_id()).unwrap().envelope().clone();
-    dir.depart(now, &gone, gossip(2)).unwrap();
-    assert_eq!(dir.notices_for(&stale_peer, 16), vec![(gone.clone(), None)]);
+    dir.depart(now, &departure, gossip(2)).unwrap();
+    assert_eq!(dir.notices_for(&stale_peer, 16), vec![(departure.clone(), None)]);
     // A peer holding an older advert gets the departed one too, or the notice (which names
     // exactly that advert) could never apply there.
     let older = DirectoryDigest::from_entries(vec![DigestEntry(key(1).node_id(), 4)]);
-    assert_eq!(dir.notices_for(&older, 16), vec![(gone, Some(departed))]);
+    assert_eq!(dir.notices_for(&older, 16), vec![(departure, Some(departed))]);
     // A peer that already dropped it, or holds a newer advert, gets nothing.
     assert!(dir.notices_for(&dir.digest(), 16).is_empty());
     let newer = DirectoryDigest::from_entries(vec![DigestEntry(key(1).node_id(), 6)]);
@@ -414,7 +414,7 @@ fn a_directory_on_a_shared_base_sees_the_base_and_keeps_its_own_changes() {
 
 #[test]
 fn a_notice_naming_a_sequence_ahead_of_the_node_never_buries_its_next_adverts() {
-    // A witness signs "gone" for a sequence number its subject has not reached (u64::MAX):
+    // A witness signs a departure notice for a sequence number its subject has not reached (u64::MAX):
     // were it applied, the tombstone would refuse every advert the node publishes next.
     let mut dir = two_nodes();
     let now = T0.plus(1_000);
@@ -439,15 +439,15 @@ fn a_parked_notice_applies_when_the_advert_it_names_arrives() {
     let now = T0.plus(1_000);
     // Node 3's departure is heard of before its advert (a newcomer filling its directory).
     let late = signed(&key(3), advert(4, T0, &["late"]));
-    let gone = named(2, 3, 4, *late.signature(), now);
-    assert_eq!(dir.depart(now, &gone, gossip(2)), Err(Refusal::NotHeld));
+    let departure = named(2, 3, 4, *late.signature(), now);
+    assert_eq!(dir.depart(now, &departure, gossip(2)), Err(Refusal::NotHeld));
     dir.insert(now, late, gossip(5)).unwrap();
     assert!(hosts(&dir, "late").is_empty(), "the parked notice dropped it on arrival");
     assert_eq!(dir.stats().departed, 1);
     // Parked notices expire.
     let later = signed(&key(4), advert(1, now, &["later"]));
-    let gone = named(2, 4, 1, *later.signature(), now);
-    assert_eq!(dir.depart(now, &gone, gossip(2)), Err(Refusal::NotHeld));
+    let departure = named(2, 4, 1, *later.signature(), now);
+    assert_eq!(dir.depart(now, &departure, gossip(2)), Err(Refusal::NotHeld));
     dir.handle(now.plus(PENDING_NOTICE_MS), Input::Tick);
     dir.insert(now.plus(PENDING_NOTICE_MS), later, gossip(5)).unwrap();
     assert_eq!(

@@ -1,4 +1,4 @@
-//! Departures decide when a peer counts as gone and what a departure notice about this
+//! Departures decide when a peer counts as departed and what a departure notice about this
 //! node calls for. A peer whose last connection closes is suspected and dialled again; if
 //! it is not back within [`MeshConfig::suspect_ms`](super::MeshConfig::suspect_ms) (plus a jitter of its own) and has
 //! published nothing newer, this node signs a notice as its witness, applies it and
@@ -8,8 +8,8 @@
 
 use super::dialling::dial_rank;
 use super::{MeshNode, Output};
+use crate::departure::Departure;
 use crate::directory::{Refusal, Source};
-use crate::gone::Gone;
 use crate::identity::NodeId;
 use crate::limits::MESH_PEERS_MAX;
 use crate::signed::{Envelope, Signed};
@@ -47,7 +47,7 @@ impl MeshNode {
         Ok(false)
     }
 
-    /// A connected peer's connection closed: dial it again, and declare it gone if it is not
+    /// A connected peer's connection closed: dial it again, and declare it departed if it is not
     /// back in time (see [`MeshConfig::suspect_ms`](super::MeshConfig::suspect_ms)).
     pub(super) fn suspect(&mut self, now: Millis, peer: NodeId, dialled_since_loss: bool) {
         if self.config.suspect_ms == 0
@@ -64,7 +64,7 @@ impl MeshNode {
         let jitter = dial_rank(self.dial_salt, &peer) % (self.config.suspect_ms / 2 + 1);
         // Within the dial backoff, a peer that keeps closing our connections (it holds us
         // off, or is full) is not redialled at the speed of a round trip: the dial waits for
-        // the backoff to end, and the suspicion runs from that dial (a peer is declared gone
+        // the backoff to end, and the suspicion runs from that dial (a peer is declared departed
         // only after a dial that did not bring it back).
         let deadline = now.plus(self.config.suspect_ms + jitter);
         let backoff_ends = self.dialed.get(&peer).map(|at| at.plus(self.config.dial_backoff_ms));
@@ -85,7 +85,8 @@ impl MeshNode {
         }
     }
 
-    /// Declares the suspects whose time is up gone: signs a notice, applies it, gossips it.
+    /// Declares the suspects whose time is up departed: signs a departure notice, applies it,
+    /// gossips it.
     pub(super) fn declare_departures(&mut self, now: Millis) {
         let due: Vec<(NodeId, Suspect)> =
             self.suspects.iter().filter(|(_, s)| s.deadline <= now).map(|(peer, s)| (*peer, *s)).collect();
@@ -107,7 +108,9 @@ impl MeshNode {
                 self.suspect(now, peer, dialled);
                 continue;
             }
-            let Ok(signed) = Signed::sign(Gone::new(peer, seq, advert, now), &self.key) else { continue };
+            let Ok(signed) = Signed::sign(Departure::new(peer, seq, advert, now), &self.key) else {
+                continue;
+            };
             let envelope = signed.into_envelope();
             if self.directory.depart(now, &envelope, Source::Local).is_ok() {
                 self.stats.departures_declared += 1;

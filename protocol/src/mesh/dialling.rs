@@ -33,7 +33,7 @@ pub const BOOTSTRAP_STABLE_MS: u64 = 60_000;
 /// A node dials one node that departed (a notice dropped its advert, see
 /// [`MeshConfig::suspect_ms`](super::MeshConfig::suspect_ms)) this often, in an order of its own, for
 /// [`RECONNECT_WINDOW_MS`] after the departure, at the addresses its last advert listed.
-/// After a partition each side has declared the other gone and nothing else would dial
+/// After a partition each side has declared the other departed and nothing else would dial
 /// across once it heals unless a bootstrap peer happens to sit on the other side; with every
 /// node trying one departed node per interval, the first connection across comes within a
 /// fraction of a second in a large mesh, and it carries the notices to the nodes they name,

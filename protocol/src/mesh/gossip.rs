@@ -53,7 +53,7 @@ impl MeshNode {
 
     /// The verdict on a gossiped advert, and whether it was malformed or forged.
     fn judge_gossip(&mut self, now: Millis, from: NodeId, token: u64, envelope: Envelope) -> (Verdict, bool) {
-        if envelope.kind() == DocKind::NodeGone {
+        if envelope.kind() == DocKind::NodeDeparture {
             return match self.on_notice(now, &envelope, Source::Gossip { from, token }) {
                 // Relayed also when it names a node we never held: others may hold it.
                 Ok(true) | Err(Refusal::NotHeld) => (Verdict::Accept, false),

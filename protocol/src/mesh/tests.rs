@@ -1,8 +1,8 @@
 use super::dialling::dial_rank;
 use super::*;
 use crate::cert::NodeCert;
+use crate::departure::Departure;
 use crate::directory::Admission;
-use crate::gone::Gone;
 use crate::limits::REFUSED_PEERS_MAX;
 use crate::signed::{DocKind, Signed};
 
@@ -563,7 +563,9 @@ impl Net {
     fn published_notices(&self, i: usize) -> Vec<Vec<u8>> {
         self.published
             .iter()
-            .filter(|(by, bytes)| *by == i && Envelope::decode(bytes).unwrap().kind() == DocKind::NodeGone)
+            .filter(|(by, bytes)| {
+                *by == i && Envelope::decode(bytes).unwrap().kind() == DocKind::NodeDeparture
+            })
             .map(|(_, bytes)| bytes.clone())
             .collect()
     }
@@ -649,19 +651,19 @@ fn a_missed_advert_comes_with_the_answer_to_the_summary() {
 fn a_notice_the_requester_missed_is_found_through_the_digest_of_its_bucket() {
     let adverts = others(0..100);
     let mut net = agreeing_pair(&adverts);
-    // Node 0 hears that the first of them is gone (witness: the second, which it holds);
+    // Node 0 hears that the first of them departed (witness: the second, which it holds);
     // node 1 does not.
-    let gone = NodeId::from_key(adverts[0].signer());
-    let notice = Gone::new(gone, 1, *adverts[0].signature(), net.now);
+    let departed = NodeId::from_key(adverts[0].signer());
+    let notice = Departure::new(departed, 1, *adverts[0].signature(), net.now);
     let mut witness = [0xaa; 32];
     witness[..2].copy_from_slice(&1u16.to_le_bytes());
     let notice = Signed::sign(notice, &SecretKey::from_seed(witness)).unwrap().into_envelope();
     let from = key(99).node_id();
     net.nodes[0].handle(net.now, Input::GossipReceived { from, token: 0, bytes: notice.encode() });
-    assert!(net.nodes[0].directory().get(&gone).is_none());
+    assert!(net.nodes[0].directory().get(&departed).is_none());
     net.published.clear();
     periodic_sync(&mut net);
-    assert!(net.nodes[1].directory().get(&gone).is_none(), "node 1 applied the notice");
+    assert!(net.nodes[1].directory().get(&departed).is_none(), "node 1 applied the notice");
     assert_eq!(net.syncs_by(1), [SyncKind::Summary, SyncKind::Scoped]);
     assert_eq!(net.nodes[0].directory().len(), net.nodes[1].directory().len());
 }
@@ -709,7 +711,7 @@ fn triangle() -> Net {
 }
 
 #[test]
-fn a_peer_that_stays_away_is_declared_gone_and_every_directory_drops_it() {
+fn a_peer_that_stays_away_is_declared_departed_and_every_directory_drops_it() {
     let mut net = triangle();
     let suspect_ms = config().suspect_ms;
     let dead = key(3).node_id();
@@ -732,7 +734,7 @@ fn a_peer_that_stays_away_is_declared_gone_and_every_directory_drops_it() {
 
 #[test]
 fn a_departed_node_is_dialled_again_now_and_then_until_it_is_back() {
-    // A partition: node 2 is cut off from both others, who declare it gone.
+    // A partition: node 2 is cut off from both others, who declare it departed.
     let mut net = triangle();
     let suspect_ms = config().suspect_ms;
     let cut = key(3).node_id();
@@ -794,7 +796,7 @@ fn an_update_learned_by_anti_entropy_is_gossiped_on_but_a_first_sync_is_not() {
 }
 
 #[test]
-fn a_peer_back_in_time_or_republished_is_not_declared_gone() {
+fn a_peer_back_in_time_or_republished_is_not_declared_departed() {
     let mut net = triangle();
     let suspect_ms = config().suspect_ms;
     let id2 = key(3).node_id();
@@ -827,7 +829,7 @@ fn a_node_refutes_a_notice_about_itself_by_republishing() {
     let suspect_ms = config().suspect_ms;
     let alive = key(3).node_id();
     let seq_before = net.nodes[2].local_seq();
-    // Node 1 loses its link to node 2 (a partial partition) and declares it gone.
+    // Node 1 loses its link to node 2 (a partial partition) and declares it departed.
     net.links.retain(|&(a, b)| (a, b) != (1, 2));
     net.handle(1, Input::PeerDisconnected { peer: alive });
     net.advance(suspect_ms * 3 / 2);
@@ -866,10 +868,10 @@ fn anti_entropy_hands_notices_to_peers_that_missed_them() {
     // notice, and node 1 drops node 2 and passes the notice on.
     net.connect(0, 1);
     assert_eq!(net.hosts(1, "echo"), 0);
-    // (Node 1 also declared node 0 gone while they were apart: each side of a partition
+    // (Node 1 also declared node 0 departed while they were apart: each side of a partition
     // declares the other, and refutes once they meet.)
     let relayed = net.published_notices(1).iter().any(|bytes| {
-        let notice: Gone = Envelope::decode(bytes).unwrap().peek().unwrap();
+        let notice: Departure = Envelope::decode(bytes).unwrap().peek().unwrap();
         notice.node == id2
     });
     assert!(relayed, "node 1 relays the notice it synced");

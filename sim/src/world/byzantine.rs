@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use murmur_protocol::advert::HostedCapsule;
-use murmur_protocol::gone::Gone;
+use murmur_protocol::departure::Departure;
 use murmur_protocol::{Advert, Envelope, Signature, Signed};
 
 use super::{Event, GOSSIP_BYTES_MAX, Ix, Role, Sim};
@@ -80,7 +80,7 @@ impl Sim {
             _ => (held + self.nodes[ix as usize].rng.between(1, ahead), Signature([7; 64])),
         };
         let now = self.clock(ix);
-        let notice = Gone::new(victim_id, seq, advert, now);
+        let notice = Departure::new(victim_id, seq, advert, now);
         let Ok(signed) = Signed::sign(notice, &self.nodes[ix as usize].key) else { return false };
         let envelope = signed.into_envelope();
         let len = envelope.encode().len();

@@ -1,5 +1,5 @@
-//! Departure notices: a node's signed statement that another node it was connected to is
-//! gone.
+//! Departure notices: a node's signed statement that another node it was connected to has
+//! departed.
 //!
 //! Adverts expire at their TTL, so without notices a crashed node stays listed for up to a
 //! TTL, and keeping that short costs every node a stream of refreshes from every other node
@@ -26,41 +26,42 @@ use crate::signed::{DocKind, Document};
 use crate::time::Millis;
 
 /// The notice version this build writes and reads.
-pub const GONE_VERSION: u16 = 1;
+pub const DEPARTURE_VERSION: u16 = 1;
 
 /// Largest encoded notice body accepted (a notice is about 140 bytes).
-pub const GONE_BYTES_MAX: usize = 256;
+pub const DEPARTURE_BYTES_MAX: usize = 256;
 
-/// "`node`, whose advert `seq` (signed `advert`) I held, is gone." The signer is the
-/// witness.
+/// A departure notice: "`node`, whose advert `seq` (signed `advert`) I held, has
+/// departed." The signer is the witness. On the wire its kind is `node-gone`
+/// ([`DocKind::NodeDeparture`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Gone {
+pub struct Departure {
     // Fields are in canonical key order (see `codec`).
-    /// Document version, [`GONE_VERSION`].
+    /// Document version, [`DEPARTURE_VERSION`].
     pub v: u16,
     /// The witness's clock when it decided.
     pub at: Millis,
     /// The subject's advert sequence number the witness held.
     pub seq: u64,
-    /// The node that is gone.
+    /// The node that departed.
     pub node: NodeId,
     /// The signature of the advert the witness held: names that advert exactly.
     pub advert: Signature,
 }
 
-impl Gone {
-    /// A notice that `node`'s advert `seq`, whose signature is `advert`, is gone, as of `at`.
+impl Departure {
+    /// A departure notice for `node`'s advert `seq`, whose signature is `advert`, as of `at`.
     #[must_use]
     pub const fn new(node: NodeId, seq: u64, advert: Signature, at: Millis) -> Self {
-        Self { v: GONE_VERSION, at, seq, node, advert }
+        Self { v: DEPARTURE_VERSION, at, seq, node, advert }
     }
 }
 
-impl Document for Gone {
-    const KIND: DocKind = DocKind::NodeGone;
-    const VERSION: u16 = GONE_VERSION;
-    const BYTES_MAX: usize = GONE_BYTES_MAX;
+impl Document for Departure {
+    const KIND: DocKind = DocKind::NodeDeparture;
+    const VERSION: u16 = DEPARTURE_VERSION;
+    const BYTES_MAX: usize = DEPARTURE_BYTES_MAX;
 
     fn version(&self) -> u16 {
         self.v
@@ -88,11 +89,11 @@ mod tests {
     fn round_trips_and_refuses_other_kinds() {
         let witness = SecretKey::from_seed([3; 32]);
         let subject = SecretKey::from_seed([4; 32]).node_id();
-        let notice = Gone::new(subject, 7, Signature([9; 64]), Millis(1_800_000_000_000));
+        let notice = Departure::new(subject, 7, Signature([9; 64]), Millis(1_800_000_000_000));
         let envelope = Signed::sign(notice.clone(), &witness).unwrap().into_envelope();
         let bytes = envelope.encode();
         crate::codec::tests::assert_canonical_key_order(envelope.body());
-        let opened: Signed<Gone> = Envelope::decode(&bytes).unwrap().open().unwrap();
+        let opened: Signed<Departure> = Envelope::decode(&bytes).unwrap().open().unwrap();
         assert_eq!(*opened.doc(), notice);
         assert_eq!(opened.signer(), witness.public());
         assert!(Envelope::decode(&bytes).unwrap().open::<crate::Advert>().is_err());
@@ -101,7 +102,7 @@ mod tests {
     #[test]
     fn sequence_zero_is_refused() {
         let witness = SecretKey::from_seed([3; 32]);
-        let notice = Gone::new(witness.node_id(), 0, Signature([9; 64]), Millis(1));
+        let notice = Departure::new(witness.node_id(), 0, Signature([9; 64]), Millis(1));
         assert!(Signed::sign(notice, &witness).is_err());
     }
 }
