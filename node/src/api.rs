@@ -26,9 +26,10 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::config::ClientPolicy;
-use crate::mesh::MeshHandle;
-use crate::runtime::Runtime;
+use murmur_config::ClientPolicy;
+use murmur_net::MeshHandle;
+use murmur_runtime::Runtime;
+
 use crate::tasks::Tasks;
 
 /// What the HTTP handlers read.
@@ -149,8 +150,8 @@ mod tests {
     use tower::ServiceExt;
 
     use super::*;
-    use crate::mesh::Query;
-    use crate::views::{CapsuleView, CapsulesView, PeersView};
+    use murmur_api::views::{CapsuleView, CapsulesView, PeersView};
+    use murmur_net::Query;
 
     /// A state whose mesh is a stub task answering queries with fixed views.
     async fn state() -> Arc<ApiState> {
@@ -167,7 +168,7 @@ mod tests {
                         });
                     }
                     Query::Metrics(reply) => {
-                        let _ = reply.send(crate::mesh::MeshMetrics::default());
+                        let _ = reply.send(murmur_net::MeshMetrics::default());
                     }
                     Query::SetHosted(_, reply) => {
                         let _ = reply.send(());
@@ -177,11 +178,11 @@ mod tests {
         });
         // The directory lives for the rest of the test process (a few KiB in /tmp).
         let dir = tempfile::tempdir().unwrap().keep();
-        let store = Arc::new(crate::store::ArtifactStore::open(&dir.join("store")).unwrap());
+        let store = Arc::new(murmur_store::ArtifactStore::open(&dir.join("store")).unwrap());
         let runtime = Runtime::new(
-            crate::runtime::RuntimeOptions { data_dir: dir.clone(), pooling: false },
+            murmur_runtime::RuntimeOptions { data_dir: dir.clone(), pooling: false },
             store,
-            Arc::new(crate::runtime::DirectHttp::new().unwrap()),
+            murmur_runtime::ports::Ports::standalone().unwrap(),
         )
         .unwrap();
         let manager =

@@ -16,18 +16,18 @@ use murmur_protocol::limits::{CERT_BYTES_MAX, ENVELOPE_OVERHEAD_MAX};
 use murmur_protocol::{Envelope, SecretKey, verify_cert};
 use tokio::sync::watch;
 
+use murmur_api::exit::{CliError, CliResult, UsageContext};
+use murmur_api::output::print_json;
+use murmur_config::{CONFIG_FILE, Config, RawConfig, clock, data_dir};
+use murmur_net::MeshHandle;
+use murmur_runtime::ports::{NoHooks, NoInference, Ports};
+use murmur_runtime::{CapsuleManifest, Runtime, RuntimeOptions};
+use murmur_store::ArtifactStore;
+
 use crate::api::artifacts::InstallTarget;
 use crate::api::{self, ApiState};
-use crate::clock;
-use crate::config::{CONFIG_FILE, Config, RawConfig};
-use crate::data_dir;
-use crate::exit::{CliError, CliResult, UsageContext};
 use crate::fetch::Fetcher;
-use crate::mesh;
-use crate::output::print_json;
-use crate::runtime::{CapsuleManifest, Runtime, RuntimeOptions};
-use crate::store::ArtifactStore;
-use crate::tasks::{NodeRouter, TaskManager, Tasks};
+use crate::tasks::{NodeRouter, OwnerPort, TaskManager, Tasks};
 
 /// The task database, in the data directory.
 pub const TASKS_DB: &str = "tasks.redb";
@@ -99,28 +99,38 @@ pub async fn run(options: RunOptions) -> CliResult {
         .with_context(|| format!("cannot listen for the API on {}", config.api_listen))?;
     let api_addr = listener.local_addr().context("cannot read the API address")?;
 
+    // Wired once, in order: the network's handle first (usable before its driver runs),
+    // then what needs it (pulls, the runtime's ports), then the task owner, then the driver.
+    let store = Arc::new(ArtifactStore::open(&options.data_dir.join("store")).map_err(CliError::failed)?);
+    let (mesh, pending) = murmur_net::handle(key.node_id());
+    let fetcher = Fetcher::new(mesh.clone(), store.clone(), config.trust.publishers.clone());
     let router = NodeRouter::new(config.trust.authorities.clone()).map_err(CliError::failed)?;
-    let runtime = start_runtime(&options, &config, router.clone())?;
+    let ports = Ports {
+        artifacts: Arc::new(fetcher.clone()),
+        messages: router.clone(),
+        inference: Arc::new(NoInference),
+        hooks: Arc::new(NoHooks),
+    };
+    let runtime = start_runtime(&options, &config, store.clone(), ports)?;
     let manager = TaskManager::open(&options.data_dir.join(TASKS_DB), runtime.clone())
         .await
         .map_err(CliError::failed)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let hosted = hosted_capsules(&runtime, &config.capsules);
-    let mesh = mesh::start(&key, &config, hosted, cert, manager.clone(), runtime.store().clone(), stop_rx)
+    let owner = Arc::new(OwnerPort::new(manager.clone(), key.node_id()));
+    let network = murmur_net::start(pending, &key, &config, hosted, cert, owner, store, stop_rx)
         .await
         .context("cannot start networking")?;
-    let fetcher = Fetcher::new(mesh.handle.clone(), runtime.store().clone(), config.trust.publishers.clone());
-    runtime.attach_fetcher(fetcher.clone());
     tokio::spawn(fetcher.clone().advertise_every(ADVERTISE_EVERY));
     tokio::spawn(fetcher.clone().keep_pins(config.pins.clone(), PINS_EVERY));
-    let tasks = Tasks::new(manager.clone(), mesh.handle.clone());
+    let tasks = Tasks::new(manager.clone(), mesh.clone());
     router.attach(tasks.clone());
     let state = Arc::new(ApiState {
         peer_id: peer_id.clone(),
         api_addr,
         streams: std::sync::atomic::AtomicUsize::new(0),
         started: Instant::now(),
-        mesh: mesh.handle.clone(),
+        mesh: mesh.clone(),
         runtime: runtime.clone(),
         tasks,
         policy: config.api_policy.clone(),
@@ -131,7 +141,7 @@ pub async fn run(options: RunOptions) -> CliResult {
     let ready = Ready {
         event: "ready",
         peer_id,
-        listen_addrs: mesh.listen_addrs.iter().map(ToString::to_string).collect(),
+        listen_addrs: network.listen_addrs.iter().map(ToString::to_string).collect(),
         api_addr,
         data_dir: options.data_dir.display().to_string(),
     };
@@ -145,14 +155,14 @@ pub async fn run(options: RunOptions) -> CliResult {
     }
     info!(peer = %ready.peer_id, api = %api_addr, "node started");
 
-    tokio::spawn(reload_on_sighup(options.clone(), config, runtime, mesh.handle.clone()));
+    tokio::spawn(reload_on_sighup(options.clone(), config, runtime, mesh.clone()));
 
     axum::serve(listener, api::app(state).into_make_service_with_connect_info::<SocketAddr>())
         .with_graceful_shutdown(shutdown_signal())
         .await
         .context("API server failed")?;
     let _ = stop_tx.send(true);
-    let _ = mesh.task.await;
+    let _ = network.task.await;
     // Writes nobody waited for (`working`, routes) reach the disk before the process ends.
     if let Err(err) = manager.flush().await {
         tracing::error!(error = %format!("{err:#}"), "task database flush at shutdown failed");
@@ -163,12 +173,16 @@ pub async fn run(options: RunOptions) -> CliResult {
 
 /// Opens the artifact store and starts the capsule runtime with every manifest in the
 /// capsules directory. A manifest that does not load stops the start, naming its file.
-fn start_runtime(options: &RunOptions, config: &Config, router: Arc<NodeRouter>) -> CliResult<Runtime> {
-    let store = ArtifactStore::open(&options.data_dir.join("store")).map_err(CliError::failed)?;
+fn start_runtime(
+    options: &RunOptions,
+    config: &Config,
+    store: Arc<ArtifactStore>,
+    ports: Ports,
+) -> CliResult<Runtime> {
     let runtime = Runtime::new(
         RuntimeOptions { data_dir: options.data_dir.clone(), pooling: config.runtime.pooling },
-        Arc::new(store),
-        router,
+        store,
+        ports,
     )
     .map_err(CliError::failed)?;
     let problems = install_all(&runtime, config, &options.data_dir);
@@ -212,13 +226,14 @@ fn own_certificate(key: &SecretKey, config: &Config) -> anyhow::Result<Option<En
         return Ok(None);
     }
     let path = &config.trust.cert;
-    let bytes =
-        crate::cli::grant::read_bounded(path, CERT_BYTES_MAX + ENVELOPE_OVERHEAD_MAX).with_context(|| {
+    let bytes = murmur_store::file::read_bounded(path, CERT_BYTES_MAX + ENVELOPE_OVERHEAD_MAX).with_context(
+        || {
             format!(
                 "a closed mesh needs this node's certificate (issue one with `mur cert sign --node {}`)",
                 key.node_id()
             )
-        })?;
+        },
+    )?;
     let envelope =
         Envelope::decode(&bytes).with_context(|| format!("{} is not a node certificate", path.display()))?;
     verify_cert(envelope.clone(), &config.trust.authorities, clock::now(), &key.node_id())
@@ -229,12 +244,7 @@ fn own_certificate(key: &SecretKey, config: &Config) -> anyhow::Result<Option<En
 /// Re-reads the config file on SIGHUP and applies what can change while running: the
 /// declared capsules. Other changed keys are reported as needing a restart. A config that
 /// no longer validates is reported and ignored; the node keeps running as it was.
-async fn reload_on_sighup(
-    options: RunOptions,
-    mut current: Config,
-    runtime: Runtime,
-    mesh: mesh::MeshHandle,
-) {
+async fn reload_on_sighup(options: RunOptions, mut current: Config, runtime: Runtime, mesh: MeshHandle) {
     let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
     while hup.recv().await.is_some() {
         let next = match load_config(&options) {

@@ -21,8 +21,9 @@ use anyhow::{Context, bail};
 use murmur_protocol::{AllowPattern, Grant, Signed};
 use serde_json::{Value, json};
 
-use crate::clock;
-use crate::exit::{CliError, CliResult};
+use murmur_api::exit::{CliError, CliResult};
+use murmur_config::clock;
+use murmur_store::keyfile;
 
 /// Capsules each demo node runs: (name, component, extra manifest lines).
 const CAPSULES: [&[(&str, &str, &str)]; 3] = [
@@ -175,8 +176,8 @@ fn start(
     bootstrap: Option<&str>,
 ) -> anyhow::Result<DemoNode> {
     let data_dir = dir.join(name);
-    crate::data_dir::init(&data_dir)?;
-    std::fs::write(data_dir.join(crate::config::CONFIG_FILE), config(authority, publisher))?;
+    murmur_config::data_dir::init(&data_dir)?;
+    std::fs::write(data_dir.join(murmur_config::CONFIG_FILE), config(authority, publisher))?;
     std::fs::create_dir_all(data_dir.join("capsules"))?;
     for (capsule, component, extra) in capsules {
         let manifest = format!(
@@ -268,8 +269,8 @@ fn walkthrough(exe: &Path, dir: &Path, components: &Path, once: bool) -> anyhow:
     std::fs::create_dir_all(dir)?;
 
     step(1, "Create an authority key and sign a grant: capsule `relay` may send to mesh://wordcount.");
-    let authority = crate::keyfile::generate();
-    crate::keyfile::create(&dir.join("authority.key"), &authority)?;
+    let authority = keyfile::generate();
+    keyfile::create(&dir.join("authority.key"), &authority)?;
     let now = clock::now();
     let mut grant = Grant::new("relay", now.0, now, now.plus(24 * 3600 * 1000));
     grant.network = vec!["mesh://wordcount".parse::<AllowPattern>()?];
@@ -277,7 +278,7 @@ fn walkthrough(exe: &Path, dir: &Path, components: &Path, once: bool) -> anyhow:
     std::fs::write(dir.join("relay.grant"), signed.envelope().encode())?;
     println!("   authority {}  (every node trusts it)", authority.public());
     println!("   {}  allows relay → mesh://wordcount, for 24 h", dir.join("relay.grant").display());
-    let publisher = crate::keyfile::generate();
+    let publisher = keyfile::generate();
     println!("   publisher {}  (every node trusts the artifacts it signs)", publisher.public());
 
     step(2, "Start three nodes, each bootstrapped only to the previous one.");
@@ -379,17 +380,17 @@ fn walkthrough(exe: &Path, dir: &Path, components: &Path, once: bool) -> anyhow:
         "Artifacts: node1 publishes `mirror` (the echo component, signed); node3 installs it from the mesh and runs it.",
     );
     let component = std::fs::read(components.join("echo.wasm"))?;
-    let meta = crate::store::ArtifactMeta {
+    let meta = murmur_store::ArtifactMeta {
         name: "mirror".into(),
         version: "1.0.0".into(),
-        kind: crate::store::Kind::Tool,
-        runtime: crate::store::Runtime::Wasm,
+        kind: murmur_store::CapsuleKind::Tool,
+        runtime: murmur_store::Platform::Wasm,
         description: "says back what it is given".into(),
         tags: vec!["demo".into()],
         input_schema: None,
         output_schema: None,
     };
-    let store = crate::store::ArtifactStore::open(&dir.join("node1/store"))?;
+    let store = murmur_store::ArtifactStore::open(&dir.join("node1/store"))?;
     let added = store.add(&meta, &component, Some((&publisher, clock::now())))?;
     println!("   node1's store: mirror@1.0.0 = {} ({} bytes), signed", added.manifest, added.size);
     let mut outcome = Value::Null;

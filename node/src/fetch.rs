@@ -31,9 +31,13 @@ use murmur_protocol::{Digest, Millis, NodeId, PublicKey};
 use serde::Serialize;
 use tracing::{info, warn};
 
-use crate::clock;
-use crate::mesh::MeshHandle;
-use crate::store::{ArtifactStore, METADATA_BYTES_MAX, Stored, manifest_parts, parse_artifact};
+use murmur_config::clock;
+use murmur_net::MeshHandle;
+pub use murmur_runtime::ports::Want;
+use murmur_runtime::ports::{ArtifactPort, PortFuture};
+use murmur_store::oci::{manifest_parts, parse_artifact};
+use murmur_store::store::METADATA_BYTES_MAX;
+use murmur_store::{ArtifactStore, Stored};
 
 /// How a resolve asks providers: waves of 16, 5 s per ask, and once a trusted manifest is
 /// offered, a grace of as long as that took (50 ms to 1 s) for the rest of the wave (see
@@ -56,16 +60,6 @@ pub const PROVIDER_REFRESH: Duration = Duration::from_secs(2);
 pub const FLUSH_EVERY: u64 = 64 << 20;
 /// Manifests advertised at most (the advert's own bound).
 pub const PROVIDED_MAX: usize = murmur_protocol::limits::ADVERT_ARTIFACTS_MAX;
-
-/// What to pull.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Want {
-    pub name: String,
-    pub version: String,
-    /// A manifest or content digest the artifact must have (from `--digest` or a lock
-    /// entry). Without one, a trusted publisher's signature decides.
-    pub pin: Option<Digest>,
-}
 
 /// What a pull reports as it goes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -202,7 +196,7 @@ impl Fetcher {
     /// holders without talking) and pulls the artifact when it is one of them. So a pinned
     /// artifact reaches `replicas` nodes, and when a holder leaves, the next node in line
     /// pulls it. Pins are keyed by `NAME@VERSION`; the pull trusts what any pull trusts.
-    pub async fn keep_pins(self, pins: Vec<crate::config::Pin>, every: Duration) {
+    pub async fn keep_pins(self, pins: Vec<murmur_config::Pin>, every: Duration) {
         if pins.is_empty() {
             return;
         }
@@ -622,6 +616,13 @@ impl Fetcher {
     }
 }
 
+/// `artifact-manager.pull` of a capsule reaches the mesh through the same pulls.
+impl ArtifactPort for Fetcher {
+    fn fetch<'a>(&'a self, want: &'a Want) -> PortFuture<'a, anyhow::Result<Stored>> {
+        Box::pin(async move { Ok(self.pull(want, &mut |_| {}).await?.stored) })
+    }
+}
+
 /// A candidate's checked metadata.
 struct Metadata {
     /// Manifest, config and chunk list, each verified against its digest.
@@ -873,7 +874,7 @@ fn finish_part_inner(
     if !proven {
         let mut reader = std::io::BufReader::with_capacity(1 << 20, file);
         std::io::Seek::rewind(&mut reader)?;
-        let (found, len) = crate::store::hash_reader(&mut reader, None)?;
+        let (found, len) = murmur_store::file::hash_reader(&mut reader, None)?;
         if found != content || len != size {
             // Every chunk matched the chunk list, so retrying would only fail again.
             let _ = std::fs::remove_file(path);

@@ -1,25 +1,18 @@
-//! `murnode` and `mur`: the Murmur daemon and its client.
+//! `murnode`, the Murmur daemon: the task service, artifact pulls, pins and advertising,
+//! installs, telemetry and the HTTP API, wired to the network (`murmur-net`), the capsule
+//! runtime (`murmur-runtime`) and the disk (`murmur-store`) once, in [`daemon`].
 //!
-//! This crate holds adapters only: it feeds the sans-IO state machines of
-//! `murmur-protocol` from the network, disk and clocks, and carries out what they decide.
-//! Nothing here decides how the mesh behaves.
+//! It owns what only a running node does: tasks it owns and places (with their database),
+//! pulls it makes, the capsules it installs, the API it serves. It decides nothing about
+//! how the mesh behaves (that is `murmur-protocol`'s) and speaks no libp2p itself (that is
+//! `murmur-net`'s): it implements the ports the network and the runtime define.
 
 pub mod api;
-pub mod bundle;
-pub mod cli;
-pub mod clock;
-pub mod config;
 pub mod daemon;
-pub mod data_dir;
 pub mod demo;
-pub mod exit;
 pub mod fetch;
-pub mod fsutil;
-pub mod keyfile;
-pub mod mesh;
-pub mod output;
-pub mod runtime;
-pub mod store;
 pub mod tasks;
 pub mod telemetry;
-pub mod views;
+
+pub use murmur_api::{exit, output};
+pub use murmur_config::{clock, data_dir};

@@ -9,6 +9,7 @@
 
 mod db;
 mod manager;
+mod owner;
 mod record;
 mod sender;
 
@@ -20,10 +21,11 @@ use murmur_protocol::task::{
 };
 
 pub use self::manager::{LIVE_MAX, QUEUE_MAX, TaskError, TaskManager};
+pub use self::owner::{EVENTS_WAIT_MAX, OwnerPort};
 pub use self::record::{EVENT_LOG_MAX, Origin, RouteRecord, TaskRecord};
 pub use self::sender::NodeRouter;
-use crate::clock;
-use crate::mesh::{MeshHandle, RouteOutcome};
+use murmur_config::clock;
+use murmur_net::{MeshHandle, RouteOutcome};
 
 /// Routed tasks whose state `list` asks their owners for.
 pub const LIST_REMOTE_MAX: usize = 100;

@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use murmur_node::runtime::{CapsuleManifest, DirectHttp, Runtime, RuntimeOptions};
-use murmur_node::store::ArtifactStore;
 use murmur_node::tasks::{LIVE_MAX, Origin, TaskManager};
 use murmur_protocol::task::{Sender, Submit, TaskId, TaskState};
+use murmur_runtime::ports::Ports;
+use murmur_runtime::{CapsuleManifest, Runtime, RuntimeOptions};
+use murmur_store::ArtifactStore;
 
 fn wasm(name: &str) -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -39,7 +40,7 @@ async fn manager(extra: &str, live_max: usize) -> (tempfile::TempDir, TaskManage
     let runtime = Runtime::new(
         RuntimeOptions { data_dir: dir.path().to_path_buf(), pooling: false },
         store,
-        Arc::new(DirectHttp::new().unwrap()),
+        Ports::standalone().unwrap(),
     )
     .unwrap();
     let manifest = format!(

@@ -37,7 +37,7 @@ use tracing::Instrument;
 
 use super::ApiState;
 use crate::tasks::{CallError, NewTask, TaskView};
-use crate::telemetry::TraceContext;
+use crate::telemetry::{self, TraceContext};
 
 /// JSON-RPC and A2A error codes.
 pub mod code {
@@ -206,7 +206,7 @@ async fn handle(state: Arc<ApiState>, tenant: Option<String>, headers: HeaderMap
         .and_then(TraceContext::parse)
         .unwrap_or_else(TraceContext::root);
     let span = tracing::info_span!("a2a", method = %call.method, trace_id = %trace.trace_id_hex());
-    crate::telemetry::set_parent(&span, &trace);
+    telemetry::set_parent(&span, &trace);
     let last_event_id =
         headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
     dispatch(state, tenant, call, trace, last_event_id).instrument(span).await
@@ -220,7 +220,7 @@ async fn dispatch(
     last_event_id: Option<u64>,
 ) -> Response {
     // The next hop continues this node's span (or the caller's, with telemetry off).
-    let trace = crate::telemetry::current_or(&trace);
+    let trace = telemetry::current_or(&trace);
     let id = call.id.clone();
     let dialect = call.dialect;
     let outcome = match call.method.as_str() {

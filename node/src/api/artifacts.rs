@@ -21,10 +21,11 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::{ApiState, error};
+use murmur_runtime::CapsuleManifest;
+use murmur_store::CapsuleKind;
+use murmur_store::lock::{Lock, LockEntry};
+
 use crate::fetch::{Progress, Pulled, Want};
-use crate::runtime::CapsuleManifest;
-use crate::runtime::lock::{Lock, LockEntry};
-use crate::store::Kind;
 
 /// Progress lines buffered for a slow client; past this, progress lines (never the final
 /// line) are dropped.
@@ -141,13 +142,10 @@ async fn install(
     let pulled = state.fetcher.pull(&want, progress).await?;
     let stored = &pulled.stored;
     let kind = match stored.meta.kind {
-        Kind::Tool => "tool",
-        Kind::Capsule => "capsule",
-        Kind::Driver => "driver",
-        Kind::Hook => "hook",
-        Kind::Agent => {
+        CapsuleKind::Agent => {
             anyhow::bail!("{}@{} is an agent; agents are not run as capsules yet", want.name, want.version)
         }
+        kind => kind.as_str(),
     };
     let dir = &state.install.capsules_dir;
     std::fs::create_dir_all(dir)?;
@@ -171,7 +169,7 @@ async fn install(
     );
     let manifest = CapsuleManifest::parse(&text, dir, &data_dir)?;
     state.runtime.install(manifest)?;
-    crate::fsutil::write_atomic(&path, text.as_bytes())?;
+    murmur_store::file::write_atomic(&path, text.as_bytes())?;
     lock.upsert(LockEntry {
         name: want.name.clone(),
         version: want.version.clone(),

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::{ApiState, error, unavailable};
-use crate::views::CapsuleView;
+use murmur_api::views::CapsuleView;
 
 fn base_url(headers: &HeaderMap, state: &ApiState) -> String {
     let host = headers

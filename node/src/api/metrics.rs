@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use murmur_protocol::directory::Refusal;
 
-use crate::mesh::MeshMetrics;
+use murmur_net::MeshMetrics;
 
 /// Renders every metric, with zero-valued series included so dashboards see them at once.
 pub fn render(m: &MeshMetrics) -> String {

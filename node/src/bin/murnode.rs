@@ -4,10 +4,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use murmur_api::exit::{self, CliError, CliResult};
+use murmur_api::output::print_json;
+use murmur_config::data_dir;
 use murmur_node::daemon::{self, RunOptions};
-use murmur_node::data_dir;
-use murmur_node::exit::{self, CliError, CliResult};
-use murmur_node::output::print_json;
 use murmur_node::telemetry::{self, LogFormat};
 
 /// The Murmur node daemon: joins the mesh, hosts capsules, serves the API.

@@ -8,12 +8,13 @@ use murmur_protocol::task::{Submit, TaskEvent, TaskId, TaskRefusal, TaskSnapshot
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::Instrument;
 
+use murmur_config::clock;
+use murmur_runtime::manifest::TaskAcceptance;
+use murmur_runtime::ports::{PortFuture, TaskPort};
+use murmur_runtime::{Runtime, ToolInput};
+
 use super::db::TaskDb;
 use super::record::{Origin, RouteRecord, TaskRecord};
-use crate::clock;
-use crate::runtime::bindings::murmur::tool::run::ToolInput;
-use crate::runtime::manifest::TaskAcceptance;
-use crate::runtime::{CapsuleKind, Runtime, TaskInputFuture, TaskLink};
 
 /// Tasks kept in memory (the database keeps all; older finished ones are dropped first).
 pub const LIVE_MAX: usize = 100_000;
@@ -210,7 +211,7 @@ impl TaskManager {
             .into_iter()
             .find(|i| i.manifest.name == submit.capsule)
             .ok_or_else(|| TaskRefusal::NotHosted { capsule: submit.capsule.clone() })?;
-        if !matches!(installed.manifest.kind, CapsuleKind::Tool | CapsuleKind::Driver) {
+        if !installed.manifest.kind.runs_as_tool() {
             return Err(TaskRefusal::NotAccepting { capsule: submit.capsule.clone() }.into());
         }
         let single = installed.manifest.lifecycle.task_acceptance == TaskAcceptance::Single;
@@ -418,7 +419,7 @@ impl TaskManager {
             .runtime
             .installed()
             .iter()
-            .filter(|i| matches!(i.manifest.kind, CapsuleKind::Tool | CapsuleKind::Driver))
+            .filter(|i| i.manifest.kind.runs_as_tool())
             .map(|i| i.manifest.lifecycle.workers)
             .sum();
         let queued: usize = {
@@ -648,7 +649,7 @@ impl TaskManager {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .entry(capsule.clone())
             .or_default() += 1;
-        let link: Arc<dyn TaskLink> = Arc::new(InputLink { manager: self.clone(), live: live.clone() });
+        let link: Arc<dyn TaskPort> = Arc::new(InputLink { manager: self.clone(), live: live.clone() });
         let outcome = self
             .inner
             .runtime
@@ -698,12 +699,12 @@ struct InputLink {
     live: Arc<Live>,
 }
 
-impl TaskLink for InputLink {
+impl TaskPort for InputLink {
     fn traceparent(&self) -> Option<String> {
         self.live.record().traceparent.clone()
     }
 
-    fn request_input(&self, prompt: String, timeout: Duration) -> TaskInputFuture<'_> {
+    fn request_input(&self, prompt: String, timeout: Duration) -> PortFuture<'_, Result<String, String>> {
         Box::pin(async move {
             let (tx, mut rx) = oneshot::channel();
             *self.live.input.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tx);

@@ -6,12 +6,13 @@ use std::sync::{Arc, OnceLock};
 use murmur_protocol::task::{Sender, check_outgoing};
 use murmur_protocol::{PeerUrl, PublicKey};
 
+use murmur_config::clock;
+use murmur_runtime::bindings::murmur::message::send::{Message, TaskResult};
+use murmur_runtime::ports::{MessagePort, PortFuture};
+use murmur_runtime::{DirectHttp, Installed};
+
 use super::{NewTask, Tasks};
-use crate::clock;
-use crate::runtime::bindings::murmur::message::send::{Message, TaskResult};
-use crate::runtime::message::SendFuture;
-use crate::runtime::{DirectHttp, Installed, MessageRouter};
-use crate::telemetry::TraceContext;
+use crate::telemetry::{self, TraceContext};
 
 /// The node's message router. The task service is attached once the mesh runs (the
 /// runtime starts first, since the mesh advertises what it runs).
@@ -34,17 +35,24 @@ impl NodeRouter {
     }
 }
 
-impl MessageRouter for NodeRouter {
+impl MessagePort for NodeRouter {
     fn send<'a>(
         &'a self,
         from: &'a Installed,
         traceparent: Option<String>,
         target: PeerUrl,
         message: Message,
-    ) -> SendFuture<'a> {
+    ) -> PortFuture<'a, Result<TaskResult, String>> {
         Box::pin(async move {
             let PeerUrl::Mesh { capsule, node } = &target else {
-                return self.direct.send(from, traceparent, target, message).await;
+                let Some(url) = DirectHttp::endpoint(&target) else {
+                    return Err(format!("'{target}' cannot be reached over HTTP"));
+                };
+                // Every outgoing hop carries the trace on: the current span's when spans
+                // are exported, else a child of the task's (a new trace without one).
+                let fallback =
+                    traceparent.as_deref().and_then(TraceContext::parse).unwrap_or_else(TraceContext::root);
+                return self.direct.post(&url, &telemetry::current_or(&fallback), message).await;
             };
             let name = &from.manifest.name;
             // The sending end's check, before anything leaves this node.

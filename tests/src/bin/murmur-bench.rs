@@ -182,9 +182,9 @@ mod runtime_bench {
     use std::sync::Arc;
     use std::time::Instant;
 
-    use murmur_node::runtime::bindings::murmur::tool::run::ToolInput;
-    use murmur_node::runtime::{CapsuleManifest, DirectHttp, Runtime, RuntimeOptions};
-    use murmur_node::store::ArtifactStore;
+    use murmur_runtime::ports::Ports;
+    use murmur_runtime::{CapsuleManifest, Runtime, RuntimeOptions, ToolInput};
+    use murmur_store::ArtifactStore;
     use serde::Serialize;
 
     #[derive(Debug, Serialize)]
@@ -210,7 +210,7 @@ mod runtime_bench {
         let runtime = Runtime::new(
             RuntimeOptions { data_dir: dir.to_path_buf(), pooling },
             store,
-            Arc::new(DirectHttp::new()?),
+            Ports::standalone()?,
         )?;
         for (name, kind, extra) in [
             ("echo", "tool", String::new()),
@@ -307,9 +307,9 @@ mod bundle_bench {
     use std::path::Path;
     use std::time::Instant;
 
-    use murmur_node::bundle;
-    use murmur_node::store::{ArtifactMeta, ArtifactStore, Kind, Runtime};
     use murmur_protocol::{Digest, Millis, SecretKey};
+    use murmur_store::bundle;
+    use murmur_store::{ArtifactMeta, ArtifactStore, CapsuleKind, Platform};
     use serde::Serialize;
 
     #[derive(Debug, Serialize)]
@@ -346,8 +346,8 @@ mod bundle_bench {
             let meta = ArtifactMeta {
                 name: "big".into(),
                 version: "1.0.0".into(),
-                kind: Kind::Tool,
-                runtime: Runtime::Wasm,
+                kind: CapsuleKind::Tool,
+                runtime: Platform::Wasm,
                 description: String::new(),
                 tags: vec![],
                 input_schema: None,

@@ -1,0 +1,106 @@
+//! The data directory: everything a node must not lose.
+//!
+//! ```text
+//! DIR/node.key      the node's ed25519 key (mode 0600); its PeerId is the node's name
+//! DIR/murnode.toml  configuration (commented defaults from `murnode init`)
+//! DIR/node.cert     closed-mesh certificate from `mur cert sign` (optional)
+//! ```
+
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use murmur_protocol::SecretKey;
+
+use murmur_store::keyfile;
+
+use crate::{CONFIG_FILE, DEFAULT_CONFIG_TOML};
+
+/// File name of the node key inside the data directory.
+pub const KEY_FILE: &str = "node.key";
+
+/// Where the data directory is when no flag or environment variable says.
+#[must_use]
+pub fn default_path() -> PathBuf {
+    if let Some(xdg) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(xdg).join("murmur");
+    }
+    match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        Some(home) => PathBuf::from(home).join(".local/share/murmur"),
+        None => PathBuf::from("murmur-data"),
+    }
+}
+
+/// What `init` did.
+#[derive(Debug)]
+pub struct Initialized {
+    pub key: SecretKey,
+    pub key_created: bool,
+    pub config_created: bool,
+}
+
+/// Creates the directory (mode 0700), a node key and the default config, keeping any that
+/// already exist.
+pub fn init(dir: &Path) -> anyhow::Result<Initialized> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create data directory {}", dir.display()))?;
+    let key_path = dir.join(KEY_FILE);
+    let key_created = !key_path.exists();
+    let key = if key_created {
+        let key = keyfile::generate();
+        keyfile::create(&key_path, &key)?;
+        key
+    } else {
+        keyfile::read(&key_path)?
+    };
+    let config_path = dir.join(CONFIG_FILE);
+    let config_created = !config_path.exists();
+    if config_created {
+        fs::write(&config_path, DEFAULT_CONFIG_TOML)
+            .with_context(|| format!("cannot write {}", config_path.display()))?;
+        fs::set_permissions(&config_path, fs::Permissions::from_mode(0o644))?;
+    }
+    Ok(Initialized { key, key_created, config_created })
+}
+
+/// Reads the node key, with a hint when the directory was never initialized.
+pub fn node_key(dir: &Path) -> anyhow::Result<SecretKey> {
+    let path = dir.join(KEY_FILE);
+    if !path.exists() {
+        anyhow::bail!(
+            "{} has no node key; run `murnode init --data-dir {}` first",
+            dir.display(),
+            dir.display()
+        );
+    }
+    keyfile::read(&path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn init_twice_keeps_the_key_and_the_config() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("node");
+        let first = init(&dir).unwrap();
+        assert!(first.key_created && first.config_created);
+        fs::write(dir.join(CONFIG_FILE), "# edited\n").unwrap();
+        let second = init(&dir).unwrap();
+        assert!(!second.key_created && !second.config_created);
+        assert_eq!(first.key.public(), second.key.public());
+        assert_eq!(fs::read_to_string(dir.join(CONFIG_FILE)).unwrap(), "# edited\n");
+    }
+
+    #[test]
+    fn a_missing_key_says_to_run_init() {
+        let tmp = tempfile::tempdir().unwrap();
+        let err = node_key(tmp.path()).unwrap_err().to_string();
+        assert!(err.contains("murnode init --data-dir"), "{err}");
+    }
+}

@@ -1,0 +1,236 @@
+//! The handle the rest of the node holds: bounded channels to the driver, with one method
+//! per question or command. A handle exists before the driver runs ([`crate::handle`]), so
+//! whatever needs the network can be built first; its requests wait in the channels until
+//! the driver starts, which happens before the node serves anything.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use murmur_api::views::{CapsulesView, PeersView};
+use murmur_protocol::artifact::{ArtifactRequest, ArtifactResponse};
+use murmur_protocol::task::{Submit, TaskId, TaskRequest, TaskResponse, TaskSnapshot};
+use murmur_protocol::{Digest, NodeId};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::behaviour::{ARTIFACT_REQUEST_TIMEOUT, TASK_REQUEST_TIMEOUT};
+
+/// Queries from the API to the driver, each with its reply channel.
+#[derive(Debug)]
+pub enum Query {
+    Peers(oneshot::Sender<PeersView>),
+    Capsules(oneshot::Sender<CapsulesView>),
+    Metrics(oneshot::Sender<MeshMetrics>),
+    /// Replace the capsules this node advertises (config reload).
+    SetHosted(Vec<murmur_protocol::HostedCapsule>, oneshot::Sender<()>),
+}
+
+/// Task work for the driver: placing tasks and asking their owners.
+#[derive(Debug)]
+pub enum TaskQuery {
+    /// Place a task (`mesh://NAME`, or pinned to one node) and report where it went.
+    Route { request: Submit, pin: Option<NodeId>, reply: oneshot::Sender<RouteOutcome> },
+    /// Send a request to the node that owns a task.
+    Ask { owner: NodeId, request: TaskRequest, reply: oneshot::Sender<Result<TaskResponse, String>> },
+    /// The owner of a task this node placed, if it remembers.
+    Owner { task: TaskId, reply: oneshot::Sender<Option<NodeId>> },
+}
+
+/// Artifact work for the driver: carrying `/murmur/artifact/1` requests for a pull.
+#[derive(Debug)]
+pub enum ArtifactQuery {
+    /// Send `request` to `peer`; the answer, or why there is none.
+    Ask { peer: NodeId, request: ArtifactRequest, reply: oneshot::Sender<Result<ArtifactResponse, String>> },
+    /// Nodes whose advert lists `digest` (any artifact when `None`), connected ones first.
+    Providers { digest: Option<Digest>, reply: oneshot::Sender<Vec<NodeId>> },
+    /// The manifests this node serves, for its advert.
+    SetProvided(Vec<Digest>),
+    /// Every node with a live advert in the directory, this one included.
+    Members(oneshot::Sender<Vec<NodeId>>),
+}
+
+/// Artifact queries waiting for the driver; senders wait when it is full.
+pub const ARTIFACT_QUERY_QUEUE_MAX: usize = 1024;
+
+/// Where a task went.
+#[derive(Clone, Debug)]
+pub enum RouteOutcome {
+    /// `owner` accepted it; `snapshot` is its state at acceptance when this call placed it
+    /// (`None` when it had been placed before: ask the owner).
+    Routed { owner: NodeId, snapshot: Option<TaskSnapshot> },
+    /// Refused for good, naming the failed check; nothing ran.
+    Rejected { check: String, reason: String },
+    /// Not placed, or its fate is unknown.
+    Failed { reason: String },
+}
+
+/// Task queries waiting for the driver; senders wait when it is full.
+pub const TASK_QUERY_QUEUE_MAX: usize = 1024;
+
+/// Counters and gauges for `/metrics`.
+#[derive(Clone, Debug, Default)]
+pub struct MeshMetrics {
+    pub peers_connected: usize,
+    pub directory_nodes: usize,
+    pub directory_capsules: usize,
+    pub mesh: murmur_protocol::mesh::MeshStats,
+    pub directory: murmur_protocol::directory::DirectoryStats,
+    pub router: murmur_protocol::route::RouterStats,
+    /// Task requests refused at this node, by failed check.
+    pub task_refusals: std::collections::BTreeMap<String, u64>,
+    /// Artifact requests served to peers, and refused as busy.
+    pub artifact_served: u64,
+    pub artifact_busy: u64,
+    /// Connections closed because a ping went unanswered (`network.ping_timeout_secs`).
+    pub ping_failures: u64,
+}
+
+/// Queries waiting for the driver. The API answers 503 rather than queue more.
+pub const QUERY_QUEUE_MAX: usize = 64;
+
+/// How long the API waits for the driver to answer a query.
+pub const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The node's way to reach the network and the mesh machines its driver runs.
+#[derive(Clone, Debug)]
+pub struct MeshHandle {
+    queries: mpsc::Sender<Query>,
+    tasks: mpsc::Sender<TaskQuery>,
+    artifacts: mpsc::Sender<ArtifactQuery>,
+    local: NodeId,
+}
+
+impl MeshHandle {
+    pub(crate) const fn new(
+        queries: mpsc::Sender<Query>,
+        tasks: mpsc::Sender<TaskQuery>,
+        artifacts: mpsc::Sender<ArtifactQuery>,
+        local: NodeId,
+    ) -> Self {
+        Self { queries, tasks, artifacts, local }
+    }
+
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Query) -> anyhow::Result<T> {
+        let (tx, rx) = oneshot::channel();
+        self.queries.try_send(make(tx)).map_err(|_| anyhow::anyhow!("the mesh is busy; try again"))?;
+        tokio::time::timeout(QUERY_TIMEOUT, rx)
+            .await
+            .context("the mesh did not answer in time")?
+            .context("the mesh stopped")
+    }
+
+    /// Connected and known peers.
+    pub async fn peers(&self) -> anyhow::Result<PeersView> {
+        self.ask(Query::Peers).await
+    }
+
+    /// The capsule directory.
+    pub async fn capsules(&self) -> anyhow::Result<CapsulesView> {
+        self.ask(Query::Capsules).await
+    }
+
+    /// Counters for `/metrics`.
+    pub async fn metrics(&self) -> anyhow::Result<MeshMetrics> {
+        self.ask(Query::Metrics).await
+    }
+
+    /// Replaces the capsules this node advertises; republishes at once.
+    pub async fn set_hosted(&self, capsules: Vec<murmur_protocol::HostedCapsule>) -> anyhow::Result<()> {
+        self.ask(|reply| Query::SetHosted(capsules, reply)).await
+    }
+
+    /// This node's id.
+    #[must_use]
+    pub const fn local(&self) -> NodeId {
+        self.local
+    }
+
+    async fn task_query<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> TaskQuery,
+        wait: Duration,
+    ) -> anyhow::Result<T> {
+        let (tx, rx) = oneshot::channel();
+        self.tasks.send(make(tx)).await.map_err(|_| anyhow::anyhow!("the mesh stopped"))?;
+        tokio::time::timeout(wait, rx)
+            .await
+            .context("the mesh did not answer in time")?
+            .context("the mesh stopped")
+    }
+
+    /// Places a task; returns once its owner accepted it (or it was refused or failed).
+    pub async fn route(&self, request: Submit, pin: Option<NodeId>) -> anyhow::Result<RouteOutcome> {
+        // The router gives up on a provider after its acceptance timeout; wait a little longer.
+        let wait = Duration::from_millis(murmur_protocol::route::RouterConfig::default().accept_timeout_ms)
+            + QUERY_TIMEOUT;
+        self.task_query(|reply| TaskQuery::Route { request, pin, reply }, wait).await
+    }
+
+    /// Sends `request` to `owner` over `/murmur/task/1`.
+    pub async fn ask_owner(&self, owner: NodeId, request: TaskRequest) -> Result<TaskResponse, String> {
+        let wait = TASK_REQUEST_TIMEOUT + QUERY_TIMEOUT;
+        match self.task_query(|reply| TaskQuery::Ask { owner, request, reply }, wait).await {
+            Ok(answer) => answer,
+            Err(err) => Err(format!("{err:#}")),
+        }
+    }
+
+    /// The owner of a task this node placed, if the router remembers it.
+    pub async fn owner(&self, task: TaskId) -> Option<NodeId> {
+        self.task_query(|reply| TaskQuery::Owner { task, reply }, QUERY_TIMEOUT).await.ok().flatten()
+    }
+
+    /// Sends `request` to `peer` over `/murmur/artifact/1`.
+    pub async fn ask_artifact(
+        &self,
+        peer: NodeId,
+        request: ArtifactRequest,
+    ) -> Result<ArtifactResponse, String> {
+        let (tx, rx) = oneshot::channel();
+        let query = ArtifactQuery::Ask { peer, request, reply: tx };
+        self.artifacts.send(query).await.map_err(|_| "the mesh stopped".to_owned())?;
+        match tokio::time::timeout(ARTIFACT_REQUEST_TIMEOUT + QUERY_TIMEOUT, rx).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err("the mesh stopped".into()),
+            Err(_) => Err(format!("{peer} did not answer in time")),
+        }
+    }
+
+    async fn artifact_query<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> ArtifactQuery,
+    ) -> anyhow::Result<T> {
+        let (tx, rx) = oneshot::channel();
+        self.artifacts.send(make(tx)).await.map_err(|_| anyhow::anyhow!("the mesh stopped"))?;
+        tokio::time::timeout(QUERY_TIMEOUT, rx)
+            .await
+            .context("the mesh did not answer in time")?
+            .context("the mesh stopped")
+    }
+
+    /// Nodes that advertise `digest` (any artifact when `None`).
+    pub async fn artifact_providers(&self, digest: Option<Digest>) -> anyhow::Result<Vec<NodeId>> {
+        self.artifact_query(|reply| ArtifactQuery::Providers { digest, reply }).await
+    }
+
+    /// Every node with a live advert in this node's directory, itself included.
+    pub async fn members(&self) -> anyhow::Result<Vec<NodeId>> {
+        self.artifact_query(ArtifactQuery::Members).await
+    }
+
+    /// Advertises the manifests this node serves (republishes when they changed).
+    pub async fn set_provided(&self, manifests: Vec<Digest>) -> anyhow::Result<()> {
+        self.artifacts
+            .send(ArtifactQuery::SetProvided(manifests))
+            .await
+            .map_err(|_| anyhow::anyhow!("the mesh stopped"))
+    }
+
+    /// A handle answering through `queries`, for API tests that stand in for the driver.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn for_tests(queries: mpsc::Sender<Query>) -> Self {
+        let (tasks, _) = mpsc::channel(1);
+        let (artifacts, _) = mpsc::channel(1);
+        Self::new(queries, tasks, artifacts, murmur_protocol::SecretKey::from_seed([7; 32]).node_id())
+    }
+}

@@ -1,0 +1,141 @@
+//! Murmur's network: a libp2p swarm that carries out what the protocol's [`MeshNode`]
+//! decides, for the mesh (adverts, anti-entropy, departures), for tasks (`/murmur/task/1`)
+//! and for artifacts (`/murmur/artifact/1`).
+//!
+//! The swarm moves bytes and reports events; every decision (which adverts to believe and
+//! relay, when to republish, what a peer lacks, whom to dial or drop, where a task goes)
+//! is a protocol state machine's. The driver runs as one tokio task that owns the swarm and
+//! the machines, so no locks are needed; the rest of the node talks to it through a
+//! [`MeshHandle`] (bounded channels).
+//!
+//! This crate owns the libp2p behaviour, its codecs and the driver. It must not know what
+//! happens to a task once it is accepted: task requests that passed the receiving checks
+//! go to the [`TaskOwner`] port the node hands to [`start`], and artifact requests are
+//! served from the store. No wasmtime, no HTTP.
+//!
+//! ```text
+//! let (handle, pending) = murmur_net::handle(key.node_id());   // usable at once
+//! … build what needs the network (pulls, the runtime, the task owner) …
+//! let started = murmur_net::start(pending, &key, &config, hosted, cert, owner, store, stop).await?;
+//! ```
+
+mod addrs;
+mod behaviour;
+mod codec;
+mod driver;
+mod handle;
+mod owner;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use libp2p::{Multiaddr, SwarmBuilder, noise, tcp, yamux};
+use murmur_config::{Config, clock};
+use murmur_protocol::directory::{Admission, DirectoryConfig};
+use murmur_protocol::mesh::{MeshConfig, MeshNode};
+use murmur_protocol::{NodeId, SecretKey};
+use murmur_store::ArtifactStore;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+pub use behaviour::{
+    ARTIFACT_PROTOCOL, ARTIFACT_REQUEST_TIMEOUT, IDENTIFY_PROTOCOL, KAD_PROTOCOL, SYNC_PROTOCOL,
+    TASK_PROTOCOL, TASK_REQUEST_TIMEOUT,
+};
+use driver::Driver;
+pub use handle::{
+    ARTIFACT_QUERY_QUEUE_MAX, ArtifactQuery, MeshHandle, MeshMetrics, QUERY_QUEUE_MAX, QUERY_TIMEOUT, Query,
+    RouteOutcome, TASK_QUERY_QUEUE_MAX, TaskQuery,
+};
+pub use owner::{OwnerFuture, TaskOwner};
+
+/// How long start-up waits for every listener to report its address.
+pub const LISTEN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The driver's ends of a handle's channels, until [`start`] gives them to the driver.
+#[derive(Debug)]
+pub struct Pending {
+    queries: mpsc::Receiver<Query>,
+    tasks: mpsc::Receiver<TaskQuery>,
+    artifacts: mpsc::Receiver<ArtifactQuery>,
+}
+
+/// A handle for node `local` and the channels behind it. Requests made through the handle
+/// wait (in bounded channels) until [`start`] runs the driver.
+#[must_use]
+pub fn handle(local: NodeId) -> (MeshHandle, Pending) {
+    let (queries_tx, queries) = mpsc::channel(QUERY_QUEUE_MAX);
+    let (tasks_tx, tasks) = mpsc::channel(TASK_QUERY_QUEUE_MAX);
+    let (artifacts_tx, artifacts) = mpsc::channel(ARTIFACT_QUERY_QUEUE_MAX);
+    (MeshHandle::new(queries_tx, tasks_tx, artifacts_tx, local), Pending { queries, tasks, artifacts })
+}
+
+/// A started network: the resolved listen addresses and the driver task.
+#[derive(Debug)]
+pub struct Started {
+    pub listen_addrs: Vec<Multiaddr>,
+    pub task: JoinHandle<()>,
+}
+
+/// Builds the swarm, listens, dials bootstrap peers and spawns the driver on `pending`'s
+/// channels. Task requests that pass the receiving checks go to `owner`; artifact requests
+/// are served from `store`. Returns once every listener has reported its address.
+#[allow(clippy::too_many_arguments)] // each is one distinct piece the driver needs, given once
+pub async fn start(
+    pending: Pending,
+    key: &SecretKey,
+    config: &Config,
+    hosted: Vec<murmur_protocol::HostedCapsule>,
+    cert: Option<murmur_protocol::Envelope>,
+    owner: Arc<dyn TaskOwner>,
+    store: Arc<ArtifactStore>,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<Started> {
+    let keypair = libp2p::identity::Keypair::ed25519_from_bytes(key.to_seed()).context("node key")?;
+    let network = config.network.clone();
+    let mut swarm = SwarmBuilder::with_existing_identity(keypair)
+        .with_tokio()
+        .with_tcp(tcp::Config::default().nodelay(true), noise::Config::new, yamux::Config::default)
+        .context("TCP transport")?
+        .with_quic()
+        .with_dns()
+        .context("DNS resolver")?
+        .with_behaviour(|keypair| behaviour::Behaviour::new(keypair, &network).map_err(Into::into))
+        .context("libp2p behaviours")?
+        .with_swarm_config(|c| c.with_idle_connection_timeout(network.idle_timeout))
+        .build();
+
+    let mut listeners = Vec::new();
+    for addr in &network.listen {
+        listeners.push(swarm.listen_on(addr.clone()).with_context(|| format!("cannot listen on {addr}"))?);
+    }
+
+    let mesh = MeshNode::new(key.clone(), mesh_config(config), clock::now());
+    let task_side =
+        driver::TaskSide::new(key.node_id(), config.trust.authorities.clone(), owner, pending.tasks);
+    let artifact_side = driver::ArtifactSide::new(store, pending.artifacts);
+    let mut driver = Driver::new(swarm, mesh, pending.queries, task_side, artifact_side, shutdown);
+    let listen_addrs = driver.wait_for_listeners(listeners, LISTEN_TIMEOUT).await?;
+    driver.start(config, hosted, cert);
+    let task = tokio::spawn(driver.run());
+    Ok(Started { listen_addrs, task })
+}
+
+/// The protocol's mesh configuration from the node's validated config.
+#[must_use]
+pub fn mesh_config(config: &Config) -> MeshConfig {
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    let admission = if config.trust.closed {
+        Admission::Closed { authorities: config.trust.authorities.clone() }
+    } else {
+        Admission::Open
+    };
+    MeshConfig {
+        refresh_ms: ms(config.adverts.refresh),
+        ttl_ms: ms(config.adverts.ttl),
+        suspect_ms: ms(config.adverts.suspect),
+        directory: DirectoryConfig { admission, ..DirectoryConfig::default() },
+        ..MeshConfig::default()
+    }
+}

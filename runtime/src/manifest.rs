@@ -1,0 +1,464 @@
+//! Capsule manifests: what a node runs and what each capsule may do.
+//!
+//! ```toml
+//! name = "pipeline"
+//! version = "0.1.0"
+//! kind = "capsule"                 # tool | capsule | driver | hook (agent: not yet)
+//! artifact = "pipeline.wasm"       # a file (relative to this manifest), or sha256:<hex>
+//!                                  # or name@version in the node's artifact store
+//! description = "counts words and reports them to a peer"
+//!
+//! [capabilities]
+//! tools = ["wordcount"]            # tools.allow: tools it may invoke (trailing * globs)
+//! shell = { allow = ["wc"] }       # shell.allow: binaries it may run (resolved on PATH)
+//! network = { allow = ["localhost:*", "mesh://echo"] }   # network.allow: peer URLs
+//!
+//! [limits]
+//! memory_mb = 64                   # linear memory, 1..=1024
+//! deadline_ms = 10000              # wall time per call, 1..=600000
+//!
+//! [wasi]
+//! env = { PIPELINE_PEER = "127.0.0.1:9000" }   # environment the guest sees; nothing else
+//!
+//! workdir = "work/pipeline"        # relative to the data directory; default work/<name>
+//! grant = "pipeline.grant"         # signed allowlist for mesh sends (mur grant sign)
+//!
+//! [lifecycle]
+//! task_acceptance = "queue"        # none | single | queue
+//! input_timeout_secs = 300         # request-input wait before the call traps
+//! workers = 4                      # tasks run at once (queue)
+//! ```
+//!
+//! Unknown keys are errors; each problem names its key.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use murmur_protocol::names::{check_capsule_name, check_version};
+use murmur_protocol::{AllowPattern, Digest};
+use serde::Deserialize;
+
+use murmur_config::ConfigErrors;
+use murmur_store::CapsuleKind;
+
+/// Largest manifest file read.
+pub const MANIFEST_BYTES_MAX: u64 = 64 * 1024;
+/// Memory a capsule may be granted at most (the pooling allocator's slot size).
+pub const MEMORY_MB_MAX: u64 = 1024;
+/// Longest deadline a capsule may be granted.
+pub const DEADLINE_MS_MAX: u64 = 600_000;
+/// Entries per allowlist and environment.
+pub const ALLOW_ENTRIES_MAX: usize = 64;
+
+/// How a capsule takes A2A tasks (`lifecycle.task_acceptance`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskAcceptance {
+    /// Takes no tasks: they are refused (`not_accepting`).
+    None,
+    /// One task at a time: while one is queued or running, another is refused as busy
+    /// (and the router tries another node).
+    Single,
+    /// Tasks queue (at most 4,096) and run in order, `lifecycle.workers` at a time.
+    #[default]
+    Queue,
+}
+
+/// The `[lifecycle]` table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lifecycle {
+    pub task_acceptance: TaskAcceptance,
+    /// How long `murmur:task/task.request-input` waits for a reply before the call traps.
+    pub input_timeout: Duration,
+    /// Tasks run at once (queue mode).
+    pub workers: usize,
+}
+
+impl Default for Lifecycle {
+    fn default() -> Self {
+        Self { task_acceptance: TaskAcceptance::Queue, input_timeout: Duration::from_secs(300), workers: 4 }
+    }
+}
+
+/// Where a capsule's component comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ArtifactRef {
+    /// A file on this machine.
+    File(PathBuf),
+    /// Content in the artifact store, by digest.
+    Digest(Digest),
+    /// An artifact in the store, by name and version.
+    Named { name: String, version: String },
+}
+
+/// What a capsule may do.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// `tools.allow`.
+    pub tools: Vec<String>,
+    /// `shell.allow`.
+    pub shell: Vec<String>,
+    /// `network.allow`.
+    pub network: Vec<AllowPattern>,
+}
+
+impl Capabilities {
+    /// Whether tool `name` may be invoked (exact, or a trailing `*` glob).
+    #[must_use]
+    pub fn allows_tool(&self, name: &str) -> bool {
+        self.tools.iter().any(|entry| match entry.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => entry == name,
+        })
+    }
+
+    /// The capabilities as JSON, for diagnostics.
+    #[must_use]
+    pub fn to_json(&self) -> String {
+        serde_json::json!({
+            "tools": { "allow": self.tools },
+            "shell": { "allow": self.shell },
+            "network": { "allow": self.network.iter().map(ToString::to_string).collect::<Vec<_>>() },
+        })
+        .to_string()
+    }
+}
+
+/// A validated manifest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CapsuleManifest {
+    pub name: String,
+    pub version: String,
+    pub kind: CapsuleKind,
+    pub artifact: ArtifactRef,
+    pub description: String,
+    pub capabilities: Capabilities,
+    pub memory_bytes: u64,
+    pub deadline: Duration,
+    pub env: BTreeMap<String, String>,
+    /// Absolute work directory.
+    pub workdir: PathBuf,
+    pub lifecycle: Lifecycle,
+    /// The capsule's grant (signed allowlist) for sending tasks across the mesh.
+    pub grant: Option<murmur_protocol::Envelope>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    name: String,
+    version: String,
+    kind: CapsuleKind,
+    artifact: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    capabilities: RawCapabilities,
+    #[serde(default)]
+    limits: RawLimits,
+    #[serde(default)]
+    wasi: RawWasi,
+    workdir: Option<PathBuf>,
+    #[serde(default)]
+    lifecycle: RawLifecycle,
+    grant: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawLifecycle {
+    task_acceptance: TaskAcceptance,
+    input_timeout_secs: u64,
+    workers: usize,
+}
+
+impl Default for RawLifecycle {
+    fn default() -> Self {
+        Self { task_acceptance: TaskAcceptance::Queue, input_timeout_secs: 300, workers: 4 }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCapabilities {
+    #[serde(default)]
+    tools: Vec<String>,
+    #[serde(default)]
+    shell: RawAllow,
+    #[serde(default)]
+    network: RawAllow,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAllow {
+    #[serde(default)]
+    allow: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawLimits {
+    memory_mb: u64,
+    deadline_ms: u64,
+}
+
+impl Default for RawLimits {
+    fn default() -> Self {
+        Self { memory_mb: 64, deadline_ms: 10_000 }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWasi {
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+}
+
+impl CapsuleManifest {
+    /// Reads and validates the manifest at `path`; relative artifact paths are resolved
+    /// against its directory and the work directory against `data_dir`.
+    pub fn load(path: &Path, data_dir: &Path) -> anyhow::Result<Self> {
+        let len = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?.len();
+        anyhow::ensure!(
+            len <= MANIFEST_BYTES_MAX,
+            "{} is larger than {MANIFEST_BYTES_MAX} bytes",
+            path.display()
+        );
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::parse(&text, base, data_dir).with_context(|| format!("manifest {}", path.display()))
+    }
+
+    /// Parses manifest text; `base` resolves a relative artifact path.
+    pub fn parse(text: &str, base: &Path, data_dir: &Path) -> anyhow::Result<Self> {
+        let raw: Raw = toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?;
+        let mut errors = Vec::new();
+        let mut err = |key: &str, msg: String| errors.push(format!("manifest key `{key}`: {msg}"));
+        if let Err(msg) = check_capsule_name(&raw.name) {
+            err("name", msg);
+        }
+        if let Err(msg) = check_version(&raw.version) {
+            err("version", msg);
+        }
+        let artifact = parse_artifact(&raw.artifact, base).unwrap_or_else(|msg| {
+            err("artifact", msg);
+            ArtifactRef::File(PathBuf::new())
+        });
+        let caps = &raw.capabilities;
+        for (key, len) in [
+            ("capabilities.tools", caps.tools.len()),
+            ("capabilities.shell.allow", caps.shell.allow.len()),
+            ("capabilities.network.allow", caps.network.allow.len()),
+            ("wasi.env", raw.wasi.env.len()),
+        ] {
+            if len > ALLOW_ENTRIES_MAX {
+                err(key, format!("has {len} entries, more than {ALLOW_ENTRIES_MAX}"));
+            }
+        }
+        for tool in &caps.tools {
+            let name = tool.strip_suffix('*').unwrap_or(tool);
+            if !(name.is_empty() && tool == "*")
+                && let Err(msg) = check_capsule_name(name)
+            {
+                err("capabilities.tools", msg);
+            }
+        }
+        for binary in &caps.shell.allow {
+            if binary.is_empty() || binary.contains('\0') {
+                err("capabilities.shell.allow", "entries must be non-empty, without NUL".into());
+            }
+        }
+        let network: Vec<AllowPattern> = caps
+            .network
+            .allow
+            .iter()
+            .filter_map(|p| {
+                p.parse()
+                    .map_err(|e: murmur_protocol::UrlError| err("capabilities.network.allow", e.to_string()))
+                    .ok()
+            })
+            .collect();
+        if !(1..=MEMORY_MB_MAX).contains(&raw.limits.memory_mb) {
+            err("limits.memory_mb", format!("must be 1..={MEMORY_MB_MAX}"));
+        }
+        if !(1..=DEADLINE_MS_MAX).contains(&raw.limits.deadline_ms) {
+            err("limits.deadline_ms", format!("must be 1..={DEADLINE_MS_MAX}"));
+        }
+        for key in raw.wasi.env.keys() {
+            if key.is_empty() || key.contains(['=', '\0']) {
+                err("wasi.env", format!("`{key}` is not a valid variable name"));
+            }
+        }
+        if !(1..=86_400).contains(&raw.lifecycle.input_timeout_secs) {
+            err("lifecycle.input_timeout_secs", "must be 1..=86400".into());
+        }
+        if !(1..=64).contains(&raw.lifecycle.workers) {
+            err("lifecycle.workers", "must be 1..=64".into());
+        }
+        if raw.kind == CapsuleKind::Agent {
+            err(
+                "kind",
+                "`agent` capsules run in the native agent loop, which this node does not have yet; use tool, capsule, driver or hook".into(),
+            );
+        }
+        let grant = raw.grant.as_ref().and_then(|path| {
+            let path = if path.is_absolute() { path.clone() } else { base.join(path) };
+            read_grant(&path).map_err(|e| err("grant", e)).ok()
+        });
+        if !errors.is_empty() {
+            return Err(ConfigErrors(errors).into());
+        }
+        let workdir = match raw.workdir {
+            Some(dir) if dir.is_absolute() => dir,
+            Some(dir) => data_dir.join(dir),
+            None => data_dir.join("work").join(&raw.name),
+        };
+        Ok(Self {
+            capabilities: Capabilities {
+                tools: caps.tools.clone(),
+                shell: caps.shell.allow.clone(),
+                network,
+            },
+            name: raw.name,
+            version: raw.version,
+            kind: raw.kind,
+            artifact,
+            description: raw.description,
+            memory_bytes: raw.limits.memory_mb << 20,
+            deadline: Duration::from_millis(raw.limits.deadline_ms),
+            env: raw.wasi.env,
+            workdir,
+            lifecycle: Lifecycle {
+                task_acceptance: raw.lifecycle.task_acceptance,
+                input_timeout: Duration::from_secs(raw.lifecycle.input_timeout_secs),
+                workers: raw.lifecycle.workers,
+            },
+            grant,
+        })
+    }
+
+    /// A manifest for a component run directly (`mur tool run FILE`): no capabilities,
+    /// default limits.
+    #[must_use]
+    pub fn for_file(path: &Path, kind: CapsuleKind, data_dir: &Path) -> Self {
+        let stem =
+            path.file_stem().and_then(|s| s.to_str()).unwrap_or("tool").to_lowercase().replace('_', "-");
+        let name = if check_capsule_name(&stem).is_ok() { stem } else { "tool".into() };
+        Self {
+            workdir: data_dir.join("work").join(&name),
+            name,
+            version: "0.0.0".into(),
+            kind,
+            artifact: ArtifactRef::File(path.to_path_buf()),
+            description: String::new(),
+            capabilities: Capabilities::default(),
+            memory_bytes: 64 << 20,
+            deadline: Duration::from_secs(10),
+            env: BTreeMap::new(),
+            lifecycle: Lifecycle::default(),
+            grant: None,
+        }
+    }
+}
+
+/// Reads a grant file (a signed envelope of kind `grant`); the signature is checked where
+/// it is used, against the node's trusted authorities.
+fn read_grant(path: &Path) -> Result<murmur_protocol::Envelope, String> {
+    let bytes = murmur_store::file::read_bounded(path, murmur_protocol::limits::ENVELOPE_BYTES_MAX)
+        .map_err(|e| format!("{e:#}"))?;
+    let envelope = murmur_protocol::Envelope::decode(&bytes)
+        .map_err(|e| format!("{} is not a grant file: {e}", path.display()))?;
+    if envelope.kind() != murmur_protocol::DocKind::Grant {
+        return Err(format!("{} holds a {} document, not a grant", path.display(), envelope.kind()));
+    }
+    Ok(envelope)
+}
+
+fn parse_artifact(text: &str, base: &Path) -> Result<ArtifactRef, String> {
+    if text.starts_with("sha256:") {
+        return text.parse::<Digest>().map(ArtifactRef::Digest).map_err(|e| e.to_string());
+    }
+    if let Some((name, version)) = text.split_once('@')
+        && !name.contains('/')
+    {
+        check_capsule_name(name)?;
+        check_version(version)?;
+        return Ok(ArtifactRef::Named { name: name.into(), version: version.into() });
+    }
+    if text.is_empty() {
+        return Err("must name a file, sha256:<hex> or name@version".into());
+    }
+    let path = Path::new(text);
+    Ok(ArtifactRef::File(if path.is_absolute() { path.to_path_buf() } else { base.join(path) }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> anyhow::Result<CapsuleManifest> {
+        CapsuleManifest::parse(text, Path::new("/m"), Path::new("/data"))
+    }
+
+    #[test]
+    fn a_full_manifest_parses() {
+        let m = parse(
+            r#"
+name = "pipeline"
+version = "0.1.0"
+kind = "capsule"
+artifact = "pipeline.wasm"
+[capabilities]
+tools = ["wordcount", "text-*"]
+shell = { allow = ["wc"] }
+network = { allow = ["localhost:*"] }
+[limits]
+memory_mb = 32
+deadline_ms = 500
+[wasi]
+env = { A = "b" }
+"#,
+        )
+        .unwrap();
+        assert_eq!(m.artifact, ArtifactRef::File("/m/pipeline.wasm".into()));
+        assert_eq!(m.memory_bytes, 32 << 20);
+        assert!(m.capabilities.allows_tool("text-chunks") && !m.capabilities.allows_tool("echo"));
+        assert_eq!(m.workdir, PathBuf::from("/data/work/pipeline"));
+        assert_eq!(m.env["A"], "b");
+    }
+
+    #[test]
+    fn artifacts_can_be_digests_or_store_names() {
+        let digest = Digest::of(b"x");
+        let m = parse(&format!("name = \"a\"\nversion = \"1\"\nkind = \"tool\"\nartifact = \"{digest}\"\n"))
+            .unwrap();
+        assert_eq!(m.artifact, ArtifactRef::Digest(digest));
+        let m = parse("name = \"a\"\nversion = \"1\"\nkind = \"tool\"\nartifact = \"wordcount@1.0.0\"\n")
+            .unwrap();
+        assert_eq!(m.artifact, ArtifactRef::Named { name: "wordcount".into(), version: "1.0.0".into() });
+    }
+
+    #[test]
+    fn problems_name_their_keys() {
+        let err = parse(
+            "name = \"Bad\"\nversion = \"1\"\nkind = \"tool\"\nartifact = \"x\"\n[limits]\nmemory_mb = 0\n[capabilities]\nnetwork = { allow = [\"mesh://a*b\"] }\n",
+        )
+        .unwrap_err();
+        let text = format!("{err:#}");
+        for key in ["`name`", "`limits.memory_mb`", "`capabilities.network.allow`"] {
+            assert!(text.contains(key), "{key} missing in {text}");
+        }
+        let err = parse("name = \"a\"\nversion = \"1\"\nkind = \"tool\"\nartifact = \"x\"\nsecret = 1\n")
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("unknown field `secret`"));
+        let err = parse("name = \"a\"\nversion = \"1\"\nkind = \"daemon\"\nartifact = \"x\"\n").unwrap_err();
+        assert!(format!("{err:#}").contains("unknown variant `daemon`"));
+        let err = parse("name = \"a\"\nversion = \"1\"\nkind = \"agent\"\nartifact = \"x\"\n").unwrap_err();
+        assert!(format!("{err:#}").contains("native agent loop"), "{err:#}");
+    }
+}

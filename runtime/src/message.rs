@@ -1,0 +1,186 @@
+//! `murmur:message/send`: tasks to peer capsules.
+//!
+//! The host checks the target against the sender's `capabilities.network.allow` before
+//! anything is sent, then hands the message to the runtime's
+//! [`MessagePort`](super::ports::MessagePort). [`DirectHttp`] speaks A2A JSON-RPC 2.0
+//! `message/send` over HTTP to direct peers (`HOST:PORT`, `http(s)://…`); it is the whole
+//! port outside a node, and the node's port uses it for direct peers while `mesh://`
+//! targets go through the mesh's task router (behind the same allowlist check).
+
+use std::time::Duration;
+
+use murmur_api::TraceContext;
+
+use murmur_protocol::PeerUrl;
+use murmur_protocol::peer_url::allowed;
+use serde_json::{Value, json};
+use wasmtime::Result;
+
+use super::Installed;
+use super::bindings::murmur::message::send::{self, Message, TaskResult};
+use super::ports::{MessagePort, PortFuture};
+use super::state::HostState;
+
+/// How long a peer may take to accept a message.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(30);
+/// Largest answer read from a peer.
+pub const RESPONSE_BYTES_MAX: usize = 1024 * 1024;
+/// Largest message text sent.
+pub const MESSAGE_BYTES_MAX: usize = 1024 * 1024;
+
+impl send::Host for HostState {
+    async fn send(&mut self, peer_url: String, message: Message) -> Result<Result<TaskResult, String>> {
+        let manifest = &self.call.capsule.manifest;
+        let target = match peer_url.parse::<PeerUrl>() {
+            Ok(target) if allowed(&manifest.capabilities.network, &target) => target,
+            // The same refusal for a URL that does not parse: it cannot be on the list.
+            _ => return Ok(Err(format!("network policy: '{peer_url}' not in capabilities.network.allow"))),
+        };
+        if message.text.len() > MESSAGE_BYTES_MAX {
+            return Ok(Err(format!(
+                "message text is {} bytes, more than {MESSAGE_BYTES_MAX}",
+                message.text.len()
+            )));
+        }
+        let port = self.call.runtime.ports.messages.clone();
+        let from = self.call.capsule.clone();
+        let traceparent = self.call.task.as_ref().and_then(|t| t.traceparent());
+        Ok(port.send(&from, traceparent, target, message).await)
+    }
+}
+
+/// Sends to direct peers with A2A JSON-RPC over HTTP; refuses `mesh://` targets.
+#[derive(Debug, Clone)]
+pub struct DirectHttp {
+    client: reqwest::Client,
+}
+
+impl DirectHttp {
+    /// A sender with its own HTTP client.
+    pub fn new() -> anyhow::Result<Self> {
+        Ok(Self { client: reqwest::Client::builder().timeout(SEND_TIMEOUT).build()? })
+    }
+
+    /// The endpoint of a direct target.
+    #[must_use]
+    pub fn endpoint(target: &PeerUrl) -> Option<String> {
+        match target {
+            PeerUrl::Direct { host, port } => Some(format!("http://{host}:{port}/")),
+            PeerUrl::Http { .. } => Some(target.to_string()),
+            PeerUrl::Mesh { .. } => None,
+        }
+    }
+
+    /// Posts `message/send` to a direct peer's A2A endpoint, with `traceparent` as the
+    /// header of this hop (the caller's choice: the node continues its current span).
+    pub async fn post(
+        &self,
+        url: &str,
+        traceparent: &TraceContext,
+        message: Message,
+    ) -> Result<TaskResult, String> {
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": message.message_id,
+            "method": "message/send",
+            "params": { "message": {
+                "kind": "message",
+                "role": "user",
+                "messageId": message.message_id,
+                "contextId": message.context_id,
+                "parts": [{ "kind": "text", "text": message.text }],
+            }},
+        });
+        let request = self.client.post(url).json(&body).header("traceparent", traceparent.header());
+        let mut response = request.send().await.map_err(|e| format!("cannot reach {url}: {e}"))?;
+        let mut bytes = Vec::new();
+        while let Some(chunk) =
+            response.chunk().await.map_err(|e| format!("reading the answer of {url}: {e}"))?
+        {
+            if bytes.len() + chunk.len() > RESPONSE_BYTES_MAX {
+                return Err(format!("the answer of {url} is larger than {RESPONSE_BYTES_MAX} bytes"));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        let answer: Value =
+            serde_json::from_slice(&bytes).map_err(|e| format!("{url} did not answer JSON-RPC: {e}"))?;
+        parse_answer(&answer, &message).map_err(|e| format!("{url}: {e}"))
+    }
+}
+
+impl MessagePort for DirectHttp {
+    fn send<'a>(
+        &'a self,
+        _from: &'a Installed,
+        traceparent: Option<String>,
+        target: PeerUrl,
+        message: Message,
+    ) -> PortFuture<'a, Result<TaskResult, String>> {
+        Box::pin(async move {
+            let Some(url) = Self::endpoint(&target) else {
+                return Err(format!("'{target}' is a mesh target; this node has no mesh task router"));
+            };
+            // Every outgoing hop carries the trace on (a new trace when the sender had none).
+            let trace = traceparent
+                .as_deref()
+                .and_then(TraceContext::parse)
+                .unwrap_or_else(TraceContext::root)
+                .child();
+            self.post(&url, &trace, message).await
+        })
+    }
+}
+
+/// Reads a JSON-RPC answer to `message/send`: a Task (its state) or a Message (completed).
+fn parse_answer(answer: &Value, message: &Message) -> Result<TaskResult, String> {
+    if let Some(error) = answer.get("error") {
+        return Err(format!(
+            "peer refused ({}): {}",
+            error["code"].as_i64().unwrap_or(0),
+            error["message"].as_str().unwrap_or("no message")
+        ));
+    }
+    let result = answer.get("result").ok_or("answer has neither result nor error")?;
+    let context =
+        || result["contextId"].as_str().or(message.context_id.as_deref()).unwrap_or_default().to_owned();
+    match result["kind"].as_str() {
+        Some("task") | None if result.get("status").is_some() => Ok(TaskResult {
+            task_id: result["id"].as_str().unwrap_or_default().to_owned(),
+            context_id: context(),
+            state: result["status"]["state"].as_str().unwrap_or("unknown").to_owned(),
+        }),
+        Some("message") => {
+            Ok(TaskResult { task_id: String::new(), context_id: context(), state: "completed".into() })
+        }
+        _ => Err("answer is neither a task nor a message".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message() -> Message {
+        Message { message_id: "m1".into(), context_id: Some("c1".into()), text: "hi".into() }
+    }
+
+    #[test]
+    fn answers_map_to_task_results() {
+        let task = json!({"jsonrpc":"2.0","id":"m1","result":{"kind":"task","id":"t9","contextId":"c1","status":{"state":"submitted"}}});
+        assert_eq!(parse_answer(&task, &message()).unwrap().state, "submitted");
+        let reply = json!({"jsonrpc":"2.0","id":"m1","result":{"kind":"message","role":"agent","parts":[]}});
+        assert_eq!(parse_answer(&reply, &message()).unwrap().state, "completed");
+        let error = json!({"jsonrpc":"2.0","id":"m1","error":{"code":-32001,"message":"no"}});
+        assert_eq!(parse_answer(&error, &message()).unwrap_err(), "peer refused (-32001): no");
+    }
+
+    #[test]
+    fn direct_targets_have_endpoints() {
+        assert_eq!(
+            DirectHttp::endpoint(&"localhost:9000".parse().unwrap()).unwrap(),
+            "http://localhost:9000/"
+        );
+        assert_eq!(DirectHttp::endpoint(&"https://a.b/x".parse().unwrap()).unwrap(), "https://a.b/x");
+        assert!(DirectHttp::endpoint(&"mesh://echo".parse().unwrap()).is_none());
+    }
+}

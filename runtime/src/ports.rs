@@ -1,0 +1,191 @@
+//! How the runtime reaches the world outside wasmtime: five ports, each a trait the node
+//! (or `mur`, for a component run in process) implements and hands to [`crate::Runtime::new`]
+//! once, at construction. Nothing is attached later: a runtime has every port from its first
+//! call, so no host function ever finds one missing.
+//!
+//! | port | asked by | the node's implementation |
+//! |---|---|---|
+//! | [`ArtifactPort`] | `murmur:artifact-manager/manage.pull` for what the store lacks | a mesh pull, trusted as any pull |
+//! | [`MessagePort`] | `murmur:message/send`, after the sender's allowlist check | `mesh://` → the task service, direct peers → A2A over HTTP |
+//! | [`TaskPort`] | `murmur:task/task.request-input`, per call that runs a task | the task's owner record |
+//! | [`InferencePort`] | `murmur:runtime/inference.run-inference` | none yet: every call errs (the agent loop brings drivers) |
+//! | [`HookPort`] | the agent loop, at each lifecycle stage | none yet: no hook is dispatched |
+//!
+//! Every future a port returns is `Send` and bounded by the caller's own deadline or
+//! timeout; a port never blocks a thread.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use murmur_protocol::{Digest, PeerUrl};
+use murmur_store::Stored;
+
+use crate::Installed;
+use crate::bindings::murmur::hook::lifecycle;
+use crate::bindings::murmur::message::send::{Message, TaskResult};
+use crate::bindings::murmur::runtime::inference::{InferenceRequest, InferenceResponse};
+
+/// A boxed, sendable future: what every port method returns.
+pub type PortFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Every port a runtime is built with.
+#[derive(Clone, Debug)]
+pub struct Ports {
+    pub artifacts: Arc<dyn ArtifactPort>,
+    pub messages: Arc<dyn MessagePort>,
+    pub inference: Arc<dyn InferencePort>,
+    pub hooks: Arc<dyn HookPort>,
+}
+
+impl Ports {
+    /// Ports for a runtime outside a node (`mur tool run FILE.wasm`, tests): artifacts only
+    /// from the store, messages only to direct peers, no inference driver, no hooks.
+    pub fn standalone() -> anyhow::Result<Self> {
+        Ok(Self {
+            artifacts: Arc::new(StoreOnly),
+            messages: Arc::new(crate::message::DirectHttp::new()?),
+            inference: Arc::new(NoInference),
+            hooks: Arc::new(NoHooks),
+        })
+    }
+}
+
+/// An artifact a capsule asked for by name and version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Want {
+    pub name: String,
+    pub version: String,
+    /// A manifest or content digest the artifact must have (from `--digest` or a lock
+    /// entry). Without one, a trusted publisher's signature decides.
+    pub pin: Option<Digest>,
+}
+
+/// Where artifacts the store lacks come from.
+pub trait ArtifactPort: Send + Sync + Debug {
+    /// Brings `want` into the store, verified, and returns what the store then holds; the
+    /// error says what failed and what the user can do.
+    fn fetch<'a>(&'a self, want: &'a Want) -> PortFuture<'a, anyhow::Result<Stored>>;
+}
+
+/// No source beyond the store: a pull of what the store lacks fails.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StoreOnly;
+
+impl ArtifactPort for StoreOnly {
+    fn fetch<'a>(&'a self, want: &'a Want) -> PortFuture<'a, anyhow::Result<Stored>> {
+        Box::pin(async move {
+            anyhow::bail!(
+                "{}@{} is not in this store, and outside a node nothing can be pulled (run it on a node, or `mur artifact add` it first)",
+                want.name,
+                want.version
+            )
+        })
+    }
+}
+
+/// How a capsule's message reaches a peer, once its allowlist admitted the target.
+pub trait MessagePort: Send + Sync + Debug {
+    /// Sends `message` from capsule `from` (its manifest carries its grant) to `target`,
+    /// continuing the trace `traceparent` (the task `from` runs, if any); the answer is the
+    /// peer's immediate task state, or why there is none.
+    fn send<'a>(
+        &'a self,
+        from: &'a Installed,
+        traceparent: Option<String>,
+        target: PeerUrl,
+        message: Message,
+    ) -> PortFuture<'a, Result<TaskResult, String>>;
+}
+
+/// The A2A task a tool call runs, as the runtime sees it: where `request-input` goes.
+pub trait TaskPort: Send + Sync {
+    /// Marks the task input-required with `prompt` and waits up to `timeout` for the
+    /// follow-up message's text.
+    fn request_input(&self, prompt: String, timeout: Duration) -> PortFuture<'_, Result<String, String>>;
+
+    /// The task's trace context (`traceparent`), continued by messages the tool sends.
+    fn traceparent(&self) -> Option<String>;
+}
+
+/// One completion through a capsule's inference driver.
+///
+/// Intended shape: the agent loop resolves the agent's `inference.driver.artifact` (a
+/// component of kind `driver`), sends it the request with `model: none` replaced by the
+/// manifest's primary model, and counts tokens host-side with tiktoken. Until then the
+/// node uses [`NoInference`], today's behaviour.
+pub trait InferencePort: Send + Sync + Debug {
+    /// Runs `request` for `capsule`.
+    fn complete<'a>(
+        &'a self,
+        capsule: &'a Installed,
+        request: InferenceRequest,
+    ) -> PortFuture<'a, Result<InferenceResponse, String>>;
+}
+
+/// No inference driver: every call errs, naming the manifest setting that would provide one
+/// (the runtime specification's prescribed error).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoInference;
+
+impl InferencePort for NoInference {
+    fn complete<'a>(
+        &'a self,
+        capsule: &'a Installed,
+        _request: InferenceRequest,
+    ) -> PortFuture<'a, Result<InferenceResponse, String>> {
+        let name = capsule.manifest.name.clone();
+        Box::pin(async move {
+            Err(format!(
+                "no inference driver configured for capsule `{name}`: set inference.driver.artifact in its manifest"
+            ))
+        })
+    }
+}
+
+/// A lifecycle stage of an agent session, with its event (`murmur:hook/lifecycle@0.5.0`).
+#[derive(Clone, Debug)]
+pub enum HookEvent {
+    Stage(lifecycle::StageEvent),
+    SessionStart(lifecycle::SessionContext),
+    TaskStart(lifecycle::TaskStartEvent),
+    Inference(lifecycle::InferenceEvent),
+    ToolCall(lifecycle::ToolEvent),
+    Shell(lifecycle::ShellEvent),
+    Compaction(lifecycle::CompactionEvent),
+    TaskEnd(lifecycle::TaskEndEvent),
+    SessionEnd(lifecycle::SessionEndEvent),
+}
+
+/// How hooks hear an agent session's lifecycle.
+///
+/// Intended shape: the agent loop calls [`HookPort::dispatch`] at every stage with the
+/// agent's `[[hooks]]`; `sync` hooks run in order and their outputs are returned for the
+/// turn machine to apply (each stage allows only some arms: replacing the context at
+/// compaction, reopening a task at its end, …); `async` hooks run detached and their output
+/// is only logged. Until then nothing dispatches and [`NoHooks`] answers for none.
+pub trait HookPort: Send + Sync + Debug {
+    /// Runs the hooks of `capsule` for `event`; the outputs of the synchronous ones, in
+    /// order, each with the hook's name (or the error it returned).
+    fn dispatch<'a>(
+        &'a self,
+        capsule: &'a Installed,
+        event: HookEvent,
+    ) -> PortFuture<'a, Vec<(String, Result<lifecycle::HookOutput, String>)>>;
+}
+
+/// No hooks: every stage passes with no output.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoHooks;
+
+impl HookPort for NoHooks {
+    fn dispatch<'a>(
+        &'a self,
+        _capsule: &'a Installed,
+        _event: HookEvent,
+    ) -> PortFuture<'a, Vec<(String, Result<lifecycle::HookOutput, String>)>> {
+        Box::pin(async { Vec::new() })
+    }
+}
