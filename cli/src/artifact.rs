@@ -14,9 +14,9 @@ use murmur_protocol::PublicKey;
 use murmur_api::exit::{CliError, CliResult, UsageContext};
 use murmur_api::output::{Table, print_json};
 use murmur_config::clock;
-use murmur_config::data_dir;
 use murmur_config::{Config, RawConfig};
 use murmur_store::bundle::{self, BundleReport};
+use murmur_store::data_dir;
 use murmur_store::keyfile;
 use murmur_store::{ArtifactMeta, ArtifactStore, CapsuleKind, Platform, Stored};
 

@@ -8,15 +8,10 @@ use clap::Args;
 use serde::de::DeserializeOwned;
 
 use murmur_api::exit::{CliError, CliResult};
+use murmur_config::limits::{CLI_REQUEST_TIMEOUT, CLI_RUN_TIMEOUT};
 
 /// The local node's API when nothing else is said (matches the default `api.listen`).
 pub const DEFAULT_NODE_URL: &str = "http://127.0.0.1:7420";
-
-/// How long `mur` waits for a node before giving up.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long `mur` waits for a tool or capsule run (the longest deadline, plus a margin).
-pub const RUN_TIMEOUT: Duration = Duration::from_secs(630);
 
 /// Where the node is.
 #[derive(Debug, Clone, Args)]
@@ -111,7 +106,7 @@ impl NodeArgs {
     ) -> CliResult<T> {
         let url = format!("{}{path}", self.url.trim_end_matches('/'));
         // Tools may run up to their deadline (at most 10 minutes); wait a little longer.
-        let timeout = if body.is_some() { RUN_TIMEOUT } else { REQUEST_TIMEOUT };
+        let timeout = if body.is_some() { CLI_RUN_TIMEOUT } else { CLI_REQUEST_TIMEOUT };
         let client = self.client(Some(timeout))?;
         let mut request = client.request(method, &url);
         if let Some(body) = body {

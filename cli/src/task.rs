@@ -2,7 +2,6 @@
 //! A2A 1.0 method names), the same interface any A2A client uses.
 
 use std::io::{BufRead, BufReader};
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -11,9 +10,7 @@ use serde_json::{Value, json};
 use super::client::NodeArgs;
 use murmur_api::exit::{CliError, CliResult};
 use murmur_api::output::{Table, print_json};
-
-/// How long `mur` waits for one JSON-RPC answer (a blocking send waits at most 60 s).
-pub const RPC_TIMEOUT: Duration = Duration::from_secs(75);
+use murmur_config::limits::CLI_RPC_TIMEOUT;
 
 /// Exit code of `mur send --wait` when the task ended other than completed.
 pub const TASK_NOT_COMPLETED: u8 = 3;
@@ -113,7 +110,7 @@ fn rpc_error(error: &Value) -> CliError {
 fn call(node: &NodeArgs, method: &str, params: Value) -> CliResult<Value> {
     let (url, body) = request(node, method, params);
     let response = node
-        .client(Some(RPC_TIMEOUT))?
+        .client(Some(CLI_RPC_TIMEOUT))?
         .post(&url)
         .header("A2A-Version", "1.0")
         .json(&body)

@@ -5,9 +5,9 @@
 //! environment variables are applied on top by the caller (flag > env > file > default).
 //! The commented default file is `deploy/murnode.toml`; `murnode init` writes it.
 //!
-//! This crate owns the node's configuration, its data directory layout ([`data_dir`]) and
-//! the wall clock and duration syntax config and flags share ([`clock`]). It must not know
-//! how the node runs: it parses addresses with the `multiaddr` and `libp2p-identity` types
+//! This crate owns the node's configuration, every bound of the daemon ([`limits`]) and the
+//! wall clock and duration syntax config and flags share ([`clock`]). It must not know how
+//! the node runs: it parses addresses with the `multiaddr` and `libp2p-identity` types
 //! libp2p uses, without libp2p itself, so `mur` can read a node's config (its trusted
 //! publishers) without building the network stack.
 //!
@@ -18,7 +18,7 @@
 //! ```
 
 pub mod clock;
-pub mod data_dir;
+pub mod limits;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -45,12 +45,10 @@ pub const DEFAULT_API_LISTEN: &str = "127.0.0.1:7420";
 /// Default libp2p port, TCP and UDP (QUIC).
 pub const DEFAULT_P2P_PORT: u16 = 7421;
 
+use crate::limits::{API_TOKENS_MAX, LISTEN_ADDRS_MAX, PINS_MAX};
 /// Most bootstrap peers (the mesh keeps no more): each is dialled at start, and again
 /// while it is not connected.
 pub use murmur_protocol::limits::BOOTSTRAP_PEERS_MAX;
-
-/// Most listen addresses.
-pub const LISTEN_ADDRS_MAX: usize = 16;
 
 /// The file as written. Every field has a default, so an empty file is valid.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -78,9 +76,6 @@ const fn default_replicas() -> usize {
     murmur_protocol::replicate::REPLICATION_FACTOR_DEFAULT
 }
 
-/// Pins one config holds at most.
-pub const PINS_MAX: usize = 256;
-
 /// An artifact the mesh keeps on at least `replicas` nodes (every node that carries the
 /// pin in its config takes part).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,9 +100,6 @@ impl Default for RawApi {
         Self { listen: DEFAULT_API_LISTEN.into(), loopback_open: true, tokens: Vec::new() }
     }
 }
-
-/// Bearer tokens at most.
-pub const API_TOKENS_MAX: usize = 64;
 
 /// Who may call the node's API (A2A and admin): loopback clients by default, others with
 /// a bearer token from the config.

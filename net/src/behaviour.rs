@@ -17,6 +17,10 @@ use murmur_protocol::task::{TaskRequest, TaskResponse};
 
 use super::codec::FrameCodec;
 use murmur_config::NetworkConfig;
+use murmur_config::limits::{
+    ARTIFACT_REQUEST_TIMEOUT, ARTIFACT_STREAMS_MAX, CONNECTIONS_PER_PEER_MAX, GOSSIP_TRANSMIT_BYTES_MAX,
+    SYNC_STREAMS_MAX, SYNC_TIMEOUT, TASK_REQUEST_TIMEOUT, TASK_STREAMS_MAX,
+};
 
 /// Identify's protocol version: peers with another value are not murmur nodes.
 pub const IDENTIFY_PROTOCOL: &str = "/murmur/1.0.0";
@@ -26,27 +30,8 @@ pub const KAD_PROTOCOL: StreamProtocol = StreamProtocol::new("/murmur/kad/1.0.0"
 pub const SYNC_PROTOCOL: StreamProtocol = StreamProtocol::new("/murmur/sync/1");
 /// Tasks: submit, get, cancel, reply, events.
 pub const TASK_PROTOCOL: StreamProtocol = StreamProtocol::new("/murmur/task/1");
-/// A task request covers acceptance (a durable write at the owner) or one bounded events
-/// wait, never a whole task: 10 s is far beyond either.
-pub const TASK_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// Concurrent task streams per connection (64 clients with headroom).
-pub const TASK_STREAMS_MAX: usize = 512;
 /// Artifacts: resolve name@version, fetch blob ranges (chunks).
 pub const ARTIFACT_PROTOCOL: StreamProtocol = StreamProtocol::new("/murmur/artifact/1");
-/// One chunk (1 MiB) takes milliseconds on a LAN; 30 s covers a slow WAN link. The pull
-/// scheduler's own, shorter timeout usually acts first.
-pub const ARTIFACT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// Concurrent artifact streams per connection: a pull keeps a few chunks in flight per
-/// provider; several pulls may share a peer.
-pub const ARTIFACT_STREAMS_MAX: usize = 64;
-/// Gossipsub's cap on one message: an advert envelope is at most 16.6 KiB, plus framing.
-pub const GOSSIP_TRANSMIT_BYTES_MAX: usize = 64 * 1024;
-/// A sync exchange is one round trip of at most 1 MiB each way.
-pub const SYNC_TIMEOUT: Duration = Duration::from_secs(10);
-/// Concurrent sync streams per connection: one each way is the normal case.
-pub const SYNC_STREAMS_MAX: usize = 8;
-/// Connections to one peer: two covers a simultaneous dial from both ends.
-pub const CONNECTIONS_PER_PEER_MAX: u32 = 2;
 
 /// Every behaviour of a murmur node.
 #[derive(NetworkBehaviour)]

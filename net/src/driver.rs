@@ -25,13 +25,7 @@ pub(super) use artifacts::ArtifactSide;
 pub(super) use tasks::TaskSide;
 
 use murmur_api::views::{CapsuleView, CapsulesView, PeerView, PeersView, ProviderView};
-
-/// Longest the loop sleeps without looking at the clock again.
-const TICK_MAX: Duration = Duration::from_secs(5);
-
-/// Gossip messages and sync requests awaiting the mesh's answer. The mesh answers within
-/// the same `handle` call, so these hold at most one entry in practice.
-const PENDING_MAX: usize = 1024;
+use murmur_config::limits::{DRIVER_PENDING_MAX, DRIVER_TICK_MAX};
 
 /// What we know about a connected peer beyond the mesh's view.
 #[derive(Debug)]
@@ -169,11 +163,11 @@ impl Driver {
 
     fn sleep_duration(&self) -> Duration {
         let now = clock::now();
-        let mut at = self.mesh.poll_timeout().unwrap_or(now.plus(TICK_MAX.as_millis() as u64));
+        let mut at = self.mesh.poll_timeout().unwrap_or(now.plus(DRIVER_TICK_MAX.as_millis() as u64));
         if let Some(task_at) = self.task_timeout() {
             at = at.min(task_at);
         }
-        Duration::from_millis(at.since(now)).min(TICK_MAX)
+        Duration::from_millis(at.since(now)).min(DRIVER_TICK_MAX)
     }
 
     fn token(&mut self) -> u64 {
@@ -246,7 +240,7 @@ impl Driver {
                     return;
                 };
                 let token = self.token();
-                if self.gossip_pending.len() < PENDING_MAX {
+                if self.gossip_pending.len() < DRIVER_PENDING_MAX {
                     self.gossip_pending.insert(token, (message_id, propagation_source));
                     self.mesh.handle(now, Input::GossipReceived { from, token, bytes: message.data });
                 } else {
@@ -259,7 +253,7 @@ impl Driver {
                 let Ok(from) = NodeId::from_peer_id(&peer) else { return };
                 match message {
                     request_response::Message::Request { request, channel, .. } => {
-                        if self.sync_pending.len() >= PENDING_MAX {
+                        if self.sync_pending.len() >= DRIVER_PENDING_MAX {
                             return;
                         }
                         let token = self.token();
@@ -442,8 +436,8 @@ impl Driver {
                     directory_capsules: directory.capsule_names().count(),
                     mesh: self.mesh.stats().clone(),
                     directory: directory.stats().clone(),
-                    router: self.tasks.router().stats().clone(),
-                    task_refusals: self.tasks.refusals(),
+                    router: self.tasks.exchange().stats().clone(),
+                    task_refusals: self.tasks.exchange().refusals().clone(),
                     artifact_served: self.artifacts.served_count,
                     artifact_busy: self.artifacts.busy_count,
                     ping_failures: self.ping_failures,

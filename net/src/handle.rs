@@ -8,11 +8,12 @@ use std::time::Duration;
 use anyhow::Context;
 use murmur_api::views::{CapsulesView, PeersView};
 use murmur_protocol::artifact::{ArtifactRequest, ArtifactResponse};
-use murmur_protocol::task::{Submit, TaskId, TaskRequest, TaskResponse, TaskSnapshot};
+use murmur_protocol::exchange::Placement;
+use murmur_protocol::task::{Submit, TaskId, TaskRequest, TaskResponse};
 use murmur_protocol::{Digest, NodeId};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::behaviour::{ARTIFACT_REQUEST_TIMEOUT, TASK_REQUEST_TIMEOUT};
+use murmur_config::limits::{ARTIFACT_REQUEST_TIMEOUT, QUERY_TIMEOUT, TASK_REQUEST_TIMEOUT};
 
 /// Queries from the API to the driver, each with its reply channel.
 #[derive(Debug)]
@@ -28,7 +29,7 @@ pub enum Query {
 #[derive(Debug)]
 pub enum TaskQuery {
     /// Place a task (`mesh://NAME`, or pinned to one node) and report where it went.
-    Route { request: Submit, pin: Option<NodeId>, reply: oneshot::Sender<RouteOutcome> },
+    Route { request: Submit, pin: Option<NodeId>, reply: oneshot::Sender<Placement> },
     /// Send a request to the node that owns a task.
     Ask { owner: NodeId, request: TaskRequest, reply: oneshot::Sender<Result<TaskResponse, String>> },
     /// The owner of a task this node placed, if it remembers.
@@ -48,24 +49,6 @@ pub enum ArtifactQuery {
     Members(oneshot::Sender<Vec<NodeId>>),
 }
 
-/// Artifact queries waiting for the driver; senders wait when it is full.
-pub const ARTIFACT_QUERY_QUEUE_MAX: usize = 1024;
-
-/// Where a task went.
-#[derive(Clone, Debug)]
-pub enum RouteOutcome {
-    /// `owner` accepted it; `snapshot` is its state at acceptance when this call placed it
-    /// (`None` when it had been placed before: ask the owner).
-    Routed { owner: NodeId, snapshot: Option<TaskSnapshot> },
-    /// Refused for good, naming the failed check; nothing ran.
-    Rejected { check: String, reason: String },
-    /// Not placed, or its fate is unknown.
-    Failed { reason: String },
-}
-
-/// Task queries waiting for the driver; senders wait when it is full.
-pub const TASK_QUERY_QUEUE_MAX: usize = 1024;
-
 /// Counters and gauges for `/metrics`.
 #[derive(Clone, Debug, Default)]
 pub struct MeshMetrics {
@@ -75,7 +58,7 @@ pub struct MeshMetrics {
     pub mesh: murmur_protocol::mesh::MeshStats,
     pub directory: murmur_protocol::directory::DirectoryStats,
     pub router: murmur_protocol::route::RouterStats,
-    /// Task requests refused at this node, by failed check.
+    /// Task deliveries refused at this node, by failed check.
     pub task_refusals: std::collections::BTreeMap<String, u64>,
     /// Artifact requests served to peers, and refused as busy.
     pub artifact_served: u64,
@@ -83,12 +66,6 @@ pub struct MeshMetrics {
     /// Connections closed because a ping went unanswered (`network.ping_timeout_secs`).
     pub ping_failures: u64,
 }
-
-/// Queries waiting for the driver. The API answers 503 rather than queue more.
-pub const QUERY_QUEUE_MAX: usize = 64;
-
-/// How long the API waits for the driver to answer a query.
-pub const QUERY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The node's way to reach the network and the mesh machines its driver runs.
 #[derive(Clone, Debug)]
@@ -158,7 +135,7 @@ impl MeshHandle {
     }
 
     /// Places a task; returns once its owner accepted it (or it was refused or failed).
-    pub async fn route(&self, request: Submit, pin: Option<NodeId>) -> anyhow::Result<RouteOutcome> {
+    pub async fn route(&self, request: Submit, pin: Option<NodeId>) -> anyhow::Result<Placement> {
         // The router gives up on a provider after its acceptance timeout; wait a little longer.
         let wait = Duration::from_millis(murmur_protocol::route::RouterConfig::default().accept_timeout_ms)
             + QUERY_TIMEOUT;

@@ -39,19 +39,14 @@ use murmur_store::ArtifactStore;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-pub use behaviour::{
-    ARTIFACT_PROTOCOL, ARTIFACT_REQUEST_TIMEOUT, IDENTIFY_PROTOCOL, KAD_PROTOCOL, SYNC_PROTOCOL,
-    TASK_PROTOCOL, TASK_REQUEST_TIMEOUT,
-};
+pub use behaviour::{ARTIFACT_PROTOCOL, IDENTIFY_PROTOCOL, KAD_PROTOCOL, SYNC_PROTOCOL, TASK_PROTOCOL};
 use driver::Driver;
-pub use handle::{
-    ARTIFACT_QUERY_QUEUE_MAX, ArtifactQuery, MeshHandle, MeshMetrics, QUERY_QUEUE_MAX, QUERY_TIMEOUT, Query,
-    RouteOutcome, TASK_QUERY_QUEUE_MAX, TaskQuery,
+pub use handle::{ArtifactQuery, MeshHandle, MeshMetrics, Query, TaskQuery};
+use murmur_config::limits::{
+    ARTIFACT_QUERY_QUEUE_MAX, LISTEN_TIMEOUT, QUERY_QUEUE_MAX, TASK_QUERY_QUEUE_MAX,
 };
+pub use murmur_protocol::exchange::Placement;
 pub use owner::{OwnerFuture, TaskOwner};
-
-/// How long start-up waits for every listener to report its address.
-pub const LISTEN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The driver's ends of a handle's channels, until [`start`] gives them to the driver.
 #[derive(Debug)]

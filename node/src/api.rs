@@ -30,7 +30,7 @@ use murmur_config::ClientPolicy;
 use murmur_net::MeshHandle;
 use murmur_runtime::Runtime;
 
-use crate::tasks::Tasks;
+use crate::tasks::TaskService;
 
 /// What the HTTP handlers read.
 #[derive(Debug)]
@@ -40,7 +40,7 @@ pub struct ApiState {
     pub started: Instant,
     pub mesh: MeshHandle,
     pub runtime: Runtime,
-    pub tasks: Tasks,
+    pub tasks: TaskService,
     pub policy: ClientPolicy,
     /// SSE streams open now.
     pub streams: AtomicUsize,
@@ -63,7 +63,7 @@ pub fn app(state: Arc<ApiState>) -> Router {
         .route("/", post(a2a::rpc_node))
         .route("/a2a", post(a2a::rpc_node))
         .route("/a2a/{capsule}", post(a2a::rpc_capsule))
-        .layer(DefaultBodyLimit::max(a2a::REQUEST_BYTES_MAX))
+        .layer(DefaultBodyLimit::max(murmur_config::limits::A2A_REQUEST_BYTES_MAX))
         .route_layer(middleware::from_fn_with_state(state.clone(), admit));
     Router::new()
         .route("/healthz", get(healthz))
@@ -185,14 +185,13 @@ mod tests {
             murmur_runtime::ports::Ports::standalone().unwrap(),
         )
         .unwrap();
-        let manager =
-            crate::tasks::TaskManager::open(&dir.join("tasks.redb"), runtime.clone()).await.unwrap();
+        let manager = crate::tasks::TaskManager::open(&dir.join("tasks.redb")).await.unwrap();
         let mesh = MeshHandle::for_tests(tx);
         Arc::new(ApiState {
             peer_id: "12D3KooWtest".into(),
             api_addr: "127.0.0.1:7420".parse().unwrap(),
             started: Instant::now(),
-            tasks: Tasks::new(manager, mesh.clone()),
+            tasks: TaskService::new(manager, mesh.clone()),
             fetcher: crate::fetch::Fetcher::new(mesh.clone(), runtime.store().clone(), vec![]),
             install: artifacts::InstallTarget::new(&dir, &dir.join("capsules"), vec![]),
             mesh,

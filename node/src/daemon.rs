@@ -18,25 +18,21 @@ use tokio::sync::watch;
 
 use murmur_api::exit::{CliError, CliResult, UsageContext};
 use murmur_api::output::print_json;
-use murmur_config::{CONFIG_FILE, Config, RawConfig, clock, data_dir};
+use murmur_config::{CONFIG_FILE, Config, RawConfig, clock};
 use murmur_net::MeshHandle;
 use murmur_runtime::ports::{NoHooks, NoInference, Ports};
 use murmur_runtime::{CapsuleManifest, Runtime, RuntimeOptions};
 use murmur_store::ArtifactStore;
+use murmur_store::data_dir;
 
 use crate::api::artifacts::InstallTarget;
 use crate::api::{self, ApiState};
 use crate::fetch::Fetcher;
-use crate::tasks::{NodeRouter, OwnerPort, TaskManager, Tasks};
+use crate::tasks::{NodeMessages, OwnerPort, TaskManager, TaskRunner, TaskService};
 
 /// The task database, in the data directory.
 pub const TASKS_DB: &str = "tasks.redb";
-/// How often the node checks its store for artifacts to advertise (added by `mur artifact
-/// add` or `mur bundle import` while it runs; its own pulls advertise at once). A check is
-/// one `stat` of the index unless it changed.
-pub const ADVERTISE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-/// How often the node checks whether it should hold a pinned artifact it lacks.
-pub const PINS_EVERY: std::time::Duration = std::time::Duration::from_secs(3);
+use murmur_config::limits::{ADVERTISE_EVERY, PINS_EVERY};
 use murmur_protocol::HostedCapsule;
 
 /// `murnode run`'s inputs after flag and environment parsing.
@@ -99,32 +95,34 @@ pub async fn run(options: RunOptions) -> CliResult {
         .with_context(|| format!("cannot listen for the API on {}", config.api_listen))?;
     let api_addr = listener.local_addr().context("cannot read the API address")?;
 
-    // Wired once, in order: the network's handle first (usable before its driver runs),
-    // then what needs it (pulls, the runtime's ports), then the task owner, then the driver.
+    // Wired once, in order, each piece given what it needs when it is made: the network's
+    // handle first (usable before its driver runs), the task database and the task service
+    // over it, the runtime's ports (pulls, messages through the task service), the runtime,
+    // the runner of owned tasks, and last the network's driver, which hands it task
+    // requests. Nothing is attached later.
     let store = Arc::new(ArtifactStore::open(&options.data_dir.join("store")).map_err(CliError::failed)?);
     let (mesh, pending) = murmur_net::handle(key.node_id());
     let fetcher = Fetcher::new(mesh.clone(), store.clone(), config.trust.publishers.clone());
-    let router = NodeRouter::new(config.trust.authorities.clone()).map_err(CliError::failed)?;
+    let manager = TaskManager::open(&options.data_dir.join(TASKS_DB)).await.map_err(CliError::failed)?;
+    let tasks = TaskService::new(manager.clone(), mesh.clone());
+    let messages =
+        NodeMessages::new(config.trust.authorities.clone(), tasks.clone()).map_err(CliError::failed)?;
     let ports = Ports {
         artifacts: Arc::new(fetcher.clone()),
-        messages: router.clone(),
+        messages,
         inference: Arc::new(NoInference),
         hooks: Arc::new(NoHooks),
     };
     let runtime = start_runtime(&options, &config, store.clone(), ports)?;
-    let manager = TaskManager::open(&options.data_dir.join(TASKS_DB), runtime.clone())
-        .await
-        .map_err(CliError::failed)?;
+    let runner = TaskRunner::start(manager.clone(), runtime.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
     let hosted = hosted_capsules(&runtime, &config.capsules);
-    let owner = Arc::new(OwnerPort::new(manager.clone(), key.node_id()));
+    let owner = Arc::new(OwnerPort::new(runner, key.node_id()));
     let network = murmur_net::start(pending, &key, &config, hosted, cert, owner, store, stop_rx)
         .await
         .context("cannot start networking")?;
     tokio::spawn(fetcher.clone().advertise_every(ADVERTISE_EVERY));
     tokio::spawn(fetcher.clone().keep_pins(config.pins.clone(), PINS_EVERY));
-    let tasks = Tasks::new(manager.clone(), mesh.clone());
-    router.attach(tasks.clone());
     let state = Arc::new(ApiState {
         peer_id: peer_id.clone(),
         api_addr,

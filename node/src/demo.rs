@@ -176,7 +176,7 @@ fn start(
     bootstrap: Option<&str>,
 ) -> anyhow::Result<DemoNode> {
     let data_dir = dir.join(name);
-    murmur_config::data_dir::init(&data_dir)?;
+    murmur_store::data_dir::init(&data_dir)?;
     std::fs::write(data_dir.join(murmur_config::CONFIG_FILE), config(authority, publisher))?;
     std::fs::create_dir_all(data_dir.join("capsules"))?;
     for (capsule, component, extra) in capsules {

@@ -32,34 +32,24 @@ use serde::Serialize;
 use tracing::{info, warn};
 
 use murmur_config::clock;
+use murmur_config::limits::{
+    ADVERTISED_ARTIFACTS_MAX, ARTIFACT_METADATA_BYTES_MAX, PULL_CANDIDATES_MAX, PULL_FLUSH_EVERY_BYTES,
+    PULL_IDLE_MAX, PULL_PROVIDER_REFRESH,
+};
 use murmur_net::MeshHandle;
 pub use murmur_runtime::ports::Want;
 use murmur_runtime::ports::{ArtifactPort, PortFuture};
 use murmur_store::oci::{manifest_parts, parse_artifact};
-use murmur_store::store::METADATA_BYTES_MAX;
 use murmur_store::{ArtifactStore, Stored};
 
 /// How a resolve asks providers: waves of 16, 5 s per ask, and once a trusted manifest is
 /// offered, a grace of as long as that took (50 ms to 1 s) for the rest of the wave (see
 /// [`murmur_protocol::resolve`]). Advertised providers that were not asked, or did not
-/// answer in time, still join the pull at its first [`PROVIDER_REFRESH`], where one that
+/// answer in time, still join the pull at its first [`PULL_PROVIDER_REFRESH`], where one that
 /// has not served yet gets only a probe's worth of requests.
 pub const RESOLVE: ResolveConfig = ResolveConfig::DEFAULT;
 /// How long a fetch of a small blob (manifest, config, chunk list) waits for one provider.
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_millis(RESOLVE.timeout_ms);
-/// Offered manifests tried at most (with a content pin, each is fetched to be checked).
-pub const CANDIDATES_MAX: usize = 4;
-/// A pull that writes no chunk for this long fails (no provider serves good bytes).
-pub const IDLE_MAX: Duration = Duration::from_secs(60);
-/// How often a running pull looks for new providers (nodes that finished pulling the same
-/// artifact advertise it, and take load off the first ones).
-pub const PROVIDER_REFRESH: Duration = Duration::from_secs(2);
-/// Bytes a pull writes before it flushes its file to disk in the background, so the fsync
-/// before the commit finds little left to write (it took 0.17 s of a 1.2 s pull of 512 MiB
-/// when everything waited for it).
-pub const FLUSH_EVERY: u64 = 64 << 20;
-/// Manifests advertised at most (the advert's own bound).
-pub const PROVIDED_MAX: usize = murmur_protocol::limits::ADVERT_ARTIFACTS_MAX;
 
 /// What a pull reports as it goes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -167,7 +157,7 @@ impl Fetcher {
         let mut manifests: Vec<Digest> = self.inner.store.list()?.iter().map(|s| s.manifest).collect();
         manifests.sort();
         manifests.dedup();
-        manifests.truncate(PROVIDED_MAX);
+        manifests.truncate(ADVERTISED_ARTIFACTS_MAX);
         let unchanged =
             *self.inner.provided.lock().unwrap_or_else(std::sync::PoisonError::into_inner) == manifests;
         if !unchanged {
@@ -269,7 +259,7 @@ impl Fetcher {
         let (candidates, unanswered) = self.resolve(want, progress).await?;
         let mut refusals = Vec::new();
         let mut chosen = None;
-        for candidate in candidates.into_iter().take(CANDIDATES_MAX) {
+        for candidate in candidates.into_iter().take(PULL_CANDIDATES_MAX) {
             match self.metadata(want, &candidate).await {
                 Ok(metadata) => {
                     chosen = Some((candidate, metadata));
@@ -462,14 +452,14 @@ impl Fetcher {
     /// Fetches a small blob (a manifest, config or chunk list) whole, from the first
     /// provider that serves bytes hashing to `digest`. `size` is the size the (already
     /// verified) referring document declares; for a manifest, whose size only a provider
-    /// could state, up to [`METADATA_BYTES_MAX`] is asked for and the digest decides.
+    /// could state, up to [`ARTIFACT_METADATA_BYTES_MAX`] is asked for and the digest decides.
     async fn fetch_whole(
         &self,
         providers: &[NodeId],
         digest: Digest,
         size: Option<u64>,
     ) -> anyhow::Result<Vec<u8>> {
-        let ask = size.unwrap_or(METADATA_BYTES_MAX);
+        let ask = size.unwrap_or(ARTIFACT_METADATA_BYTES_MAX);
         if ask > CHUNK_BYTES_MAX {
             bail!("blob {digest} is {ask} bytes; metadata blobs are at most {CHUNK_BYTES_MAX}");
         }
@@ -545,7 +535,7 @@ impl Fetcher {
         run.pull.add_providers(clock::now(), providers);
         let mesh = &self.inner.mesh;
         let mut inflight = FuturesUnordered::new();
-        let mut refresh = tokio::time::interval(PROVIDER_REFRESH);
+        let mut refresh = tokio::time::interval(PULL_PROVIDER_REFRESH);
         refresh.tick().await;
         let mut reported = Instant::now();
         loop {
@@ -571,9 +561,9 @@ impl Fetcher {
             if run.done {
                 break;
             }
-            if run.last_write.elapsed() >= IDLE_MAX {
+            if run.last_write.elapsed() >= PULL_IDLE_MAX {
                 bail!(
-                    "the pull made no progress for {IDLE_MAX:?} with {} of {} chunks missing: no provider serves good bytes ({} dropped); run it again to resume",
+                    "the pull made no progress for {PULL_IDLE_MAX:?} with {} of {} chunks missing: no provider serves good bytes ({} dropped); run it again to resume",
                     run.pull.missing(),
                     chunks.chunks.len(),
                     run.outcome.penalized.len()
@@ -771,7 +761,7 @@ impl Run {
     }
 }
 
-/// Background flushes of a pull file: one at a time, every [`FLUSH_EVERY`] bytes written.
+/// Background flushes of a pull file: one at a time, every [`PULL_FLUSH_EVERY_BYTES`] bytes written.
 /// A failed flush fails the pull and deletes the pull file: after a failed fsync the
 /// kernel may report the next one clean, and a resume would trust bytes the page cache
 /// still holds but the disk never got.
@@ -788,7 +778,7 @@ impl Flush {
 
     fn wrote(&mut self, file: &Arc<File>, len: u64) -> anyhow::Result<()> {
         self.unflushed += len;
-        if self.unflushed < FLUSH_EVERY {
+        if self.unflushed < PULL_FLUSH_EVERY_BYTES {
             return Ok(());
         }
         if let Some(running) = self.running.take_if(|running| running.is_finished()) {
@@ -920,10 +910,10 @@ mod tests {
         let (path, file) = part(dir.path(), b"some bytes");
         let file = Arc::new(file);
         let mut flush = Flush::new(&path);
-        flush.wrote(&file, FLUSH_EVERY - 1).unwrap();
+        flush.wrote(&file, PULL_FLUSH_EVERY_BYTES - 1).unwrap();
         assert!(flush.running.is_none());
         flush.wrote(&file, 1).unwrap();
-        assert!(flush.running.is_some(), "a flush starts once FLUSH_EVERY bytes were written");
+        assert!(flush.running.is_some(), "a flush starts once PULL_FLUSH_EVERY_BYTES bytes were written");
         assert_eq!(flush.unflushed, 0);
         flush.finish().await.unwrap();
         assert!(path.exists());

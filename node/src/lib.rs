@@ -15,4 +15,5 @@ pub mod tasks;
 pub mod telemetry;
 
 pub use murmur_api::{exit, output};
-pub use murmur_config::{clock, data_dir};
+pub use murmur_config::clock;
+pub use murmur_store::data_dir;

@@ -1,5 +1,5 @@
-//! Tasks: what this node owns ([`TaskManager`]) and the node-wide view of every task it
-//! placed or runs ([`Tasks`]), whoever owns it.
+//! Tasks: what this node owns ([`TaskManager`], run by the [`TaskRunner`]) and the node's
+//! task service ([`TaskService`]): every task it placed or runs, whoever owns it.
 //!
 //! A task sent here (by a client or a capsule) gets its id from its sender and message id,
 //! is placed by the mesh's task router (local first, else the best provider), and lives
@@ -9,9 +9,10 @@
 
 mod db;
 mod manager;
+mod messages;
 mod owner;
 mod record;
-mod sender;
+mod runner;
 
 use std::time::Duration;
 
@@ -21,16 +22,14 @@ use murmur_protocol::task::{
 };
 
 pub use self::manager::{LIVE_MAX, QUEUE_MAX, TaskError, TaskManager};
-pub use self::owner::{EVENTS_WAIT_MAX, OwnerPort};
-pub use self::record::{EVENT_LOG_MAX, Origin, RouteRecord, TaskRecord};
-pub use self::sender::NodeRouter;
+pub use self::messages::NodeMessages;
+pub use self::owner::OwnerPort;
+pub use self::record::{Origin, RouteRecord, TaskRecord};
+pub use self::runner::TaskRunner;
 use murmur_config::clock;
-use murmur_net::{MeshHandle, RouteOutcome};
-
-/// Routed tasks whose state `list` asks their owners for.
-pub const LIST_REMOTE_MAX: usize = 100;
-/// How long `list` waits for an owner's answer.
-pub const LIST_REMOTE_WAIT: Duration = Duration::from_secs(2);
+use murmur_config::limits::{TASK_LIST_REMOTE_MAX, TASK_LIST_REMOTE_WAIT};
+use murmur_net::{MeshHandle, Placement};
+use murmur_protocol::task::Check;
 
 /// A new task, as the API or a capsule submits it.
 #[derive(Clone, Debug)]
@@ -59,12 +58,12 @@ pub struct TaskView {
     pub owner: NodeId,
 }
 
-/// Why a task call failed.
+/// Why a task call failed; each says what failed, and the message what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
     /// Refused by a check (grant, policy, capsule); nothing ran.
     #[error("refused ({check}): {reason}")]
-    Refused { check: String, reason: String },
+    Refused { check: Check, reason: String },
     #[error("task {0} not found")]
     NotFound(TaskId),
     #[error("{reason}")]
@@ -81,7 +80,7 @@ impl CallError {
     #[must_use]
     pub fn check(&self) -> &str {
         match self {
-            Self::Refused { check, .. } => check,
+            Self::Refused { check, .. } => check.as_str(),
             Self::NotFound(_) => "not_found",
             Self::NotCancelable { .. } => "not_cancelable",
             Self::NotWaiting { .. } => "not_waiting",
@@ -96,19 +95,20 @@ impl From<TaskError> for CallError {
             TaskError::NotFound(task) => Self::NotFound(task),
             TaskError::NotCancelable { .. } => Self::NotCancelable { reason: err.to_string() },
             TaskError::NotWaiting { .. } => Self::NotWaiting { reason: err.to_string() },
-            other => Self::Refused { check: other.check().to_owned(), reason: other.to_string() },
+            other => Self::Refused { check: other.check(), reason: other.to_string() },
         }
     }
 }
 
-/// The node's task service. Cheap to clone.
+/// The node's task service: every task its clients and capsules send, wherever it runs.
+/// Cheap to clone.
 #[derive(Clone, Debug)]
-pub struct Tasks {
+pub struct TaskService {
     manager: TaskManager,
     mesh: MeshHandle,
 }
 
-impl Tasks {
+impl TaskService {
     #[must_use]
     pub const fn new(manager: TaskManager, mesh: MeshHandle) -> Self {
         Self { manager, mesh }
@@ -151,7 +151,7 @@ impl Tasks {
         let outcome =
             self.mesh.route(request, new.pin).await.map_err(|e| CallError::Unavailable(format!("{e:#}")))?;
         match outcome {
-            RouteOutcome::Routed { owner, snapshot } => {
+            Placement::Routed { owner, snapshot } => {
                 if owner != self.local() {
                     self.manager.remember_route(RouteRecord {
                         task,
@@ -166,8 +166,8 @@ impl Tasks {
                 };
                 Ok(TaskView { snapshot, owner })
             }
-            RouteOutcome::Rejected { check, reason } => Err(CallError::Refused { check, reason }),
-            RouteOutcome::Failed { reason } => Err(CallError::Unavailable(reason)),
+            Placement::Rejected { check, reason } => Err(CallError::Refused { check, reason }),
+            Placement::Failed { reason } => Err(CallError::Unavailable(reason)),
         }
     }
 
@@ -192,11 +192,11 @@ impl Tasks {
         };
         match self.mesh.ask_owner(owner, request).await {
             Ok(TaskResponse::NotFound) => Err(CallError::NotFound(task)),
-            Ok(TaskResponse::Refused { check, reason }) => Err(match check.as_str() {
-                "not_cancelable" => CallError::NotCancelable { reason },
-                "not_waiting" => CallError::NotWaiting { reason },
-                "not_found" => CallError::NotFound(task),
-                _ => CallError::Refused { check, reason },
+            Ok(TaskResponse::Refused { check, reason }) => Err(match Check::named(&check) {
+                Check::NotCancelable => CallError::NotCancelable { reason },
+                Check::NotWaiting => CallError::NotWaiting { reason },
+                Check::NotFound => CallError::NotFound(task),
+                check => CallError::Refused { check, reason },
             }),
             Ok(other) => Ok(other),
             Err(reason) => Err(CallError::Unavailable(format!(
@@ -281,7 +281,7 @@ impl Tasks {
         self.settle_at(owner, task, wait).await
     }
 
-    /// [`Tasks::settle`] for a task whose owner is known.
+    /// [`TaskService::settle`] for a task whose owner is known.
     pub async fn settle_at(
         &self,
         owner: NodeId,
@@ -303,7 +303,7 @@ impl Tasks {
     }
 
     /// Tasks this node owns, then those it placed elsewhere (their state asked of their
-    /// owners, at most [`LIST_REMOTE_MAX`]), newest first, optionally in one state.
+    /// owners, at most [`TASK_LIST_REMOTE_MAX`]), newest first, optionally in one state.
     pub async fn list(&self, state: Option<TaskState>) -> Vec<TaskView> {
         let local = self.local();
         let mut views: Vec<(u64, TaskView)> = self
@@ -312,9 +312,9 @@ impl Tasks {
             .into_iter()
             .map(|(created, snapshot)| (created, TaskView { snapshot, owner: local }))
             .collect();
-        let routes = self.manager.routes(LIST_REMOTE_MAX);
+        let routes = self.manager.routes(TASK_LIST_REMOTE_MAX);
         let asks = routes.iter().map(|route| async move {
-            let answer = tokio::time::timeout(LIST_REMOTE_WAIT, self.get(&route.task)).await;
+            let answer = tokio::time::timeout(TASK_LIST_REMOTE_WAIT, self.get(&route.task)).await;
             (route.created_ms, answer)
         });
         for (created, answer) in futures::future::join_all(asks).await {

@@ -1,11 +1,16 @@
-//! The task manager with a real `echo` component (run `bash capsules/build.sh` first;
-//! `tests/run.sh` does): what happens when more tasks finish than it holds in memory.
+//! The task manager and runner with a real `echo` component (run `bash capsules/build.sh`
+//! first; `tests/run.sh` does): what happens when more tasks finish than it holds in
+//! memory, acceptance under `single`, and the owner's answer to a peer that waits for the
+//! outcome (the settle budget), through the port the network driver calls.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use murmur_node::tasks::{LIVE_MAX, Origin, TaskManager};
+use murmur_net::TaskOwner;
+use murmur_node::tasks::{LIVE_MAX, Origin, OwnerPort, TaskManager, TaskRunner};
+use murmur_protocol::SecretKey;
+use murmur_protocol::task::{Check, TaskRequest, TaskResponse};
 use murmur_protocol::task::{Sender, Submit, TaskId, TaskState};
 use murmur_runtime::ports::Ports;
 use murmur_runtime::{CapsuleManifest, Runtime, RuntimeOptions};
@@ -32,9 +37,9 @@ fn submit(message: &str, text: &str) -> Submit {
     }
 }
 
-/// A task manager in a fresh data dir whose runtime runs the `echo` component as tool
+/// A task runner in a fresh data dir whose runtime runs the `echo` component as tool
 /// `echo` (manifest lines `extra` added), holding at most `live_max` tasks in memory.
-async fn manager(extra: &str, live_max: usize) -> (tempfile::TempDir, TaskManager) {
+async fn runner(extra: &str, live_max: usize) -> (tempfile::TempDir, TaskRunner) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(ArtifactStore::open(&dir.path().join("store")).unwrap());
     let runtime = Runtime::new(
@@ -48,9 +53,8 @@ async fn manager(extra: &str, live_max: usize) -> (tempfile::TempDir, TaskManage
         wasm("echo").display()
     );
     runtime.install(CapsuleManifest::parse(&manifest, Path::new("/"), dir.path()).unwrap()).unwrap();
-    let manager =
-        TaskManager::open_with_live_max(&dir.path().join("tasks.redb"), runtime, live_max).await.unwrap();
-    (dir, manager)
+    let manager = TaskManager::open_with_live_max(&dir.path().join("tasks.redb"), live_max).await.unwrap();
+    (dir, TaskRunner::start(manager, runtime))
 }
 
 async fn finish(manager: &TaskManager, task: &TaskId) -> TaskState {
@@ -60,19 +64,20 @@ async fn finish(manager: &TaskManager, task: &TaskId) -> TaskState {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finished_tasks_beyond_the_memory_limit_are_dropped_in_batches_and_never_run_again() {
-    let (_dir, manager) = manager("", 20).await;
+    let (_dir, runner) = runner("", 20).await;
+    let manager = runner.manager();
 
     // Twenty finished tasks fill memory.
     let first: Vec<Submit> = (0..20).map(|i| submit(&format!("m{i}"), &format!("first {i}"))).collect();
     for s in &first {
-        manager.accept(s, Origin::Client).await.unwrap();
-        assert_eq!(finish(&manager, &s.task).await, TaskState::Completed);
+        runner.accept(s, Origin::Client).await.unwrap();
+        assert_eq!(finish(manager, &s.task).await, TaskState::Completed);
     }
     assert!(first.iter().all(|s| manager.owns(&s.task)));
 
     // The twenty-first drops the oldest tenth (two) of the finished ones from memory.
     let extra = submit("m-extra", "extra");
-    manager.accept(&extra, Origin::Client).await.unwrap();
+    runner.accept(&extra, Origin::Client).await.unwrap();
     let dropped: Vec<&Submit> = first.iter().filter(|s| !manager.owns(&s.task)).collect();
     assert_eq!(dropped.len(), 2, "a batch of two was dropped");
     assert_eq!(dropped[0].task, first[0].task, "the oldest went first");
@@ -81,7 +86,7 @@ async fn finished_tasks_beyond_the_memory_limit_are_dropped_in_batches_and_never
     // as it was (completed, with its first text) instead of being accepted and run again.
     for s in dropped {
         assert_eq!(manager.get(&s.task).unwrap().state, TaskState::Completed);
-        let again = manager.accept(&submit(&s.message, "second text"), Origin::Client).await.unwrap();
+        let again = runner.accept(&submit(&s.message, "second text"), Origin::Client).await.unwrap();
         assert_eq!(again.state, TaskState::Completed, "not queued a second time");
         assert!(again.message.as_deref().unwrap_or_default().contains(&s.text), "{again:?}");
         assert!(!manager.owns(&s.task), "answered from disk, not brought back to run");
@@ -91,19 +96,45 @@ async fn finished_tasks_beyond_the_memory_limit_are_dropped_in_batches_and_never
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_single_task_capsule_never_accepts_two_even_when_they_arrive_together() {
-    let (_dir, manager) = manager("[lifecycle]\ntask_acceptance = \"single\"\n", LIVE_MAX).await;
+    let (_dir, runner) = runner("[lifecycle]\ntask_acceptance = \"single\"\n", LIVE_MAX).await;
+    let manager = runner.manager();
     // Both pass the early check before either is stored: only one may be accepted.
     let (first_submit, second_submit) = (submit("a", "one"), submit("b", "two"));
     let (a, b) = tokio::join!(
-        manager.accept(&first_submit, Origin::Client),
-        manager.accept(&second_submit, Origin::Client),
+        runner.accept(&first_submit, Origin::Client),
+        runner.accept(&second_submit, Origin::Client),
     );
     let accepted = [a.is_ok(), b.is_ok()].iter().filter(|ok| **ok).count();
     assert_eq!(accepted, 1, "{a:?} {b:?}");
     let refused = a.err().or(b.err()).expect("one was refused");
-    assert_eq!(refused.check(), "busy");
+    assert_eq!(refused.check(), Check::Busy);
     // A repeat of the accepted one is answered as it is, after its acceptance is stored.
     let first = if manager.owns(&submit("a", "").task) { "a" } else { "b" };
-    let again = manager.accept(&submit(first, "ignored"), Origin::Client).await.unwrap();
+    let again = runner.accept(&submit(first, "ignored"), Origin::Client).await.unwrap();
     assert_eq!(again.task, submit(first, "").task);
+}
+
+/// A peer that asks to wait for the outcome gets the settled task in its one round trip,
+/// as long as the settle budget lasts: a request that arrived so long ago that its sender
+/// is about to time out is answered at once (accepted, not yet settled) rather than late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_answers_a_waiting_sender_within_the_settle_budget() {
+    let (_dir, runner) = runner("", LIVE_MAX).await;
+    let owner = OwnerPort::new(runner, SecretKey::from_seed([1; 32]).node_id());
+    let peer = SecretKey::from_seed([2; 32]).node_id();
+    let waiting = |message: &str| {
+        let mut s = submit(message, "settle");
+        s.settle_wait_ms = 5_000;
+        TaskRequest::Submit(s)
+    };
+    let now = std::time::Instant::now();
+    let TaskResponse::Accepted(settled) = owner.answer(peer, waiting("fresh"), now).await else { panic!() };
+    assert_eq!(settled.state, TaskState::Completed, "waited for the outcome");
+
+    // Arrived 9.5 s ago: the sender's 10 s request timeout leaves no budget to wait in.
+    let late = now.checked_sub(Duration::from_millis(9_500)).unwrap();
+    let started = std::time::Instant::now();
+    let TaskResponse::Accepted(unsettled) = owner.answer(peer, waiting("late"), late).await else { panic!() };
+    assert_eq!(unsettled.state, TaskState::Submitted, "answered at acceptance");
+    assert!(started.elapsed() < Duration::from_secs(2), "no wait: {:?}", started.elapsed());
 }

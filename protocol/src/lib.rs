@@ -16,6 +16,11 @@
 //! - **Node certificates** ([`cert`]): closed-mesh admission.
 //! - **Adverts** ([`advert`]) and the **directory** ([`directory`]): who hosts what;
 //!   **departure notices** ([`departure`]): who left.
+//! - **Tasks** ([`task`]): the wire types; the **router** ([`route`]) places a task on an
+//!   owner, the **exchange** ([`exchange`]) carries `/murmur/task/1` for it, the **owner**
+//!   ([`owner`]) admits, queues, runs and recovers the tasks a node accepted.
+//! - **Plants** ([`plant`]): known bugs the simulator plants in this code to prove its
+//!   checkers catch them (only with the `plant` feature).
 //! - **Peer URLs** ([`peer_url`]): `mesh://NAME[@PEERID]`, `HOST:PORT`, `http(s)://…`, and
 //!   allowlist patterns over them.
 //! - **Limits** ([`limits`]): every bound, in one place.
@@ -45,12 +50,15 @@ pub mod codec;
 pub mod departure;
 pub mod digest;
 pub mod directory;
+pub mod exchange;
 pub mod grant;
 pub mod identity;
 pub mod limits;
 pub mod mesh;
 pub mod names;
+pub mod owner;
 pub mod peer_url;
+pub mod plant;
 pub mod pull;
 pub mod replicate;
 pub mod resolve;

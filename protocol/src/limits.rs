@@ -139,3 +139,27 @@ pub const DEPARTED_NODES_MAX: usize = 1024;
 pub const BOOTSTRAP_PEERS_MAX: usize = 64;
 /// Addresses kept per bootstrap peer.
 pub const BOOTSTRAP_ADDRS_MAX: usize = 8;
+
+/// Tasks waiting in one capsule's queue at an owner. A queue this long already means
+/// minutes of work; past it the owner refuses (`overloaded`) and the router tries another
+/// node.
+pub const OWNER_QUEUE_MAX: usize = 4096;
+
+/// Tasks an owner holds in memory (its database keeps every one): 100,000 records of a
+/// few hundred bytes of state each, and the oldest finished ones are forgotten first.
+pub const OWNER_LIVE_MAX: usize = 100_000;
+
+/// Longest an owner holds a peer's request open waiting for a task's next event or for it
+/// to settle: well inside the request timeout, so a quiet task never looks like a dead
+/// owner.
+pub const OWNER_WAIT_MAX_MS: u64 = 5_000;
+
+/// `/murmur/task/1` requests a node has in flight to peers at once (submits its router
+/// delivers and questions to owners); more fail at once, as not delivered.
+pub const TASK_OUTBOUND_MAX: usize = 4096;
+
+/// Peers' `/murmur/task/1` requests a node answers at once; more are refused as
+/// `overloaded`.
+pub const TASK_INBOUND_MAX: usize = 4096;
+
+const _: () = assert!(OWNER_QUEUE_MAX < OWNER_LIVE_MAX);

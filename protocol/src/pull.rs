@@ -62,6 +62,8 @@ pub struct PullConfig {
     pub hedge_after_ms: u64,
     /// Failures (timeouts, errors) after which a provider is dropped from the pull.
     pub strikes_max: u32,
+    /// Planted bugs (the simulator's; none in a node).
+    pub plants: crate::plant::Plants,
 }
 
 impl Default for PullConfig {
@@ -73,6 +75,7 @@ impl Default for PullConfig {
             timeout_ms: 10_000,
             hedge_after_ms: 2_000,
             strikes_max: 3,
+            plants: crate::plant::Plants::NONE,
         }
     }
 }
@@ -358,6 +361,13 @@ impl Pull {
         }
         let (_, expected_len) = self.range(index);
         let good = digest == self.expected[index as usize] && len == expected_len;
+        if !good
+            && self.config.plants.has(crate::plant::Plant::WriteUnverified)
+            && self.chunks[index as usize] != Chunk::Written
+        {
+            // The planted bug: the bytes go to disk before they are checked.
+            self.outputs.push_back(Output::Write { index, provider });
+        }
         let released = self.release(&provider, index);
         let Some(request) = released.filter(|r| !r.expired) else {
             // Never asked of it, or it timed out, or its provider was removed. Bytes that

@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use crate::directory::Directory;
 use crate::identity::NodeId;
-use crate::task::{Submit, TaskId, TaskResponse, TaskSnapshot};
+use crate::task::{Check, Submit, TaskId, TaskResponse, TaskSnapshot};
 use crate::time::Millis;
 
 /// Tasks being routed at once (awaiting acceptance).
@@ -44,17 +44,13 @@ pub const CANDIDATES_MAX: usize = 16;
 /// Cost of a node whose round-trip time is unknown.
 pub const RTT_UNKNOWN_MS: u32 = 1000;
 
-/// Refusal checks that say nothing ran and another node may do better: the router tries
-/// the next candidate. Any other refusal is final.
-pub const RETRYABLE_CHECKS: [&str; 4] = ["not_hosted", "not_accepting", "busy", "overloaded"];
-
 /// What a provider's answer to a submit says: the task as accepted, or the refusal's
 /// (check, reason). An answer that is neither is a `protocol` refusal.
-pub fn submit_outcome(response: TaskResponse) -> Result<TaskSnapshot, (String, String)> {
+pub fn submit_outcome(response: TaskResponse) -> Result<TaskSnapshot, (Check, String)> {
     match response {
         TaskResponse::Accepted(snapshot) | TaskResponse::Snapshot(snapshot) => Ok(snapshot),
-        TaskResponse::Refused { check, reason } => Err((check, reason)),
-        other => Err(("protocol".to_owned(), format!("unexpected answer to a submit: {other:?}"))),
+        TaskResponse::Refused { check, reason } => Err((Check::named(&check), reason)),
+        other => Err((Check::Protocol, format!("unexpected answer to a submit: {other:?}"))),
     }
 }
 
@@ -82,7 +78,7 @@ pub enum Input {
     /// anything for a reason another node may not share: try the next candidate.
     NotDelivered { task: TaskId, provider: NodeId, reason: String },
     /// `provider` refused the task for a reason every node would share (a grant check).
-    Refused { task: TaskId, provider: NodeId, check: String, reason: String },
+    Refused { task: TaskId, provider: NodeId, check: Check, reason: String },
     /// The request went out and no outcome came back.
     Lost { task: TaskId, provider: NodeId, reason: String },
     /// Time passed.
@@ -91,13 +87,13 @@ pub enum Input {
 
 impl Input {
     /// The input for `provider`'s answer to a delivery of `task` (see [`submit_outcome`]):
-    /// accepted; refused with a check in [`RETRYABLE_CHECKS`], so not delivered (the next
-    /// candidate is tried); or refused for good.
+    /// accepted; refused with a retryable check ([`Check::is_retryable`]), so not delivered
+    /// (the next candidate is tried); or refused for good.
     #[must_use]
-    pub fn answered<T>(task: TaskId, provider: NodeId, outcome: Result<T, (String, String)>) -> Self {
+    pub fn answered<T>(task: TaskId, provider: NodeId, outcome: Result<T, (Check, String)>) -> Self {
         match outcome {
             Ok(_) => Self::Accepted { task, provider },
-            Err((check, reason)) if RETRYABLE_CHECKS.contains(&check.as_str()) => {
+            Err((check, reason)) if check.is_retryable() => {
                 Self::NotDelivered { task, provider, reason: format!("{check}: {reason}") }
             }
             Err((check, reason)) => Self::Refused { task, provider, check, reason },
@@ -114,7 +110,7 @@ pub enum Output {
     /// The task has an owner.
     Routed { task: TaskId, owner: NodeId },
     /// Refused for good; nothing ran.
-    Rejected { task: TaskId, check: String, reason: String },
+    Rejected { task: TaskId, check: Check, reason: String },
     /// Could not be placed, or its fate is unknown.
     Failed { task: TaskId, reason: String },
 }

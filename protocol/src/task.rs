@@ -374,6 +374,81 @@ impl TaskRefusal {
     }
 }
 
+/// The check that refused a task request, as `/murmur/task/1` names it (a refusal's
+/// `check` field). The wire keeps the name; decisions read the variant.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Check {
+    /// This node does not run the capsule.
+    NotHosted,
+    /// The capsule takes no tasks.
+    NotAccepting,
+    /// A one-at-a-time capsule is busy.
+    Busy,
+    /// The owner (or the node answering) has too much queued.
+    Overloaded,
+    /// No such task here.
+    NotFound,
+    /// The task is past being canceled.
+    NotCancelable,
+    /// The task is not waiting for input.
+    NotWaiting,
+    /// The answer was not one the request may get.
+    Protocol,
+    /// The owner failed while answering.
+    Internal,
+    /// Any other check (grants, the sender's identity: `no_grant`, `expired`, …), by name.
+    Named(String),
+}
+
+impl Check {
+    /// The check called `name` on the wire.
+    #[must_use]
+    pub fn named(name: &str) -> Self {
+        match name {
+            "not_hosted" => Self::NotHosted,
+            "not_accepting" => Self::NotAccepting,
+            "busy" => Self::Busy,
+            "overloaded" => Self::Overloaded,
+            "not_found" => Self::NotFound,
+            "not_cancelable" => Self::NotCancelable,
+            "not_waiting" => Self::NotWaiting,
+            "protocol" => Self::Protocol,
+            "internal" => Self::Internal,
+            other => Self::Named(other.to_owned()),
+        }
+    }
+
+    /// The wire name.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::NotHosted => "not_hosted",
+            Self::NotAccepting => "not_accepting",
+            Self::Busy => "busy",
+            Self::Overloaded => "overloaded",
+            Self::NotFound => "not_found",
+            Self::NotCancelable => "not_cancelable",
+            Self::NotWaiting => "not_waiting",
+            Self::Protocol => "protocol",
+            Self::Internal => "internal",
+            Self::Named(name) => name,
+        }
+    }
+
+    /// Whether the refusal says nothing ran and another node may do better (the router
+    /// tries the next candidate); any other refusal is final.
+    #[must_use]
+    pub const fn is_retryable(&self) -> bool {
+        matches!(self, Self::NotHosted | Self::NotAccepting | Self::Busy | Self::Overloaded)
+    }
+}
+
+impl std::fmt::Display for Check {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The sending node's check, before anything leaves: the capsule's grant is trusted, valid,
 /// names it (and its artifact), and allows `target`.
 pub fn check_outgoing(

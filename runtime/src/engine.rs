@@ -11,15 +11,12 @@ use murmur_protocol::Digest;
 use wasmtime::component::Component;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use super::manifest::MEMORY_MB_MAX;
+use murmur_config::limits::INSTANCES_MAX;
+use murmur_config::limits::MEMORY_MB_MAX;
 use murmur_store::file::write_atomic;
 
 /// How often the epoch advances: the granularity of deadlines.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
-
-/// Component instances alive at once across the node (each call instantiates one; nested
-/// tool invocations add one per level).
-pub const INSTANCES_MAX: u32 = 128;
 
 /// Bytes of each pooled linear memory kept resident between uses (reset by memset).
 pub const RESIDENT_BYTES: usize = 2 << 20;

@@ -66,15 +66,7 @@ pub use self::manifest::{ArtifactRef, CapsuleManifest};
 pub use self::message::DirectHttp;
 use self::ports::{Ports, TaskPort};
 use self::state::{CallContext, HostState, Limits};
-
-/// Deepest nesting of tool invocations (capsule → tool → tool …). Stops invocation loops.
-pub const INVOKE_DEPTH_MAX: u32 = 4;
-
-/// Capsules and tools one node runs.
-pub const INSTALLED_MAX: usize = 256;
-
-/// Bytes of a capsule's stdout or stderr kept per run.
-pub const CAPTURE_BYTES_MAX: usize = 64 * 1024;
+use murmur_config::limits::{CAPTURE_BYTES_MAX, INSTALLED_MAX, INVOKE_DEPTH_MAX};
 
 /// How the runtime is set up.
 #[derive(Clone, Debug)]
@@ -404,7 +396,7 @@ impl Inner {
                     .with_context(|| format!("cannot read artifact {}", path.display()))?
                     .len();
                 anyhow::ensure!(
-                    len <= murmur_store::store::CONTENT_BYTES_MAX,
+                    len <= murmur_config::limits::ARTIFACT_CONTENT_BYTES_MAX,
                     "artifact {} is too large ({len} bytes)",
                     path.display()
                 );

@@ -37,39 +37,20 @@ use std::time::Duration;
 
 use anyhow::Context;
 use murmur_protocol::names::{check_capsule_name, check_version};
+/// How a capsule takes A2A tasks (`lifecycle.task_acceptance`); the protocol's owner
+/// machine decides by it.
+pub use murmur_protocol::owner::Acceptance;
 use murmur_protocol::{AllowPattern, Digest};
 use serde::Deserialize;
 
 use murmur_config::ConfigErrors;
+use murmur_config::limits::{DEADLINE_MS_MAX, MANIFEST_ALLOW_ENTRIES_MAX, MANIFEST_BYTES_MAX, MEMORY_MB_MAX};
 use murmur_store::CapsuleKind;
-
-/// Largest manifest file read.
-pub const MANIFEST_BYTES_MAX: u64 = 64 * 1024;
-/// Memory a capsule may be granted at most (the pooling allocator's slot size).
-pub const MEMORY_MB_MAX: u64 = 1024;
-/// Longest deadline a capsule may be granted.
-pub const DEADLINE_MS_MAX: u64 = 600_000;
-/// Entries per allowlist and environment.
-pub const ALLOW_ENTRIES_MAX: usize = 64;
-
-/// How a capsule takes A2A tasks (`lifecycle.task_acceptance`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TaskAcceptance {
-    /// Takes no tasks: they are refused (`not_accepting`).
-    None,
-    /// One task at a time: while one is queued or running, another is refused as busy
-    /// (and the router tries another node).
-    Single,
-    /// Tasks queue (at most 4,096) and run in order, `lifecycle.workers` at a time.
-    #[default]
-    Queue,
-}
 
 /// The `[lifecycle]` table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lifecycle {
-    pub task_acceptance: TaskAcceptance,
+    pub task_acceptance: Acceptance,
     /// How long `murmur:task/task.request-input` waits for a reply before the call traps.
     pub input_timeout: Duration,
     /// Tasks run at once (queue mode).
@@ -78,7 +59,7 @@ pub struct Lifecycle {
 
 impl Default for Lifecycle {
     fn default() -> Self {
-        Self { task_acceptance: TaskAcceptance::Queue, input_timeout: Duration::from_secs(300), workers: 4 }
+        Self { task_acceptance: Acceptance::Queue, input_timeout: Duration::from_secs(300), workers: 4 }
     }
 }
 
@@ -169,14 +150,14 @@ struct Raw {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct RawLifecycle {
-    task_acceptance: TaskAcceptance,
+    task_acceptance: Acceptance,
     input_timeout_secs: u64,
     workers: usize,
 }
 
 impl Default for RawLifecycle {
     fn default() -> Self {
-        Self { task_acceptance: TaskAcceptance::Queue, input_timeout_secs: 300, workers: 4 }
+        Self { task_acceptance: Acceptance::Queue, input_timeout_secs: 300, workers: 4 }
     }
 }
 
@@ -256,8 +237,8 @@ impl CapsuleManifest {
             ("capabilities.network.allow", caps.network.allow.len()),
             ("wasi.env", raw.wasi.env.len()),
         ] {
-            if len > ALLOW_ENTRIES_MAX {
-                err(key, format!("has {len} entries, more than {ALLOW_ENTRIES_MAX}"));
+            if len > MANIFEST_ALLOW_ENTRIES_MAX {
+                err(key, format!("has {len} entries, more than {MANIFEST_ALLOW_ENTRIES_MAX}"));
             }
         }
         for tool in &caps.tools {

@@ -7,8 +7,6 @@
 //! port outside a node, and the node's port uses it for direct peers while `mesh://`
 //! targets go through the mesh's task router (behind the same allowlist check).
 
-use std::time::Duration;
-
 use murmur_api::TraceContext;
 
 use murmur_protocol::PeerUrl;
@@ -20,13 +18,7 @@ use super::Installed;
 use super::bindings::murmur::message::send::{self, Message, TaskResult};
 use super::ports::{MessagePort, PortFuture};
 use super::state::HostState;
-
-/// How long a peer may take to accept a message.
-pub const SEND_TIMEOUT: Duration = Duration::from_secs(30);
-/// Largest answer read from a peer.
-pub const RESPONSE_BYTES_MAX: usize = 1024 * 1024;
-/// Largest message text sent.
-pub const MESSAGE_BYTES_MAX: usize = 1024 * 1024;
+use murmur_config::limits::{MESSAGE_BYTES_MAX, MESSAGE_RESPONSE_BYTES_MAX, MESSAGE_SEND_TIMEOUT};
 
 impl send::Host for HostState {
     async fn send(&mut self, peer_url: String, message: Message) -> Result<Result<TaskResult, String>> {
@@ -58,7 +50,7 @@ pub struct DirectHttp {
 impl DirectHttp {
     /// A sender with its own HTTP client.
     pub fn new() -> anyhow::Result<Self> {
-        Ok(Self { client: reqwest::Client::builder().timeout(SEND_TIMEOUT).build()? })
+        Ok(Self { client: reqwest::Client::builder().timeout(MESSAGE_SEND_TIMEOUT).build()? })
     }
 
     /// The endpoint of a direct target.
@@ -97,8 +89,8 @@ impl DirectHttp {
         while let Some(chunk) =
             response.chunk().await.map_err(|e| format!("reading the answer of {url}: {e}"))?
         {
-            if bytes.len() + chunk.len() > RESPONSE_BYTES_MAX {
-                return Err(format!("the answer of {url} is larger than {RESPONSE_BYTES_MAX} bytes"));
+            if bytes.len() + chunk.len() > MESSAGE_RESPONSE_BYTES_MAX {
+                return Err(format!("the answer of {url} is larger than {MESSAGE_RESPONSE_BYTES_MAX} bytes"));
             }
             bytes.extend_from_slice(&chunk);
         }

@@ -17,15 +17,8 @@ use wasmtime::Result;
 
 use super::bindings::murmur::shell::execute::{self, ShellResult};
 use super::state::HostState;
+use murmur_config::limits::{SHELL_ARGS_MAX, SHELL_FULL_OUTPUT_BYTES_MAX, SHELL_OUTPUT_BYTES_MAX};
 use murmur_store::file::write_atomic;
-
-/// Bytes of each stream returned to the guest.
-pub const OUTPUT_BYTES_MAX: usize = 16 * 1024;
-/// Bytes of each stream kept for the full-output file; beyond this the child's output is
-/// read and discarded (and the file says so).
-pub const FULL_OUTPUT_BYTES_MAX: usize = 16 * 1024 * 1024;
-/// Arguments and environment entries per call.
-pub const ARGS_MAX: usize = 1024;
 
 impl execute::Host for HostState {
     async fn run(
@@ -35,9 +28,9 @@ impl execute::Host for HostState {
         env: Vec<(String, String)>,
     ) -> Result<Result<ShellResult, String>> {
         let manifest = &self.call.capsule.manifest;
-        if args.len() > ARGS_MAX || env.len() > ARGS_MAX {
+        if args.len() > SHELL_ARGS_MAX || env.len() > SHELL_ARGS_MAX {
             return Ok(Err(format!(
-                "shell: at most {ARGS_MAX} arguments and {ARGS_MAX} environment entries"
+                "shell: at most {SHELL_ARGS_MAX} arguments and {SHELL_ARGS_MAX} environment entries"
             )));
         }
         let Some(resolved) = resolve(&binary) else {
@@ -117,7 +110,7 @@ async fn execute(
     });
     let (stdout, stdout_dropped) = stdout.map_err(|e| format!("shell: reading stdout: {e}"))?;
     let (stderr, stderr_dropped) = stderr.map_err(|e| format!("shell: reading stderr: {e}"))?;
-    let truncated = stdout.len() > OUTPUT_BYTES_MAX || stderr.len() > OUTPUT_BYTES_MAX;
+    let truncated = stdout.len() > SHELL_OUTPUT_BYTES_MAX || stderr.len() > SHELL_OUTPUT_BYTES_MAX;
     let full_output_path = if truncated {
         Some(write_full_output(workdir, binary, &stdout, &stderr, stdout_dropped || stderr_dropped)?)
     } else {
@@ -126,7 +119,7 @@ async fn execute(
     Ok(ShellResult { exit_code, stdout: cut(&stdout), stderr: cut(&stderr), truncated, full_output_path })
 }
 
-/// Reads a stream to its end, keeping at most [`FULL_OUTPUT_BYTES_MAX`]; says whether
+/// Reads a stream to its end, keeping at most [`SHELL_FULL_OUTPUT_BYTES_MAX`]; says whether
 /// bytes were dropped.
 async fn read_bounded<R: tokio::io::AsyncRead + Unpin>(reader: &mut R) -> std::io::Result<(Vec<u8>, bool)> {
     let mut kept = Vec::new();
@@ -137,16 +130,16 @@ async fn read_bounded<R: tokio::io::AsyncRead + Unpin>(reader: &mut R) -> std::i
         if n == 0 {
             return Ok((kept, dropped));
         }
-        let room = FULL_OUTPUT_BYTES_MAX - kept.len();
+        let room = SHELL_FULL_OUTPUT_BYTES_MAX - kept.len();
         kept.extend_from_slice(&buf[..n.min(room)]);
         dropped |= n > room;
     }
 }
 
-/// At most [`OUTPUT_BYTES_MAX`] bytes as text, cut on a character boundary.
+/// At most [`SHELL_OUTPUT_BYTES_MAX`] bytes as text, cut on a character boundary.
 fn cut(bytes: &[u8]) -> String {
-    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(OUTPUT_BYTES_MAX)]);
-    let mut end = text.len().min(OUTPUT_BYTES_MAX);
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(SHELL_OUTPUT_BYTES_MAX)]);
+    let mut end = text.len().min(SHELL_OUTPUT_BYTES_MAX);
     while !text.is_char_boundary(end) {
         end -= 1;
     }
@@ -168,7 +161,7 @@ fn write_full_output(
     text.extend_from_slice(stderr);
     if dropped {
         text.extend_from_slice(
-            format!("\n== output beyond {FULL_OUTPUT_BYTES_MAX} bytes per stream was discarded ==\n")
+            format!("\n== output beyond {SHELL_FULL_OUTPUT_BYTES_MAX} bytes per stream was discarded ==\n")
                 .as_bytes(),
         );
     }
@@ -191,16 +184,16 @@ mod tests {
 
     #[test]
     fn output_is_cut_on_a_character_boundary() {
-        let text = "é".repeat(OUTPUT_BYTES_MAX);
+        let text = "é".repeat(SHELL_OUTPUT_BYTES_MAX);
         let out = cut(text.as_bytes());
-        assert!(out.len() <= OUTPUT_BYTES_MAX && out.len() >= OUTPUT_BYTES_MAX - 1);
+        assert!(out.len() <= SHELL_OUTPUT_BYTES_MAX && out.len() >= SHELL_OUTPUT_BYTES_MAX - 1);
     }
 
     #[tokio::test]
     async fn truncation_starts_one_byte_past_16_kib() {
         let dir = tempfile::tempdir().unwrap();
         let sh = resolve("sh").unwrap();
-        for (len, truncated) in [(OUTPUT_BYTES_MAX, false), (OUTPUT_BYTES_MAX + 1, true)] {
+        for (len, truncated) in [(SHELL_OUTPUT_BYTES_MAX, false), (SHELL_OUTPUT_BYTES_MAX + 1, true)] {
             let script = format!("head -c {len} /dev/zero | tr '\\0' x");
             let result = execute(
                 &sh,
@@ -211,7 +204,11 @@ mod tests {
             )
             .await
             .unwrap();
-            assert_eq!((result.truncated, result.stdout.len()), (truncated, OUTPUT_BYTES_MAX), "len {len}");
+            assert_eq!(
+                (result.truncated, result.stdout.len()),
+                (truncated, SHELL_OUTPUT_BYTES_MAX),
+                "len {len}"
+            );
             assert_eq!(result.full_output_path.is_some(), truncated);
             if let Some(path) = result.full_output_path {
                 assert!(std::fs::read_to_string(path).unwrap().contains(&"x".repeat(len)));

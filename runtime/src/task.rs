@@ -14,9 +14,7 @@ use wasmtime::Result;
 
 use super::bindings::murmur::task::task;
 use super::state::HostState;
-
-/// Longest prompt kept (the rest is cut at a character boundary).
-pub const PROMPT_BYTES_MAX: usize = 16 * 1024;
+use murmur_config::limits::INPUT_PROMPT_BYTES_MAX;
 
 impl task::Host for HostState {
     async fn request_input(&mut self, prompt: String) -> Result<String> {
@@ -29,8 +27,8 @@ impl task::Host for HostState {
             )
         };
         let mut prompt = prompt;
-        if prompt.len() > PROMPT_BYTES_MAX {
-            let cut = (0..=PROMPT_BYTES_MAX).rev().find(|i| prompt.is_char_boundary(*i)).unwrap_or(0);
+        if prompt.len() > INPUT_PROMPT_BYTES_MAX {
+            let cut = (0..=INPUT_PROMPT_BYTES_MAX).rev().find(|i| prompt.is_char_boundary(*i)).unwrap_or(0);
             prompt.truncate(cut);
         }
         let timeout = self.call.capsule.manifest.lifecycle.input_timeout;

@@ -6,9 +6,7 @@ use wasmtime::Result;
 
 use super::bindings::murmur::text::chunks::{self, Chunk, Options, Unit};
 use super::state::HostState;
-
-/// Most chunks one `split` returns.
-pub const CHUNKS_MAX: usize = 65_536;
+use murmur_config::limits::TEXT_CHUNKS_MAX;
 
 impl chunks::Host for HostState {
     async fn split(&mut self, text: String, opts: Options) -> Result<Result<Vec<Chunk>, String>> {
@@ -37,8 +35,8 @@ pub fn split(text: &str, opts: &Options) -> Result<Vec<Chunk>, String> {
     let mut chunks = Vec::new();
     let mut start = 0;
     while start < text.len() {
-        if chunks.len() == CHUNKS_MAX {
-            return Err(format!("more than {CHUNKS_MAX} chunks; use a larger max-size"));
+        if chunks.len() == TEXT_CHUNKS_MAX {
+            return Err(format!("more than {TEXT_CHUNKS_MAX} chunks; use a larger max-size"));
         }
         let limit = window_end(text, start, opts);
         let end = if limit == text.len() { limit } else { preferred_cut(text, start, limit) };

@@ -9,13 +9,13 @@
 
 mod artifacts;
 mod byzantine;
+mod exchange;
 mod faults;
 mod gossip;
 mod net;
 mod owner;
 mod pulls;
 mod resolves;
-mod routing;
 mod tasks;
 mod topology;
 mod unauthorized;
@@ -82,23 +82,42 @@ pub struct Options {
     pub plant: Option<Plant>,
 }
 
-/// A known bug in how a node drives the task protocol, planted on purpose: each must be
-/// caught by its checker (`sim/tests/tasks.rs`).
+impl Options {
+    /// The planted bug as the protocol's machines take it: the task and pull bugs are
+    /// switches in the shipped code (`murmur_protocol::plant`); the others are
+    /// configurations the world sets up.
+    #[must_use]
+    pub const fn plants(&self) -> murmur_protocol::plant::Plants {
+        use murmur_protocol::plant::{Plant as Shipped, Plants};
+        match self.plant {
+            Some(Plant::SkipIncomingCheck) => Plants::one(Shipped::SkipIncomingCheck),
+            Some(Plant::RetryLost) => Plants::one(Shipped::RetryLost),
+            Some(Plant::VolatileAccept) => Plants::one(Shipped::VolatileAccept),
+            Some(Plant::WriteUnverified) => Plants::one(Shipped::WriteUnverified),
+            Some(Plant::TrustAnyOffer | Plant::OpenAdmission) | None => Plants::NONE,
+        }
+    }
+}
+
+/// A known bug, planted on purpose: each must be caught by its checker
+/// (`sim/tests/tasks.rs`, `sim/tests/artifacts.rs`, `sim/tests/scenarios.rs`). The first
+/// four are planted in the protocol's own machines (the code `murnode` runs); the last two
+/// are configurations a node could be given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Plant {
-    /// Owners accept tasks without the receiving node's grant check (`check_incoming`).
-    /// Caught by the grant checker (an unauthorized sender is added if the scenario has
-    /// none).
+    /// The task exchange accepts peers' tasks without the receiving node's grant check
+    /// (`check_incoming`). Caught by the grant checker (an unauthorized sender is added if
+    /// the scenario has none).
     SkipIncomingCheck,
-    /// The driver reports a delivery with an unknown outcome (timeout, connection closed)
-    /// as "not delivered", so the router tries another node although the first may have
-    /// accepted. Caught by the executed-twice checker.
+    /// The task exchange takes a delivery with an unknown outcome (timeout, connection
+    /// closed) as "not delivered", so the router tries another node although the first may
+    /// have accepted. Caught by the executed-twice checker.
     RetryLost,
-    /// Owners keep accepted tasks in memory only until they finish. Caught by the
+    /// The owner machine answers "accepted" before the acceptance is on disk (written in
+    /// the background, so only a later synchronous write makes it durable). Caught by the
     /// lost-task checker when an owner restarts.
     VolatileAccept,
-    /// A pulling node writes every chunk that arrives before the pull scheduler checks
-    /// it. Caught by the artifact write checker (a corrupt provider is added if the
+    /// The pull scheduler writes every bad chunk that arrives before checking it. Caught by the artifact write checker (a corrupt provider is added if the
     /// scenario has none, and artifact traffic if it has none).
     WriteUnverified,
     /// Resolutions trust the corrupt providers' own key as well as the publisher's, so a

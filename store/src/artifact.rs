@@ -3,14 +3,11 @@
 //! signed catalog naming it and its blobs).
 
 use anyhow::{Context, bail};
+use murmur_config::limits::{ARTIFACT_TAGS_MAX, ARTIFACT_TEXT_BYTES_MAX};
 use murmur_protocol::catalog::{Catalog, CatalogArtifact, CatalogBlob};
 use murmur_protocol::names::{check_capsule_name, check_version};
 use murmur_protocol::{Digest, Envelope, Millis, SecretKey, Signed};
 use serde::{Deserialize, Serialize};
-
-/// Tags per artifact, and bytes per description or schema.
-pub const TAGS_MAX: usize = 32;
-pub const TEXT_BYTES_MAX: usize = 16 * 1024;
 
 /// What a capsule is, and so which export a runtime calls: the one name for an artifact's
 /// `kind` and a manifest's `kind`.
@@ -101,15 +98,15 @@ impl ArtifactMeta {
     pub fn validate(&self) -> anyhow::Result<()> {
         check_capsule_name(&self.name).map_err(|e| anyhow::anyhow!("name: {e}"))?;
         check_version(&self.version).map_err(|e| anyhow::anyhow!("version: {e}"))?;
-        if self.tags.len() > TAGS_MAX {
-            bail!("tags: at most {TAGS_MAX}");
+        if self.tags.len() > ARTIFACT_TAGS_MAX {
+            bail!("tags: at most {ARTIFACT_TAGS_MAX}");
         }
         for text in [Some(&self.description), self.input_schema.as_ref(), self.output_schema.as_ref()]
             .into_iter()
             .flatten()
         {
-            if text.len() > TEXT_BYTES_MAX {
-                bail!("description and schemas: at most {TEXT_BYTES_MAX} bytes each");
+            if text.len() > ARTIFACT_TEXT_BYTES_MAX {
+                bail!("description and schemas: at most {ARTIFACT_TEXT_BYTES_MAX} bytes each");
             }
         }
         Ok(())

@@ -33,12 +33,14 @@ use serde::Serialize;
 use crate::artifact::Stored;
 use crate::file::hash_reader;
 use crate::oci::parse_artifact;
-use crate::store::{ArtifactStore, CONTENT_BYTES_MAX, METADATA_BYTES_MAX, SIGNATURE_BYTES_MAX};
+use crate::store::ArtifactStore;
+use murmur_config::limits::BUNDLE_LAYOUT_FILE_BYTES_MAX;
+use murmur_config::limits::{
+    ARTIFACT_CONTENT_BYTES_MAX, ARTIFACT_METADATA_BYTES_MAX, ARTIFACT_SIGNATURE_BYTES_MAX,
+};
 
 /// The catalog's entry name; always the first entry.
 pub const CATALOG_ENTRY: &str = "murmur-catalog.cbor";
-/// Largest `oci-layout` or `index.json` entry accepted.
-pub const LAYOUT_FILE_BYTES_MAX: u64 = 1024 * 1024;
 
 /// What an export or import did, or what a verification found.
 #[derive(Debug, Clone, Serialize)]
@@ -161,7 +163,7 @@ pub fn import(
         let mut small = BTreeMap::new();
         let mut staged = Vec::new();
         let catalog = walk(path, publishers, progress, &mut |blob, reader| {
-            let received = if blob.size <= METADATA_BYTES_MAX {
+            let received = if blob.size <= ARTIFACT_METADATA_BYTES_MAX {
                 // Small enough to be a manifest or config: kept to check the artifacts,
                 // and staged from what was kept.
                 keep_small(blob, reader, &mut small)?;
@@ -187,7 +189,7 @@ pub fn import(
         // publisher can pull them from this node by name. After indexing: a refused import
         // leaves no signature behind; a signature the store already has is kept.
         let envelope = catalog.envelope();
-        if envelope.encode().len() <= SIGNATURE_BYTES_MAX {
+        if envelope.encode().len() <= ARTIFACT_SIGNATURE_BYTES_MAX {
             for (_, _, manifest) in &artifacts {
                 if store.signature(manifest).is_none() {
                     store.keep_signature(&lock, manifest, envelope)?;
@@ -218,7 +220,7 @@ fn keep_small(
     reader: &mut dyn Read,
     small: &mut BTreeMap<Digest, Vec<u8>>,
 ) -> anyhow::Result<()> {
-    if blob.size > METADATA_BYTES_MAX {
+    if blob.size > ARTIFACT_METADATA_BYTES_MAX {
         let (found, len) = hash_reader(reader, None)?;
         return check_blob(blob, found, len);
     }
@@ -293,9 +295,9 @@ fn walk(
             .map_err(|e| anyhow::anyhow!("catalog refused ({}): {e}", e.reason()))?
     };
     let doc = catalog.doc();
-    if let Some(big) = doc.blobs.iter().find(|b| b.size > CONTENT_BYTES_MAX) {
+    if let Some(big) = doc.blobs.iter().find(|b| b.size > ARTIFACT_CONTENT_BYTES_MAX) {
         bail!(
-            "blob {} declares {} bytes, more than the {CONTENT_BYTES_MAX} a store accepts",
+            "blob {} declares {} bytes, more than the {ARTIFACT_CONTENT_BYTES_MAX} a store accepts",
             big.digest,
             big.size
         );
@@ -313,11 +315,11 @@ fn walk(
         let size = entry.size();
         match name.as_str() {
             "oci-layout" | "index.json" => {
-                if size > LAYOUT_FILE_BYTES_MAX {
-                    bail!("`{name}` declares {size} bytes, more than {LAYOUT_FILE_BYTES_MAX}");
+                if size > BUNDLE_LAYOUT_FILE_BYTES_MAX {
+                    bail!("`{name}` declares {size} bytes, more than {BUNDLE_LAYOUT_FILE_BYTES_MAX}");
                 }
                 let mut bytes = Vec::new();
-                (&mut entry).take(LAYOUT_FILE_BYTES_MAX).read_to_end(&mut bytes)?;
+                (&mut entry).take(BUNDLE_LAYOUT_FILE_BYTES_MAX).read_to_end(&mut bytes)?;
                 let json: serde_json::Value =
                     serde_json::from_slice(&bytes).with_context(|| format!("`{name}` is not JSON"))?;
                 if name == "oci-layout" && json["imageLayoutVersion"] != "1.0.0" {

@@ -1,6 +1,7 @@
-//! What a Murmur node keeps on disk, apart from its task database: the content-addressed
-//! artifact store (an OCI image layout), air-gapped bundles, a capsule's `murmur.lock`,
-//! ed25519 key files, and the crash-safe file helpers all of them write through.
+//! What a Murmur node keeps on disk, apart from its task database: the data directory's
+//! layout and key ([`data_dir`]), the content-addressed artifact store (an OCI image
+//! layout), air-gapped bundles, a capsule's `murmur.lock`, ed25519 key files, and the
+//! crash-safe file helpers all of them write through.
 //!
 //! It owns file formats and the order of writes that makes them survive a crash. It must
 //! not know about the network, the runtime or the command line: no libp2p, wasmtime, clap
@@ -27,6 +28,7 @@
 
 pub mod artifact;
 pub mod bundle;
+pub mod data_dir;
 pub mod file;
 pub mod keyfile;
 pub mod lock;

@@ -18,13 +18,12 @@ use murmur_protocol::Digest;
 use serde::{Deserialize, Serialize};
 
 use crate::file::write_atomic;
+use murmur_config::limits::LOCK_ENTRIES_MAX;
 
 /// File name of the lock in a work directory.
 pub const LOCK_FILE: &str = "murmur.lock";
 /// The lock format this build reads and writes.
 pub const LOCK_VERSION: u32 = 1;
-/// Entries one lock holds.
-pub const LOCK_ENTRIES_MAX: usize = 1024;
 
 /// One pinned artifact.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -13,7 +13,7 @@ use murmur_protocol::artifact::CHUNK_LIST_BYTES_MAX;
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::ArtifactMeta;
-use crate::store::{CONTENT_BYTES_MAX, METADATA_BYTES_MAX};
+use murmur_config::limits::{ARTIFACT_CONTENT_BYTES_MAX, ARTIFACT_METADATA_BYTES_MAX};
 
 /// Media type of a Murmur artifact's manifest config.
 pub const CONFIG_MEDIA_TYPE: &str = "application/vnd.murmur.artifact.config.v1+json";
@@ -90,8 +90,8 @@ pub fn manifest_parts(manifest: &[u8]) -> anyhow::Result<ManifestParts> {
     if manifest.artifact_type != ARTIFACT_TYPE || manifest.config.media_type != CONFIG_MEDIA_TYPE {
         bail!("not a Murmur artifact (artifactType {})", manifest.artifact_type);
     }
-    if manifest.config.size > METADATA_BYTES_MAX {
-        bail!("its config is {} bytes, more than {METADATA_BYTES_MAX}", manifest.config.size);
+    if manifest.config.size > ARTIFACT_METADATA_BYTES_MAX {
+        bail!("its config is {} bytes, more than {ARTIFACT_METADATA_BYTES_MAX}", manifest.config.size);
     }
     let layer = manifest.layers.first().context("the manifest has no content layer")?;
     let chunk_list = match manifest.layers.get(1) {
@@ -122,8 +122,8 @@ pub fn parse_artifact(
         serde_json::from_slice(&config).context("its config is not artifact metadata")?;
     meta.validate()?;
     let layer = manifest.layers.first().context("the manifest has no content layer")?;
-    if layer.size > CONTENT_BYTES_MAX {
-        bail!("an artifact has one content layer of at most {CONTENT_BYTES_MAX} bytes");
+    if layer.size > ARTIFACT_CONTENT_BYTES_MAX {
+        bail!("an artifact has one content layer of at most {ARTIFACT_CONTENT_BYTES_MAX} bytes");
     }
     let mut blobs = vec![(config_digest, manifest.config.size), (layer.digest.parse()?, layer.size)];
     match &manifest.layers[1..] {

@@ -29,16 +29,10 @@ use crate::oci::{
     ARTIFACT_TYPE, CHUNKS_MEDIA_TYPE, CONFIG_MEDIA_TYPE, Descriptor, INDEX_MEDIA_TYPE, Index,
     MANIFEST_MEDIA_TYPE, Manifest, REF_NAME, WASM_MEDIA_TYPE, clone_descriptor, descriptor, named,
 };
-
-/// Largest content blob accepted (a component is typically tens to hundreds of KiB; models
-/// and native tools can be far larger).
-pub const CONTENT_BYTES_MAX: u64 = 1 << 30;
-/// Largest publisher signature kept beside a manifest.
-pub const SIGNATURE_BYTES_MAX: usize = 16 * 1024;
-/// Largest manifest or config blob.
-pub const METADATA_BYTES_MAX: u64 = 64 * 1024;
-/// Artifacts (name@version) one store indexes.
-pub const ARTIFACTS_MAX: usize = 10_000;
+use murmur_config::limits::{
+    ARTIFACT_CONTENT_BYTES_MAX, ARTIFACT_METADATA_BYTES_MAX, ARTIFACT_SIGNATURE_BYTES_MAX,
+    STORE_ARTIFACTS_MAX,
+};
 
 /// Proof that the store's write lock is held (see [`ArtifactStore::lock`]).
 #[derive(Debug)]
@@ -87,8 +81,11 @@ impl ArtifactStore {
         publisher: Option<(&SecretKey, Millis)>,
     ) -> anyhow::Result<Stored> {
         meta.validate()?;
-        if content.len() as u64 > CONTENT_BYTES_MAX {
-            bail!("content is {} bytes, more than the {CONTENT_BYTES_MAX} a store accepts", content.len());
+        if content.len() as u64 > ARTIFACT_CONTENT_BYTES_MAX {
+            bail!(
+                "content is {} bytes, more than the {ARTIFACT_CONTENT_BYTES_MAX} a store accepts",
+                content.len()
+            );
         }
         let _lock = self.write_lock()?;
         let content_digest = self.put_blob(content)?;
@@ -131,7 +128,7 @@ impl ArtifactStore {
     #[must_use]
     pub fn signature(&self, manifest: &Digest) -> Option<Envelope> {
         let bytes = std::fs::read(self.signature_path(manifest)).ok()?;
-        if bytes.len() > SIGNATURE_BYTES_MAX {
+        if bytes.len() > ARTIFACT_SIGNATURE_BYTES_MAX {
             return None;
         }
         Envelope::decode(&bytes).ok()
@@ -226,9 +223,9 @@ impl ArtifactStore {
                 None => new += 1,
             }
         }
-        if index.manifests.len() + new > ARTIFACTS_MAX {
+        if index.manifests.len() + new > STORE_ARTIFACTS_MAX {
             bail!(
-                "the store holds {} artifacts; {new} more would pass its limit of {ARTIFACTS_MAX}",
+                "the store holds {} artifacts; {new} more would pass its limit of {STORE_ARTIFACTS_MAX}",
                 index.manifests.len()
             );
         }
@@ -259,7 +256,9 @@ impl ArtifactStore {
                     stored.meta.version
                 );
             }
-            if stored.size > CONTENT_BYTES_MAX || self.blob_size(&stored.content) != Some(stored.size) {
+            if stored.size > ARTIFACT_CONTENT_BYTES_MAX
+                || self.blob_size(&stored.content) != Some(stored.size)
+            {
                 bail!(
                     "{name}@{version}: content {} is not in the store at {} bytes",
                     stored.content,
@@ -269,9 +268,9 @@ impl ArtifactStore {
             index.name(&stored.meta, *manifest, size);
             stored_all.push(stored);
         }
-        if index.manifests.len() > ARTIFACTS_MAX {
+        if index.manifests.len() > STORE_ARTIFACTS_MAX {
             bail!(
-                "the store would hold {} artifacts, more than its limit of {ARTIFACTS_MAX}",
+                "the store would hold {} artifacts, more than its limit of {STORE_ARTIFACTS_MAX}",
                 index.manifests.len()
             );
         }
@@ -283,8 +282,8 @@ impl ArtifactStore {
     fn index_entry(&self, meta: &ArtifactMeta, manifest: Digest, size: u64) -> anyhow::Result<()> {
         let mut index = self.read_index()?;
         index.name(meta, manifest, size);
-        if index.manifests.len() > ARTIFACTS_MAX {
-            bail!("the store holds {ARTIFACTS_MAX} artifacts, its limit");
+        if index.manifests.len() > STORE_ARTIFACTS_MAX {
+            bail!("the store holds {STORE_ARTIFACTS_MAX} artifacts, its limit");
         }
         self.write_index(&index)
     }
@@ -294,7 +293,7 @@ impl ArtifactStore {
     pub fn blobs_of(&self, stored: &Stored) -> anyhow::Result<Vec<(Digest, u64)>> {
         let manifest_size = self.blob_size(&stored.manifest).context("manifest missing")?;
         let manifest: Manifest =
-            serde_json::from_slice(&self.read_blob(&stored.manifest, METADATA_BYTES_MAX)?)?;
+            serde_json::from_slice(&self.read_blob(&stored.manifest, ARTIFACT_METADATA_BYTES_MAX)?)?;
         let mut blobs =
             vec![(stored.manifest, manifest_size), (manifest.config.digest.parse()?, manifest.config.size)];
         for layer in &manifest.layers {
@@ -505,17 +504,18 @@ impl ArtifactStore {
 
     /// The content of an artifact, verified.
     pub fn content(&self, stored: &Stored) -> anyhow::Result<Vec<u8>> {
-        self.read_blob(&stored.content, CONTENT_BYTES_MAX)
+        self.read_blob(&stored.content, ARTIFACT_CONTENT_BYTES_MAX)
     }
 
     fn load(&self, entry: &Descriptor) -> anyhow::Result<Stored> {
         let manifest_digest: Digest = entry.digest.parse()?;
         let manifest: Manifest =
-            serde_json::from_slice(&self.read_blob(&manifest_digest, METADATA_BYTES_MAX)?)
+            serde_json::from_slice(&self.read_blob(&manifest_digest, ARTIFACT_METADATA_BYTES_MAX)?)
                 .with_context(|| format!("manifest {manifest_digest} is not an artifact manifest"))?;
         let config_digest: Digest = manifest.config.digest.parse()?;
-        let meta: ArtifactMeta = serde_json::from_slice(&self.read_blob(&config_digest, METADATA_BYTES_MAX)?)
-            .with_context(|| format!("config {config_digest} is not artifact metadata"))?;
+        let meta: ArtifactMeta =
+            serde_json::from_slice(&self.read_blob(&config_digest, ARTIFACT_METADATA_BYTES_MAX)?)
+                .with_context(|| format!("config {config_digest} is not artifact metadata"))?;
         let layer = manifest.layers.first().context("manifest has no content layer")?;
         let chunk_list = match manifest.layers.get(1) {
             Some(chunks) if chunks.media_type == CHUNKS_MEDIA_TYPE => Some(chunks.digest.parse()?),
@@ -566,7 +566,8 @@ impl ArtifactStore {
         for entry in &index.manifests {
             let digest: Digest = entry.digest.parse()?;
             live.insert(digest.hex());
-            let manifest: Manifest = serde_json::from_slice(&self.read_blob(&digest, METADATA_BYTES_MAX)?)?;
+            let manifest: Manifest =
+                serde_json::from_slice(&self.read_blob(&digest, ARTIFACT_METADATA_BYTES_MAX)?)?;
             live.insert(manifest.config.digest.trim_start_matches("sha256:").to_owned());
             for layer in &manifest.layers {
                 live.insert(layer.digest.trim_start_matches("sha256:").to_owned());

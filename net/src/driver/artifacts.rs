@@ -20,12 +20,7 @@ use murmur_store::ArtifactStore;
 
 use super::Driver;
 use crate::ArtifactQuery;
-
-/// Requests from peers being served at once (each holds up to one chunk in memory); more
-/// are answered "busy". Eight pullers at their full 16 requests each fit.
-pub const SERVING_MAX: usize = 128;
-/// Requests to peers in flight at once, for every pull together; more fail at once.
-pub const OUTBOUND_MAX: usize = 1024;
+use murmur_config::limits::{ARTIFACT_OUTBOUND_MAX, ARTIFACT_SERVING_MAX};
 
 /// Artifact state the driver owns.
 pub(crate) struct ArtifactSide {
@@ -87,7 +82,7 @@ impl std::fmt::Debug for ArtifactSide {
 
 impl ArtifactSide {
     pub(crate) fn new(store: Arc<ArtifactStore>, queries: mpsc::Receiver<ArtifactQuery>) -> Self {
-        let (served_tx, served) = mpsc::channel(SERVING_MAX);
+        let (served_tx, served) = mpsc::channel(ARTIFACT_SERVING_MAX);
         Self {
             store,
             queries,
@@ -107,7 +102,7 @@ impl Driver {
     pub(super) fn on_artifact_query(&mut self, query: ArtifactQuery) {
         match query {
             ArtifactQuery::Ask { peer, request, reply } => {
-                if self.artifacts.outbound.len() >= OUTBOUND_MAX {
+                if self.artifacts.outbound.len() >= ARTIFACT_OUTBOUND_MAX {
                     let _ = reply.send(Err("too many artifact requests in flight on this node".into()));
                     return;
                 }
@@ -165,7 +160,7 @@ impl Driver {
     /// Reads what a peer asked for in a blocking task; the answer comes back through
     /// [`ArtifactSide::served`].
     fn serve_artifact(&mut self, request: ArtifactRequest, channel: ResponseChannel<ArtifactResponse>) {
-        if self.artifacts.inbound.len() >= SERVING_MAX {
+        if self.artifacts.inbound.len() >= ARTIFACT_SERVING_MAX {
             self.artifacts.busy_count += 1;
             let busy =
                 ArtifactResponse::Error { reason: "busy: too many artifact requests being served".into() };

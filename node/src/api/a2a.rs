@@ -38,6 +38,7 @@ use tracing::Instrument;
 use super::ApiState;
 use crate::tasks::{CallError, NewTask, TaskView};
 use crate::telemetry::{self, TraceContext};
+use murmur_config::limits::{A2A_BLOCKING_WAIT_MAX, A2A_PAGE_SIZE_MAX, A2A_STREAMS_MAX};
 
 /// JSON-RPC and A2A error codes.
 pub mod code {
@@ -57,16 +58,6 @@ pub mod code {
     /// Murmur: the task could not be placed, or its owner did not answer.
     pub const UNAVAILABLE: i64 = -32031;
 }
-
-/// Longest a blocking `message/send` waits for the task to finish or ask for input;
-/// after that it answers with the task as it is.
-pub const BLOCKING_WAIT_MAX: Duration = Duration::from_secs(60);
-/// SSE streams open at once per node.
-pub const STREAMS_MAX: usize = 1024;
-/// Largest JSON-RPC request body.
-pub const REQUEST_BYTES_MAX: usize = TASK_TEXT_BYTES_MAX + 64 * 1024;
-/// Tasks per `ListTasks` page at most.
-pub const PAGE_SIZE_MAX: usize = 100;
 
 /// Which generation of A2A a client speaks; answers take its shapes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -386,14 +377,17 @@ async fn send(
             sender: Sender::Client,
             origin: format!("client@{}", state.tasks.local()),
             traceparent: Some(trace.header()),
-            settle_wait: if blocking { BLOCKING_WAIT_MAX } else { Duration::ZERO },
+            settle_wait: if blocking { A2A_BLOCKING_WAIT_MAX } else { Duration::ZERO },
         })
         .await?;
     let task = view.snapshot.task;
     tracing::debug!(task = %task, owner = %view.owner, "task placed");
     let settled = view.snapshot.state.is_terminal() || view.snapshot.state == TaskState::InputRequired;
     let view = if blocking && !settled {
-        state.tasks.settle_at(view.owner, &task, BLOCKING_WAIT_MAX.saturating_sub(started.elapsed())).await?
+        state
+            .tasks
+            .settle_at(view.owner, &task, A2A_BLOCKING_WAIT_MAX.saturating_sub(started.elapsed()))
+            .await?
     } else {
         view
     };
@@ -401,7 +395,7 @@ async fn send(
 }
 
 async fn settle(state: &ApiState, task: &TaskId) -> Result<TaskView, RpcError> {
-    Ok(state.tasks.settle(task, BLOCKING_WAIT_MAX).await?)
+    Ok(state.tasks.settle(task, A2A_BLOCKING_WAIT_MAX).await?)
 }
 
 async fn list(state: &ApiState, params: &Value, dialect: Dialect) -> Result<Value, RpcError> {
@@ -411,8 +405,8 @@ async fn list(state: &ApiState, params: &Value, dialect: Dialect) -> Result<Valu
     };
     let page_size = params["pageSize"]
         .as_u64()
-        .map_or(50, |n| usize::try_from(n).unwrap_or(PAGE_SIZE_MAX))
-        .clamp(1, PAGE_SIZE_MAX);
+        .map_or(50, |n| usize::try_from(n).unwrap_or(A2A_PAGE_SIZE_MAX))
+        .clamp(1, A2A_PAGE_SIZE_MAX);
     let offset = match params["pageToken"].as_str().filter(|t| !t.is_empty()) {
         Some(token) => {
             token.parse::<usize>().map_err(|_| RpcError::params("`pageToken` is not one this node issued"))?
@@ -563,11 +557,11 @@ struct StreamState {
 /// An SSE stream of a task's events after `after` (from the start: the task itself first,
 /// then every change). Each SSE event's `id` is the task's sequence number.
 fn stream(state: Arc<ApiState>, id: Value, dialect: Dialect, view: TaskView, after: Option<u64>) -> Response {
-    if state.streams.fetch_add(1, Ordering::Relaxed) >= STREAMS_MAX {
+    if state.streams.fetch_add(1, Ordering::Relaxed) >= A2A_STREAMS_MAX {
         state.streams.fetch_sub(1, Ordering::Relaxed);
         return reply(
             &id,
-            Err(RpcError::new(code::UNAVAILABLE, format!("more than {STREAMS_MAX} streams are open"))),
+            Err(RpcError::new(code::UNAVAILABLE, format!("more than {A2A_STREAMS_MAX} streams are open"))),
         );
     }
     let slot = StreamSlot(state.clone());

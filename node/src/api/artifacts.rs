@@ -26,10 +26,7 @@ use murmur_store::CapsuleKind;
 use murmur_store::lock::{Lock, LockEntry};
 
 use crate::fetch::{Progress, Pulled, Want};
-
-/// Progress lines buffered for a slow client; past this, progress lines (never the final
-/// line) are dropped.
-pub const PROGRESS_QUEUE_MAX: usize = 64;
+use murmur_config::limits::PULL_PROGRESS_QUEUE_MAX;
 
 /// The first line of a capsule manifest `mur install` writes; it only ever replaces a
 /// manifest that starts with it.
@@ -54,7 +51,7 @@ pub(super) async fn pull(State(state): State<Arc<ApiState>>, Json(body): Json<Pu
         Ok(want) => want,
         Err(message) => return error(StatusCode::BAD_REQUEST, "bad_request", &message),
     };
-    let (tx, rx) = mpsc::channel::<Bytes>(PROGRESS_QUEUE_MAX);
+    let (tx, rx) = mpsc::channel::<Bytes>(PULL_PROGRESS_QUEUE_MAX);
     tokio::spawn(async move {
         let progress_tx = tx.clone();
         let mut progress = move |event: Progress| {

@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use murmur_api::exit::{self, CliError, CliResult};
 use murmur_api::output::print_json;
-use murmur_config::data_dir;
 use murmur_node::daemon::{self, RunOptions};
 use murmur_node::telemetry::{self, LogFormat};
+use murmur_store::data_dir;
 
 /// The Murmur node daemon: joins the mesh, hosts capsules, serves the API.
 ///

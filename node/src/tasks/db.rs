@@ -7,7 +7,7 @@
 //! queued so far in one transaction, and each caller waits for the commit that includes
 //! its write — so an acknowledged write is on disk, and a burst shares one fsync. A batch
 //! that nobody waits for (intermediate states, routes) commits without an fsync; the next
-//! durable commit, or at the latest one [`FLUSH_AFTER`] later, carries it to disk.
+//! durable commit, or at the latest one [`TASK_DB_FLUSH_AFTER`] later, carries it to disk.
 //! Records are stored as CBOR (the protocol crate's codec), read back with a size bound.
 
 use std::path::Path;
@@ -19,25 +19,19 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::oneshot;
 
 use super::record::{RouteRecord, TaskRecord};
+use murmur_config::limits::{
+    TASK_DB_BATCH_MAX, TASK_DB_FLUSH_AFTER, TASK_DB_WRITE_QUEUE_MAX, TASK_RECORD_BYTES_MAX,
+};
 
 const TASKS: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("tasks");
-/// Largest stored record read back (input and result text are bounded by the protocol).
-const RECORD_BYTES_MAX: usize = 4 * murmur_protocol::task::TASK_FRAME_BYTES_MAX;
 
 fn decode<T: serde::de::DeserializeOwned + serde::Serialize>(bytes: &[u8]) -> Option<T> {
-    murmur_protocol::codec::decode("task record", bytes, RECORD_BYTES_MAX)
+    murmur_protocol::codec::decode("task record", bytes, TASK_RECORD_BYTES_MAX)
         .map_err(|err| tracing::warn!(error = %err, "unreadable task record skipped"))
         .ok()
 }
 
 const ROUTES: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("routes");
-
-/// Writes queued for the writer thread at most; callers wait when it is full.
-pub const WRITE_QUEUE_MAX: usize = 8192;
-/// Records committed in one transaction at most.
-pub const BATCH_MAX: usize = 1024;
-/// Longest a write nobody waits for stays in memory only.
-pub const FLUSH_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 
 enum Write {
     Put(Box<TaskRecord>, Option<oneshot::Sender<Result<(), String>>>),
@@ -81,7 +75,7 @@ impl TaskDb {
             txn.open_table(ROUTES)?;
             txn.commit()?;
         }
-        let (writes, queue) = std_mpsc::sync_channel(WRITE_QUEUE_MAX);
+        let (writes, queue) = std_mpsc::sync_channel(TASK_DB_WRITE_QUEUE_MAX);
         let writer_db = db.clone();
         let writer = std::thread::Builder::new()
             .name("murmur-taskdb".into())
@@ -180,7 +174,7 @@ fn writer(db: &Database, queue: &std_mpsc::Receiver<Write>) {
                 Ok(write) => write,
                 Err(_) => return,
             },
-            Some(since) => match queue.recv_timeout(FLUSH_AFTER.saturating_sub(since.elapsed())) {
+            Some(since) => match queue.recv_timeout(TASK_DB_FLUSH_AFTER.saturating_sub(since.elapsed())) {
                 Ok(write) => write,
                 Err(timeout_or_closed) => {
                     // Idle (or closing) with writes in memory only: carry them to disk.
@@ -196,14 +190,14 @@ fn writer(db: &Database, queue: &std_mpsc::Receiver<Write>) {
             },
         };
         let mut batch = vec![first];
-        while batch.len() < BATCH_MAX {
+        while batch.len() < TASK_DB_BATCH_MAX {
             match queue.try_recv() {
                 Ok(more) => batch.push(more),
                 Err(_) => break,
             }
         }
         let waited_for = batch.iter().any(|w| matches!(w, Write::Put(_, Some(_)) | Write::Flush(_)));
-        let overdue = undurable_since.is_some_and(|since| since.elapsed() >= FLUSH_AFTER);
+        let overdue = undurable_since.is_some_and(|since| since.elapsed() >= TASK_DB_FLUSH_AFTER);
         let durable = waited_for || overdue;
         let result = commit(db, &batch, durable).map_err(|e| format!("{e:#}"));
         match &result {
@@ -319,8 +313,8 @@ mod tests {
             let db = TaskDb::open(&path).unwrap();
             db.put_eventually(TaskRecord::new(task, "echo", "m1", None, "hi".into(), Origin::Client, 5));
             db.put_route(route("r1"));
-            // Readable at once (committed in memory), on disk after FLUSH_AFTER.
-            tokio::time::sleep(FLUSH_AFTER + std::time::Duration::from_millis(300)).await;
+            // Readable at once (committed in memory), on disk after TASK_DB_FLUSH_AFTER.
+            tokio::time::sleep(TASK_DB_FLUSH_AFTER + std::time::Duration::from_millis(300)).await;
             assert_eq!(db.routes().unwrap().len(), 1);
             db.put_route(route("r2"));
             db.flush().await.unwrap();

@@ -1,41 +1,38 @@
-//! The tasks this node owns: acceptance, queues, execution, input, cancel, events.
+//! The tasks this node owns: their records in memory and in the task database, and the
+//! protocol's [`Owner`] machine deciding on them (admission, idempotency, queues and
+//! workers, what must be on disk first, recovery after a restart, what is forgotten).
+//!
+//! The manager carries out the machine's decisions on the records (an event per state
+//! change, watchers woken) and on the database (synchronous writes awaited, background
+//! ones queued). It runs nothing: a decision to start a task is handed to its caller, the
+//! [`TaskRunner`](super::runner::TaskRunner), which owns the runtime.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use murmur_protocol::task::{Submit, TaskEvent, TaskId, TaskRefusal, TaskSnapshot, TaskState};
-use tokio::sync::{mpsc, oneshot, watch};
-use tracing::Instrument;
-
 use murmur_config::clock;
-use murmur_runtime::manifest::TaskAcceptance;
-use murmur_runtime::ports::{PortFuture, TaskPort};
-use murmur_runtime::{Runtime, ToolInput};
+use murmur_protocol::owner::{Admitted, Output, Owner, OwnerConfig, Policy, Refusal, Refused, Write};
+use murmur_protocol::task::{Check, Submit, TaskEvent, TaskId, TaskRefusal, TaskSnapshot, TaskState};
+use tokio::sync::{oneshot, watch};
 
 use super::db::TaskDb;
 use super::record::{Origin, RouteRecord, TaskRecord};
 
-/// Tasks kept in memory (the database keeps all; older finished ones are dropped first).
-pub const LIVE_MAX: usize = 100_000;
 /// Routes (tasks placed on other nodes) kept in memory for listing, newest first.
-pub const RECENT_ROUTES_MAX: usize = 1024;
+pub use murmur_config::limits::RECENT_ROUTES_MAX;
+/// Tasks kept in memory (the database keeps all; older finished ones are dropped first).
+pub use murmur_protocol::limits::OWNER_LIVE_MAX as LIVE_MAX;
 /// Tasks waiting in one capsule's queue.
-pub const QUEUE_MAX: usize = 4096;
-
-/// What [`TaskManager::insert_checked`] did.
-enum Insert {
-    Inserted,
-    Existing(Arc<Live>),
-    Busy,
-}
+pub use murmur_protocol::limits::OWNER_QUEUE_MAX as QUEUE_MAX;
 
 /// A task in memory, with what its waiters need.
 #[derive(Debug)]
-struct Live {
+pub(super) struct Live {
     record: Mutex<TaskRecord>,
     changed: watch::Sender<u64>,
-    input: Mutex<Option<oneshot::Sender<String>>>,
+    /// Where a reply goes while the task waits for input.
+    pub(super) input: Mutex<Option<oneshot::Sender<String>>>,
     /// Whether its acceptance is on disk: `None` while the write is under way.
     stored: watch::Sender<Option<bool>>,
 }
@@ -56,8 +53,8 @@ impl Live {
         }
     }
 
-    fn record(&self) -> std::sync::MutexGuard<'_, TaskRecord> {
-        self.record.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    pub(super) fn record(&self) -> MutexGuard<'_, TaskRecord> {
+        self.record.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -72,28 +69,34 @@ pub enum TaskError {
     NotWaiting { task: TaskId, state: TaskState },
     #[error(transparent)]
     Refused(#[from] TaskRefusal),
-    #[error("capsule `{capsule}` is busy with another task (task_acceptance = single)")]
-    Busy { capsule: String },
-    #[error("capsule `{capsule}` has {QUEUE_MAX} tasks queued, its limit")]
-    Overloaded { capsule: String },
+    #[error(transparent)]
+    Admission(#[from] Refusal),
     #[error("{0}")]
     Internal(String),
 }
 
 impl TaskError {
-    /// The failed check, as a stable name (JSON-RPC `data.check`, `/murmur/task/1`).
+    /// The failed check (JSON-RPC `data.check`, `/murmur/task/1`).
     #[must_use]
-    pub const fn check(&self) -> &'static str {
+    pub fn check(&self) -> Check {
         match self {
-            Self::NotFound(_) => "not_found",
-            Self::NotCancelable { .. } => "not_cancelable",
-            Self::NotWaiting { .. } => "not_waiting",
-            Self::Refused(refusal) => refusal.check(),
-            Self::Busy { .. } => "busy",
-            Self::Overloaded { .. } => "overloaded",
-            Self::Internal(_) => "internal",
+            Self::NotFound(_) => Check::NotFound,
+            Self::NotCancelable { .. } => Check::NotCancelable,
+            Self::NotWaiting { .. } => Check::NotWaiting,
+            Self::Refused(refusal) => Check::named(refusal.check()),
+            Self::Admission(refusal) => Check::named(refusal.check()),
+            Self::Internal(_) => Check::Internal,
         }
     }
+}
+
+/// What a decision left to do once the machine's lock is released.
+#[derive(Debug, Default)]
+#[must_use]
+pub(super) struct Effects {
+    writes: Vec<(TaskRecord, Write)>,
+    /// Tasks to run now.
+    pub(super) starts: Vec<Arc<Live>>,
 }
 
 /// The owner side of tasks. Cheap to clone.
@@ -105,82 +108,57 @@ pub struct TaskManager {
 #[derive(Debug)]
 struct Inner {
     db: TaskDb,
-    runtime: Runtime,
+    owner: Mutex<Owner>,
     live: Mutex<BTreeMap<TaskId, Arc<Live>>>,
-    queues: Mutex<BTreeMap<String, mpsc::Sender<Arc<Live>>>>,
-    running: Mutex<BTreeMap<String, usize>>,
-    tickets: std::sync::atomic::AtomicU64,
-    /// Whether a finished task was ever dropped from `live` (then an unknown task id may
-    /// still be in the database).
-    evicted: std::sync::atomic::AtomicBool,
-    /// Tasks held in memory at most ([`LIVE_MAX`] but in tests).
-    live_max: usize,
-    /// Size of `live` at which the next eviction pass runs (at least `live_max`).
-    scan_at: std::sync::atomic::AtomicUsize,
     /// The newest routes, newest first (for listing without reading every route).
     recent_routes: Mutex<std::collections::VecDeque<RouteRecord>>,
 }
 
 impl TaskManager {
     /// Opens the task database and recovers: tasks that were running fail (the node
-    /// restarted under them), queued tasks are queued again.
-    pub async fn open(path: &std::path::Path, runtime: Runtime) -> anyhow::Result<Self> {
-        Self::open_with_live_max(path, runtime, LIVE_MAX).await
+    /// restarted under them); queued tasks wait for [`TaskManager::resume`].
+    pub async fn open(path: &std::path::Path) -> anyhow::Result<Self> {
+        Self::open_with_live_max(path, LIVE_MAX).await
     }
 
     /// [`TaskManager::open`] holding at most `live_max` tasks in memory (tests use a small
     /// number to exercise eviction).
-    pub async fn open_with_live_max(
-        path: &std::path::Path,
-        runtime: Runtime,
-        live_max: usize,
-    ) -> anyhow::Result<Self> {
+    pub async fn open_with_live_max(path: &std::path::Path, live_max: usize) -> anyhow::Result<Self> {
         let db = TaskDb::open(path)?;
+        let config = OwnerConfig { live_max, ..OwnerConfig::default() };
         let manager = Self {
             inner: Arc::new(Inner {
                 db,
-                runtime,
+                owner: Mutex::new(Owner::new(config)),
                 live: Mutex::new(BTreeMap::new()),
-                queues: Mutex::new(BTreeMap::new()),
-                running: Mutex::new(BTreeMap::new()),
-                tickets: std::sync::atomic::AtomicU64::new(0),
-                evicted: std::sync::atomic::AtomicBool::new(false),
-                live_max: live_max.max(1),
-                scan_at: std::sync::atomic::AtomicUsize::new(0),
                 recent_routes: Mutex::new(std::collections::VecDeque::new()),
             }),
         };
         let mut routes = manager.inner.db.routes()?;
         routes.sort_by_key(|r| std::cmp::Reverse(r.created_ms));
         routes.truncate(RECENT_ROUTES_MAX);
-        *manager.inner.recent_routes.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
-            routes.into();
-        let mut records = manager.inner.db.all()?;
-        records.sort_by_key(|r| (r.ticket, r.created_ms));
-        let last = records.iter().map(|r| r.ticket).max().unwrap_or(0);
-        manager.inner.tickets.store(last, std::sync::atomic::Ordering::Relaxed);
-        let now = clock::now().0;
-        for mut record in records {
-            let requeue = match record.state {
-                TaskState::Working | TaskState::InputRequired => {
-                    record.transition(
-                        TaskState::Failed,
-                        Some("the node restarted while the task was running".into()),
-                        now,
-                    );
-                    manager.inner.db.put(record.clone()).await?;
-                    false
-                }
-                TaskState::Submitted => true,
-                _ => false,
-            };
-            let live = Live::new(record, Some(true));
-            manager.insert_live(live.clone());
-            if requeue {
-                manager.enqueue(live).await;
+        *lock(&manager.inner.recent_routes) = routes.into();
+        let records = manager.inner.db.all()?;
+        let recovered: Vec<(TaskId, String, TaskState, u64)> =
+            records.iter().map(|r| (r.task, r.capsule.clone(), r.state, r.ticket)).collect();
+        {
+            let mut live = lock(&manager.inner.live);
+            for record in records {
+                live.insert(record.task, Live::new(record, Some(true)));
             }
         }
+        let restarted = Some("the node restarted while the task was running".to_owned());
+        let effects = manager.decide(None, restarted, |owner, now| owner.recover(now, recovered));
+        manager.write(effects.writes).await?;
+        debug_assert!(effects.starts.is_empty(), "recovery starts nothing before resume");
         Ok(manager)
+    }
+
+    /// Starts what recovery queued again, as each capsule's `policy` now allows; returns
+    /// the tasks to run.
+    pub(super) fn resume(&self, policy: &dyn Fn(&str) -> Option<Policy>) -> Vec<Arc<Live>> {
+        let effects = self.decide(None, None, |owner, now| owner.resume(now, policy));
+        self.write_background(effects)
     }
 
     /// Makes every task write so far durable (call when the node stops).
@@ -188,13 +166,19 @@ impl TaskManager {
         self.inner.db.flush().await
     }
 
-    /// Accepts a task for a capsule this node runs (idempotent: the same task id returns
-    /// the task as it is). The acceptance is durable before this returns.
-    pub async fn accept(&self, submit: &Submit, origin: Origin) -> Result<TaskSnapshot, TaskError> {
+    /// Accepts a task for a capsule this node hosts with `policy` (`None`: not hosted),
+    /// idempotently: the same task id returns the task as it is. The acceptance is durable
+    /// before this returns; the tasks to run now come with it.
+    pub(super) async fn accept(
+        &self,
+        submit: &Submit,
+        origin: Origin,
+        policy: Option<Policy>,
+    ) -> Result<(TaskSnapshot, Vec<Arc<Live>>), TaskError> {
         if let Some(existing) = self.live(&submit.task) {
-            return Self::accepted_already(&existing).await;
+            return Ok((Self::accepted_already(&existing).await?, Vec::new()));
         }
-        if self.inner.evicted.load(std::sync::atomic::Ordering::Relaxed)
+        if self.forgot_any()
             && let Some(record) = self
                 .inner
                 .db
@@ -202,31 +186,9 @@ impl TaskManager {
                 .map_err(|e| TaskError::Internal(format!("task store: {e:#}")))?
         {
             // Finished long ago and no longer in memory: it ran once; it stays that way.
-            return Ok(record.snapshot());
+            return Ok((record.snapshot(), Vec::new()));
         }
-        let installed = self
-            .inner
-            .runtime
-            .installed()
-            .into_iter()
-            .find(|i| i.manifest.name == submit.capsule)
-            .ok_or_else(|| TaskRefusal::NotHosted { capsule: submit.capsule.clone() })?;
-        if !installed.manifest.kind.runs_as_tool() {
-            return Err(TaskRefusal::NotAccepting { capsule: submit.capsule.clone() }.into());
-        }
-        let single = installed.manifest.lifecycle.task_acceptance == TaskAcceptance::Single;
-        match installed.manifest.lifecycle.task_acceptance {
-            TaskAcceptance::None => {
-                return Err(TaskRefusal::NotAccepting { capsule: submit.capsule.clone() }.into());
-            }
-            TaskAcceptance::Single if self.running(&submit.capsule) + self.queued(&submit.capsule) > 0 => {
-                return Err(TaskError::Busy { capsule: submit.capsule.clone() });
-            }
-            _ if self.queued(&submit.capsule) >= QUEUE_MAX => {
-                return Err(TaskError::Overloaded { capsule: submit.capsule.clone() });
-            }
-            _ => {}
-        }
+        let now = clock::now().0;
         let mut record = TaskRecord::new(
             submit.task,
             &submit.capsule,
@@ -234,28 +196,46 @@ impl TaskManager {
             submit.context.clone(),
             submit.text.clone(),
             origin,
-            clock::now().0,
+            now,
         );
-        record.ticket = self.inner.tickets.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         record.trace_id = submit.traceparent.as_deref().and_then(crate::telemetry::trace_id_of);
         record.traceparent.clone_from(&submit.traceparent);
-        let live = Live::new(record.clone(), None);
-        // Check and insert under one lock: two deliveries of one task accept it once, and
-        // a `single` capsule never holds two unfinished tasks.
-        match self.insert_checked(live.clone(), single.then_some(submit.capsule.as_str())) {
-            Insert::Inserted => {}
-            Insert::Existing(existing) => return Self::accepted_already(&existing).await,
-            Insert::Busy => return Err(TaskError::Busy { capsule: submit.capsule.clone() }),
+        // Decided and held under the machine's lock: two deliveries of one task accept it
+        // once, and a `single` capsule never holds two unfinished tasks.
+        let (admitted, effects) = {
+            let mut owner = lock(&self.inner.owner);
+            let admitted = owner.admit(clock::now(), submit, policy);
+            match admitted {
+                Ok(Admitted::New { ticket }) => {
+                    record.ticket = ticket;
+                    lock(&self.inner.live).insert(submit.task, Live::new(record, None));
+                }
+                Ok(Admitted::Existing(_)) | Err(_) => {}
+            }
+            let effects = self.apply(&mut owner, Some(submit.task), None);
+            (admitted, effects)
+        };
+        match admitted? {
+            Admitted::Existing(_) => {
+                let existing = self.live(&submit.task).ok_or(TaskError::NotFound(submit.task))?;
+                return Ok((Self::accepted_already(&existing).await?, Vec::new()));
+            }
+            Admitted::New { .. } => {}
         }
-        if let Err(err) = self.inner.db.put(record).await {
-            self.inner.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&submit.task);
+        let live = self.live(&submit.task).ok_or(TaskError::NotFound(submit.task))?;
+        if let Err(err) = self.write(effects.writes).await {
+            lock(&self.inner.owner).abandon(submit.task);
+            lock(&self.inner.live).remove(&submit.task);
             live.stored.send_replace(Some(false));
             return Err(TaskError::Internal(format!("{err:#}")));
         }
         live.stored.send_replace(Some(true));
         let snapshot = live.record().snapshot();
-        self.enqueue(live).await;
-        Ok(snapshot)
+        let effects = self.decide(Some(submit.task), None, |owner, now| {
+            // Held since the admission, under the same machine: it cannot be unknown.
+            let _ = owner.stored(now, submit.task);
+        });
+        Ok((snapshot, self.write_background(effects)))
     }
 
     /// The answer to a repeated delivery: the task as it is, once its acceptance is on
@@ -267,6 +247,21 @@ impl TaskManager {
             ));
         }
         Ok(existing.record().snapshot())
+    }
+
+    /// The run of `task` ended in `state` with `message`; returns the tasks to run next.
+    pub(super) async fn finished(
+        &self,
+        task: TaskId,
+        state: TaskState,
+        message: Option<String>,
+    ) -> Vec<Arc<Live>> {
+        let Effects { writes, starts } =
+            self.decide(Some(task), message, |owner, now| owner.finished(now, task, state));
+        if let Err(err) = self.write(writes).await {
+            tracing::error!(error = %format!("{err:#}"), task_id = %task, "cannot store a task state");
+        }
+        starts
     }
 
     /// The task now.
@@ -291,9 +286,7 @@ impl TaskManager {
     /// memory) in its database. A disk read only after an eviction.
     #[must_use]
     pub fn holds(&self, task: &TaskId) -> bool {
-        self.owns(task)
-            || (self.inner.evicted.load(std::sync::atomic::Ordering::Relaxed)
-                && matches!(self.inner.db.get(task), Ok(Some(_))))
+        self.owns(task) || (self.forgot_any() && matches!(self.inner.db.get(task), Ok(Some(_))))
     }
 
     /// The full record (for A2A answers with history).
@@ -308,14 +301,7 @@ impl TaskManager {
     /// state. Only the snapshot is copied (not the input text or the event log).
     #[must_use]
     pub fn list(&self, state: Option<TaskState>) -> Vec<(u64, TaskSnapshot)> {
-        let live: Vec<Arc<Live>> = self
-            .inner
-            .live
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect();
+        let live: Vec<Arc<Live>> = lock(&self.inner.live).values().cloned().collect();
         let mut found: Vec<(u64, TaskSnapshot)> = live
             .iter()
             .filter_map(|l| {
@@ -330,47 +316,70 @@ impl TaskManager {
     /// Cancels a task that has not started, or that waits for input.
     pub async fn cancel(&self, task: &TaskId) -> Result<TaskSnapshot, TaskError> {
         let live = self.live(task).ok_or(TaskError::NotFound(*task))?;
-        // Checked and changed under one lock: a worker starting the task at the same
+        let task = *task;
+        // Decided by the machine under its lock: a worker starting the task at the same
         // moment either starts it (and the cancel is refused) or finds it canceled.
-        let changed = self
-            .update_if(
-                &live,
-                &[TaskState::Submitted, TaskState::InputRequired],
-                TaskState::Canceled,
-                Some("canceled by request".into()),
-                true,
-            )
+        let message = Some("canceled by request".to_owned());
+        let (decided, effects) =
+            self.decide_result(Some(task), message, |owner, now| owner.cancel(now, task));
+        if let Err(refused) = decided {
+            return Err(match refused {
+                Refused::Unknown(_) => TaskError::NotFound(task),
+                Refused::WrongState { state, .. } => TaskError::NotCancelable { task, state },
+            });
+        }
+        self.write(effects.writes)
             .await
             .map_err(|e| TaskError::Internal(format!("the cancel could not be stored: {e:#}")))?;
-        if !changed {
-            return Err(TaskError::NotCancelable { task: *task, state: live.record().state });
-        }
         // A tool waiting for input is released (its wait fails and the run stops).
-        live.input.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        lock(&live.input).take();
         Ok(live.record().snapshot())
     }
 
     /// Delivers a follow-up message to a task that asked for input.
     pub fn reply(&self, task: &TaskId, text: String) -> Result<TaskSnapshot, TaskError> {
         let live = self.live(task).ok_or(TaskError::NotFound(*task))?;
+        let task = *task;
         let waiter = {
-            let mut input = live.input.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let state = live.record().state;
-            if state != TaskState::InputRequired || input.is_none() {
-                return Err(TaskError::NotWaiting { task: *task, state });
+            let mut input = lock(&live.input);
+            if input.is_none() {
+                let state = live.record().state;
+                return Err(TaskError::NotWaiting { task, state });
             }
             // Working before the tool wakes, so whoever waits for the outcome next does
-            // not see the stale input-required; checked and changed under the record's
-            // lock, so a cancel in between wins and the reply is refused.
-            if !self.update_now_if(&live, &[TaskState::InputRequired], TaskState::Working, None) {
-                return Err(TaskError::NotWaiting { task: *task, state: live.record().state });
+            // not see the stale input-required; a cancel decided first wins and the reply
+            // is refused.
+            let (decided, effects) =
+                self.decide_result(Some(task), None, |owner, now| owner.reply(now, task));
+            if let Err(refused) = decided {
+                let state = match refused {
+                    Refused::WrongState { state, .. } => state,
+                    Refused::Unknown(_) => live.record().state,
+                };
+                return Err(TaskError::NotWaiting { task, state });
             }
+            let _ = self.write_background(effects);
             input.take()
         };
         if let Some(waiter) = waiter {
             let _ = waiter.send(text);
         }
         Ok(live.record().snapshot())
+    }
+
+    /// The running `task` asks for input with `prompt`: it is input-required once that is
+    /// stored, and `reply` is where the answer goes. False when it was canceled meanwhile
+    /// or the question could not be stored.
+    pub(super) async fn ask(&self, live: &Live, prompt: String, reply: oneshot::Sender<String>) -> bool {
+        let task = live.record().task;
+        *lock(&live.input) = Some(reply);
+        let (decided, effects) =
+            self.decide_result(Some(task), Some(prompt), |owner, now| owner.ask(now, task));
+        let asked = decided.is_ok() && self.write(effects.writes).await.is_ok();
+        if !asked {
+            lock(&live.input).take();
+        }
+        asked
     }
 
     /// Events after `after`, waiting up to `wait` for one (with `settled`: until the task
@@ -404,38 +413,18 @@ impl TaskManager {
         }
     }
 
-    /// Tasks running now, over every capsule.
+    /// The advertised load: tasks running and queued, in thousandths of `workers` (every
+    /// worker of every capsule that takes tasks), capped at 1,000.
     #[must_use]
-    pub fn running_total(&self) -> usize {
-        self.inner.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner).values().sum()
-    }
-
-    /// The advertised load: tasks running and queued, in thousandths of the workers this
-    /// node has (capped at 1,000).
-    #[must_use]
-    pub fn load_permille(&self) -> u16 {
-        let workers: usize = self
-            .inner
-            .runtime
-            .installed()
-            .iter()
-            .filter(|i| i.manifest.kind.runs_as_tool())
-            .map(|i| i.manifest.lifecycle.workers)
-            .sum();
-        let queued: usize = {
-            let queues = self.inner.queues.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            queues.values().map(|q| QUEUE_MAX - q.capacity()).sum()
-        };
-        let busy = self.running_total() + queued;
-        u16::try_from((busy * 1000 / workers.max(1)).min(1000)).unwrap_or(1000)
+    pub fn load_permille(&self, workers: usize) -> u16 {
+        lock(&self.inner.owner).load_permille(workers)
     }
 
     /// Remembers that `task`, sent from here, is owned by `owner` (so `get`, `cancel` and
     /// streams reach it after a restart too).
     pub fn remember_route(&self, route: RouteRecord) {
         {
-            let mut recent =
-                self.inner.recent_routes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut recent = lock(&self.inner.recent_routes);
             recent.push_front(route.clone());
             recent.truncate(RECENT_ROUTES_MAX);
         }
@@ -453,286 +442,98 @@ impl TaskManager {
     /// [`TaskManager::route_of`]).
     #[must_use]
     pub fn routes(&self, limit: usize) -> Vec<RouteRecord> {
-        let recent = self.inner.recent_routes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        recent.iter().take(limit).cloned().collect()
+        lock(&self.inner.recent_routes).iter().take(limit).cloned().collect()
     }
 
-    fn live(&self, task: &TaskId) -> Option<Arc<Live>> {
-        self.inner.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(task).cloned()
+    pub(super) fn live(&self, task: &TaskId) -> Option<Arc<Live>> {
+        lock(&self.inner.live).get(task).cloned()
     }
 
-    /// Inserts `live` unless its task is there already, or (`single` names its capsule) the
-    /// capsule has an unfinished task: checked and inserted under the map's lock. Past the
-    /// memory limit, the oldest tenth of the finished tasks is dropped from memory first.
-    fn insert_checked(&self, live: Arc<Live>, single: Option<&str>) -> Insert {
-        let task = live.record().task;
-        let mut all = self.inner.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(existing) = all.get(&task) {
-            return Insert::Existing(existing.clone());
-        }
-        if let Some(capsule) = single
-            && all.values().any(|l| {
-                let record = l.record();
-                record.capsule == capsule && !record.state.is_terminal()
-            })
-        {
-            return Insert::Busy;
-        }
-        let scan_at = self.inner.live_max.max(self.inner.scan_at.load(std::sync::atomic::Ordering::Relaxed));
-        if all.len() >= scan_at {
-            // One pass drops the oldest tenth of the finished tasks. When few have
-            // finished, the next pass waits until a tenth more tasks arrived, so the scan
-            // is paid once per tenth of the limit, never on every insert.
-            let mut finished: Vec<(u64, TaskId)> = all
-                .iter()
-                .filter_map(|(t, l)| {
-                    let record = l.record();
-                    record.state.is_terminal().then_some((record.updated_ms, *t))
-                })
-                .collect();
-            let evict = (self.inner.live_max / 10).max(1).min(finished.len());
-            if evict > 0 {
-                finished.select_nth_unstable(evict - 1);
-                for (_, task) in &finished[..evict] {
-                    all.remove(task);
+    fn forgot_any(&self) -> bool {
+        lock(&self.inner.owner).forgot_any()
+    }
+
+    /// Runs `decide` on the machine and applies its outputs to the records (`message` goes
+    /// with the state changes of `task`).
+    fn decide(
+        &self,
+        task: Option<TaskId>,
+        message: Option<String>,
+        decide: impl FnOnce(&mut Owner, murmur_protocol::Millis),
+    ) -> Effects {
+        let mut owner = lock(&self.inner.owner);
+        decide(&mut owner, clock::now());
+        self.apply(&mut owner, task, message)
+    }
+
+    /// [`TaskManager::decide`] for a decision with an answer.
+    fn decide_result<T>(
+        &self,
+        task: Option<TaskId>,
+        message: Option<String>,
+        decide: impl FnOnce(&mut Owner, murmur_protocol::Millis) -> T,
+    ) -> (T, Effects) {
+        let mut owner = lock(&self.inner.owner);
+        let answer = decide(&mut owner, clock::now());
+        let effects = self.apply(&mut owner, task, message);
+        (answer, effects)
+    }
+
+    /// Applies the machine's outputs to the records in memory, under its lock (so records
+    /// change in the order it decided); returns the writes and starts to carry out.
+    fn apply(&self, owner: &mut Owner, task: Option<TaskId>, message: Option<String>) -> Effects {
+        let now = clock::now().0;
+        let mut effects = Effects::default();
+        let mut live = lock(&self.inner.live);
+        while let Some(output) = owner.poll_output() {
+            match output {
+                Output::Store { task: id, state, write } => {
+                    let Some(entry) = live.get(&id) else { continue };
+                    let mut record = entry.record();
+                    if record.state != state || state != TaskState::Submitted {
+                        // Recovery fails every interrupted task with the same message.
+                        let text = if task.is_none_or(|t| t == id) { message.clone() } else { None };
+                        let text = if state == TaskState::Working { None } else { text };
+                        record.transition(state, text, now);
+                    }
+                    entry.changed.send_replace(record.seq);
+                    effects.writes.push((record.clone(), write));
                 }
-                self.inner.evicted.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-            let next = all.len() + (self.inner.live_max / 10).max(1);
-            self.inner.scan_at.store(next, std::sync::atomic::Ordering::Relaxed);
-        }
-        all.insert(task, live);
-        Insert::Inserted
-    }
-
-    /// Inserts a recovered task (at open; ids are unique on disk).
-    fn insert_live(&self, live: Arc<Live>) {
-        let _ = self.insert_checked(live, None);
-    }
-
-    fn running(&self, capsule: &str) -> usize {
-        self.inner
-            .running
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(capsule)
-            .copied()
-            .unwrap_or(0)
-    }
-
-    fn queued(&self, capsule: &str) -> usize {
-        let queues = self.inner.queues.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        queues.get(capsule).map_or(0, |q| QUEUE_MAX - q.capacity())
-    }
-
-    /// Moves the task on without waiting for the disk, to `state` only if it is in one of `from` (any non-terminal state
-    /// when `from` is empty), checked and changed under the record's lock; stored with
-    /// the next commit. Returns whether it moved.
-    fn update_now_if(
-        &self,
-        live: &Live,
-        from: &[TaskState],
-        state: TaskState,
-        message: Option<String>,
-    ) -> bool {
-        let record = {
-            let mut record = live.record();
-            if !from.is_empty() && !from.contains(&record.state) {
-                return false;
-            }
-            if !record.transition(state, message, clock::now().0) {
-                return false;
-            }
-            record.clone()
-        };
-        let seq = record.seq;
-        self.inner.db.put_eventually(record);
-        live.changed.send_replace(seq);
-        true
-    }
-
-    /// [`TaskManager::update_now_if`], durable: returns once the change is on disk (or
-    /// with the error that kept it off).
-    async fn update_if(
-        &self,
-        live: &Live,
-        from: &[TaskState],
-        state: TaskState,
-        message: Option<String>,
-        durable: bool,
-    ) -> anyhow::Result<bool> {
-        if !durable {
-            return Ok(self.update_now_if(live, from, state, message));
-        }
-        let record = {
-            let mut record = live.record();
-            if !from.is_empty() && !from.contains(&record.state) {
-                return Ok(false);
-            }
-            if !record.transition(state, message, clock::now().0) {
-                return Ok(false);
-            }
-            record.clone()
-        };
-        let seq = record.seq;
-        let stored = self.inner.db.put(record).await;
-        live.changed.send_replace(seq);
-        stored.map(|()| true)
-    }
-
-    /// Moves the task to `state` from any non-terminal state, durably; a failed write is
-    /// logged (the state stands in memory).
-    async fn update(&self, live: &Live, state: TaskState, message: Option<String>) {
-        if let Err(err) = self.update_if(live, &[], state, message, true).await {
-            tracing::error!(error = %format!("{err:#}"), "cannot store a task state");
-        }
-    }
-
-    /// Puts a task on its capsule's queue, starting the capsule's workers on first use.
-    async fn enqueue(&self, live: Arc<Live>) {
-        let capsule = live.record().capsule.clone();
-        let sender = {
-            let mut queues = self.inner.queues.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            queues
-                .entry(capsule.clone())
-                .or_insert_with(|| {
-                    let workers =
-                        self.inner.runtime.installed().iter().find(|i| i.manifest.name == capsule).map_or(
-                            1,
-                            |i| match i.manifest.lifecycle.task_acceptance {
-                                TaskAcceptance::Queue => i.manifest.lifecycle.workers,
-                                _ => 1,
-                            },
-                        );
-                    let (tx, rx) = mpsc::channel(QUEUE_MAX);
-                    let rx = Arc::new(tokio::sync::Mutex::new(rx));
-                    for _ in 0..workers {
-                        tokio::spawn(self.clone().worker(rx.clone()));
+                Output::Start { task: id } => {
+                    if let Some(entry) = live.get(&id) {
+                        effects.starts.push(entry.clone());
                     }
-                    tx
-                })
-                .clone()
-        };
-        if sender.try_send(live.clone()).is_err() {
-            self.update(&live, TaskState::Failed, Some("the capsule's queue is full or closed".into())).await;
-        }
-    }
-
-    async fn worker(self, queue: Arc<tokio::sync::Mutex<mpsc::Receiver<Arc<Live>>>>) {
-        loop {
-            let next = queue.lock().await.recv().await;
-            let Some(live) = next else { return };
-            self.execute(&live).await;
-        }
-    }
-
-    async fn execute(&self, live: &Arc<Live>) {
-        let (capsule, input, span) = {
-            let record = live.record();
-            let span = crate::telemetry::task_span(
-                "task.run",
-                &record.task.to_string(),
-                &record.capsule,
-                record.traceparent.as_deref(),
-            );
-            (record.capsule.clone(), record.input.clone(), span)
-        };
-        // Submitted → working under the record's lock: a task canceled while queued (or at
-        // this very moment) never starts.
-        if !self.update_now_if(live, &[TaskState::Submitted], TaskState::Working, None) {
-            return;
-        }
-        *self
-            .inner
-            .running
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(capsule.clone())
-            .or_default() += 1;
-        let link: Arc<dyn TaskPort> = Arc::new(InputLink { manager: self.clone(), live: live.clone() });
-        let outcome = self
-            .inner
-            .runtime
-            .run_tool_for_task(&capsule, ToolInput { data: Some(input), log_path: None }, link)
-            .instrument(span)
-            .await;
-        if let Some(count) =
-            self.inner.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_mut(&capsule)
-        {
-            *count = count.saturating_sub(1);
-        }
-        let (state, message) = match outcome {
-            Ok(run) if run.result.status == "passed" => {
-                (TaskState::Completed, run.result.data.or(run.result.summary).map(cut_result))
-            }
-            Ok(run) => (
-                TaskState::Failed,
-                run.result
-                    .summary
-                    .or(run.result.data)
-                    .map(cut_result)
-                    .or(Some(format!("the tool reported {}", run.result.status))),
-            ),
-            Err(err) => (TaskState::Failed, Some(err.to_string())),
-        };
-        self.update(live, state, message).await;
-    }
-}
-
-/// Largest result or failure text a task keeps; longer text is cut (a terminal task's text
-/// travels twice in an `events` answer, within `/murmur/task/1`'s 1 MiB frames).
-pub const RESULT_BYTES_MAX: usize = 256 * 1024;
-
-fn cut_result(mut text: String) -> String {
-    if text.len() > RESULT_BYTES_MAX {
-        let total = text.len();
-        let cut = (0..=RESULT_BYTES_MAX).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
-        text.truncate(cut);
-        text.push_str(&format!("… [cut: {total} bytes in all]"));
-    }
-    text
-}
-
-/// Connects a running tool's `request-input` to its task.
-struct InputLink {
-    manager: TaskManager,
-    live: Arc<Live>,
-}
-
-impl TaskPort for InputLink {
-    fn traceparent(&self) -> Option<String> {
-        self.live.record().traceparent.clone()
-    }
-
-    fn request_input(&self, prompt: String, timeout: Duration) -> PortFuture<'_, Result<String, String>> {
-        Box::pin(async move {
-            let (tx, mut rx) = oneshot::channel();
-            *self.live.input.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tx);
-            let asked = self
-                .manager
-                .update_if(&self.live, &[TaskState::Working], TaskState::InputRequired, Some(prompt), true)
-                .await;
-            if !matches!(asked, Ok(true)) {
-                self.live.input.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-                return Err(
-                    "the task is no longer running (canceled) or its question could not be stored".to_owned()
-                );
-            }
-            tokio::select! {
-                // `reply` already moved the task back to working.
-                answer = &mut rx => answer.map_err(|_| "the task was canceled while waiting for input".to_owned()),
-                () = tokio::time::sleep(timeout) => {
-                    let waiting = self.live.input.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-                    if waiting.is_none() {
-                        // A reply took the waiter just as the time ran out: it is on its way.
-                        return rx.await.map_err(|_| "the task was canceled while waiting for input".to_owned());
-                    }
-                    Err(format!(
-                        "no input arrived within lifecycle.input_timeout_secs ({} s)",
-                        timeout.as_secs()
-                    ))
+                }
+                Output::Forget { task: id } => {
+                    live.remove(&id);
                 }
             }
-        })
+        }
+        effects
     }
+
+    /// Carries out writes: synchronous ones are on disk when this returns, background ones
+    /// are queued.
+    async fn write(&self, writes: Vec<(TaskRecord, Write)>) -> anyhow::Result<()> {
+        for (record, write) in writes {
+            match write {
+                Write::Sync => self.inner.db.put(record).await?,
+                Write::Background => self.inner.db.put_eventually(record),
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues `effects`' writes in the background (they hold no synchronous write: a start
+    /// or a return from a question) and returns the tasks to run.
+    fn write_background(&self, effects: Effects) -> Vec<Arc<Live>> {
+        for (record, _) in effects.writes {
+            self.inner.db.put_eventually(record);
+        }
+        effects.starts
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

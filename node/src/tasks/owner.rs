@@ -1,39 +1,39 @@
 //! This node as the owner of tasks, for the network: the [`TaskOwner`] port the driver hands
-//! task requests to once they passed the receiving checks. Acceptance and every question
-//! about an owned task go to the [`TaskManager`]; a submit that asks to wait for its
-//! outcome is answered when the task settles, within the settle budget.
+//! task requests to once they passed the receiving checks. Acceptance goes to the
+//! [`TaskRunner`], questions about an owned task to its [`TaskManager`]; a submit that asks
+//! to wait for its outcome is answered when the task settles, within the protocol's settle
+//! budget ([`settle_wait_ms`]).
 
 use std::time::{Duration, Instant};
 
-use murmur_net::{OwnerFuture, TASK_REQUEST_TIMEOUT, TaskOwner};
+use murmur_config::limits::TASK_REQUEST_TIMEOUT;
+use murmur_net::{OwnerFuture, TaskOwner};
 use murmur_protocol::NodeId;
+use murmur_protocol::limits::OWNER_WAIT_MAX_MS;
+use murmur_protocol::owner::settle_wait_ms;
 use murmur_protocol::task::{Sender, Submit, TaskRequest, TaskResponse, TaskSnapshot};
 use tracing::Instrument;
 
-use super::{Origin, TaskError, TaskManager};
+use super::{Origin, TaskError, TaskRunner};
 use crate::telemetry;
 
-/// Longest an `Events` request waits for a new event at the owner. Well inside the
-/// request timeout, so a quiet task never looks like a dead owner.
-pub const EVENTS_WAIT_MAX: Duration = Duration::from_secs(5);
-
-/// The task manager behind the network's [`TaskOwner`] port.
+/// The task runner behind the network's [`TaskOwner`] port.
 #[derive(Clone, Debug)]
 pub struct OwnerPort {
-    manager: TaskManager,
+    runner: TaskRunner,
     local: NodeId,
 }
 
 impl OwnerPort {
     #[must_use]
-    pub const fn new(manager: TaskManager, local: NodeId) -> Self {
-        Self { manager, local }
+    pub const fn new(runner: TaskRunner, local: NodeId) -> Self {
+        Self { runner, local }
     }
 }
 
 impl TaskOwner for OwnerPort {
     fn accept(&self, submit: Submit) -> OwnerFuture<Result<TaskSnapshot, (String, String)>> {
-        let manager = self.manager.clone();
+        let runner = self.runner.clone();
         let origin = match &submit.sender {
             Sender::Client => Origin::Client,
             Sender::Capsule { name, .. } => {
@@ -48,57 +48,54 @@ impl TaskOwner for OwnerPort {
         );
         Box::pin(
             async move {
-                manager.accept(&submit, origin).await.map_err(|err| (err.check().to_owned(), err.to_string()))
+                runner.accept(&submit, origin).await.map_err(|err| (err.check().to_string(), err.to_string()))
             }
             .instrument(span),
         )
     }
 
     fn answer(&self, from: NodeId, request: TaskRequest, arrived: Instant) -> OwnerFuture<TaskResponse> {
-        let manager = self.manager.clone();
+        let runner = self.runner.clone();
         let span = match &request {
             TaskRequest::Submit(s) => {
                 telemetry::task_span("task.accept", &s.task.to_string(), &s.capsule, s.traceparent.as_deref())
             }
             _ => tracing::Span::none(),
         };
-        Box::pin(async move { answer(&manager, from, request, arrived).await }.instrument(span))
+        Box::pin(async move { answer(&runner, from, request, arrived).await }.instrument(span))
     }
 
     fn load_permille(&self) -> u16 {
-        self.manager.load_permille()
+        self.runner.load_permille()
     }
 }
 
 /// The owner's answer to a peer's task request, which arrived at `arrived`.
-async fn answer(manager: &TaskManager, from: NodeId, request: TaskRequest, arrived: Instant) -> TaskResponse {
+async fn answer(runner: &TaskRunner, from: NodeId, request: TaskRequest, arrived: Instant) -> TaskResponse {
+    let manager = runner.manager();
     let refused = |err: TaskError| match err {
         TaskError::NotFound(_) => TaskResponse::NotFound,
-        other => TaskResponse::Refused { check: other.check().to_owned(), reason: other.to_string() },
+        other => TaskResponse::Refused { check: other.check().to_string(), reason: other.to_string() },
     };
     match request {
         TaskRequest::Submit(submit) => {
             let capsule = match &submit.sender {
-                murmur_protocol::task::Sender::Capsule { name, .. } => Some(name.clone()),
-                murmur_protocol::task::Sender::Client => None,
+                Sender::Capsule { name, .. } => Some(name.clone()),
+                Sender::Client => None,
             };
             let accepted =
-                match manager.accept(&submit, Origin::Peer { node: from.to_string(), capsule }).await {
+                match runner.accept(&submit, Origin::Peer { node: from.to_string(), capsule }).await {
                     Ok(snapshot) => snapshot,
                     Err(err) => return refused(err),
                 };
-            if submit.settle_wait_ms == 0 || accepted.state.is_terminal() {
+            if accepted.state.is_terminal() {
                 return TaskResponse::Accepted(accepted);
             }
-            // The sender waits for the outcome: answer when the task settles (or the wait
-            // ends), in this one round trip. Accepted either way. The wait ends a second
-            // before the sender's request timeout, counted from the request's arrival (the
-            // durable acceptance may have taken a while): an accepted task must never
-            // look lost.
-            let budget =
-                TASK_REQUEST_TIMEOUT.saturating_sub(arrived.elapsed()).saturating_sub(Duration::from_secs(1));
-            let wait =
-                Duration::from_millis(u64::from(submit.settle_wait_ms)).min(EVENTS_WAIT_MAX).min(budget);
+            // The sender waits for the outcome: answer when the task settles (or the
+            // protocol's settle budget ends), in this one round trip. Accepted either way.
+            let waited = u64::try_from(arrived.elapsed().as_millis()).unwrap_or(u64::MAX);
+            let timeout = u64::try_from(TASK_REQUEST_TIMEOUT.as_millis()).unwrap_or(u64::MAX);
+            let wait = Duration::from_millis(settle_wait_ms(submit.settle_wait_ms, waited, timeout));
             if wait.is_zero() {
                 return TaskResponse::Accepted(accepted);
             }
@@ -115,12 +112,10 @@ async fn answer(manager: &TaskManager, from: NodeId, request: TaskRequest, arriv
             manager.reply(&task, text).map_or_else(refused, TaskResponse::Snapshot)
         }
         TaskRequest::Events { task, after, wait_ms, settled } => {
-            let wait = Duration::from_millis(u64::from(wait_ms)).min(EVENTS_WAIT_MAX);
+            let wait = Duration::from_millis(u64::from(wait_ms).min(OWNER_WAIT_MAX_MS));
             match manager.events(&task, after, wait, settled).await {
-                Ok((mut events, snapshot, gap)) => {
-                    events.truncate(murmur_protocol::task::TASK_EVENTS_MAX);
-                    TaskResponse::Events { events, snapshot, gap }
-                }
+                // The exchange cuts the event list to what one answer carries.
+                Ok((events, snapshot, gap)) => TaskResponse::Events { events, snapshot, gap },
                 Err(err) => refused(err),
             }
         }

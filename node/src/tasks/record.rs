@@ -1,11 +1,8 @@
 //! A task as its owner keeps it: state, input, output, and a bounded event log.
 
+use murmur_config::limits::TASK_EVENT_LOG_MAX;
 use murmur_protocol::task::{TaskEvent, TaskId, TaskSnapshot, TaskState};
 use serde::{Deserialize, Serialize};
-
-/// Events a task keeps for streams that reconnect. A stream resuming after an event older
-/// than the log gets the current snapshot instead, marked as a gap.
-pub const EVENT_LOG_MAX: usize = 64;
 
 /// Who sent a task, for the record.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,7 +93,7 @@ impl TaskRecord {
         self.seq += 1;
         self.updated_ms = now_ms;
         self.events.push(TaskEvent { seq: self.seq, text: message, state });
-        if self.events.len() > EVENT_LOG_MAX {
+        if self.events.len() > TASK_EVENT_LOG_MAX {
             self.events.remove(0);
         }
         true
@@ -133,12 +130,12 @@ mod tests {
         let mut r =
             TaskRecord::new(TaskId::derive("c", "m"), "echo", "m", None, "hi".into(), Origin::Client, 0);
         assert_eq!((r.seq, r.state), (1, TaskState::Submitted));
-        for _ in 0..EVENT_LOG_MAX + 5 {
+        for _ in 0..TASK_EVENT_LOG_MAX + 5 {
             r.transition(TaskState::Working, None, 1);
         }
-        assert_eq!(r.events.len(), EVENT_LOG_MAX);
+        assert_eq!(r.events.len(), TASK_EVENT_LOG_MAX);
         let (events, gap) = r.events_after(0);
-        assert!(gap && events.len() == EVENT_LOG_MAX);
+        assert!(gap && events.len() == TASK_EVENT_LOG_MAX);
         let (events, gap) = r.events_after(r.seq - 2);
         assert!(!gap && events.len() == 2);
         assert!(r.transition(TaskState::Completed, Some("done".into()), 2));

@@ -3,7 +3,7 @@ use crate::advert::{Advert, HostedCapsule};
 use crate::directory::{DirectoryConfig, Source};
 use crate::identity::SecretKey;
 use crate::signed::Signed;
-use crate::task::Sender;
+use crate::task::{Check, Sender};
 
 const T0: Millis = Millis(1_800_000_000_000);
 
@@ -159,11 +159,13 @@ fn grant_refusals_are_final_and_no_provider_is_a_failure() {
     let task = request("a").task;
     router.handle(
         T0,
-        Input::Refused { task, provider, check: "expired".into(), reason: "grant expired".into() },
+        Input::Refused { task, provider, check: Check::named("expired"), reason: "grant expired".into() },
         &dir,
         &none,
     );
-    assert!(matches!(&drain(&mut router)[..], [Output::Rejected { check, .. }] if check == "expired"));
+    assert!(
+        matches!(&drain(&mut router)[..], [Output::Rejected { check, .. }] if check.as_str() == "expired")
+    );
     let mut other = request("b");
     other.capsule = "nothing".into();
     router.handle(T0, Input::Submit { request: other, pin: None }, &dir, &none);
@@ -198,12 +200,13 @@ fn exhausting_every_candidate_fails_with_what_was_tried() {
 fn answers_map_to_failover_only_for_refusals_that_say_nothing_ran() {
     let (task, provider) = (request("m").task, key(2).node_id());
     let refused = |check: &str| TaskResponse::Refused { check: check.into(), reason: "why".into() };
-    for check in RETRYABLE_CHECKS {
+    for check in ["not_hosted", "not_accepting", "busy", "overloaded"] {
+        assert!(Check::named(check).is_retryable());
         let input = Input::answered(task, provider, submit_outcome(refused(check)));
         assert!(matches!(input, Input::NotDelivered { reason, .. } if reason == format!("{check}: why")));
     }
     let input = Input::answered(task, provider, submit_outcome(refused("untrusted_issuer")));
-    assert!(matches!(input, Input::Refused { check, .. } if check == "untrusted_issuer"));
+    assert!(matches!(input, Input::Refused { check, .. } if check.as_str() == "untrusted_issuer"));
     let input = Input::answered(task, provider, submit_outcome(TaskResponse::NotFound));
-    assert!(matches!(input, Input::Refused { check, .. } if check == "protocol"));
+    assert!(matches!(input, Input::Refused { check: Check::Protocol, .. }));
 }

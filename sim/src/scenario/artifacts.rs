@@ -141,6 +141,7 @@ impl ArtifactWorkload {
             timeout_ms: self.timeout_ms,
             hedge_after_ms: self.hedge_after_ms,
             strikes_max: self.strikes_max,
+            plants: murmur_protocol::plant::Plants::NONE,
         }
     }
 

@@ -1,32 +1,60 @@
-//! The owner side of tasks, as `node/src/tasks/manager.rs` runs it: idempotent acceptance
-//! recorded durably before the answer, a bounded queue and a few workers per service,
-//! execution for a seeded time, and recovery on restart — tasks that were running fail
-//! ("the node restarted while the task was running"), queued ones are queued again in
-//! acceptance order.
+//! Each node's task owner: the protocol's [`Owner`] machine — the very code `murnode`'s
+//! task manager runs — driven against a model of the task database.
 //!
-//! The store stands for the task database: writes that `murnode` makes durable before it
-//! goes on (acceptance, the terminal state) are durable here at once; the node's memory
-//! (queues, running counts, the router) is lost on a crash.
+//! The machine decides (admission, idempotency, queues and workers, what is written how,
+//! recovery); this module only carries out its outputs: a `Store` updates the modelled
+//! database, a `Start` runs the task for a seeded time, a `Forget` drops nothing on disk.
+//! The machine lives in memory and is lost on a crash; at a restart a new one recovers from
+//! the database, as the node's does.
+//!
+//! The database model: a write the machine makes synchronously is durable at once (the
+//! node awaits the fsync); a background write reaches a row already on disk (the node's
+//! group commit flushes within a second, a window this model does not open), but a row
+//! only ever written in the background is lost with the process. So a planted
+//! `VolatileAccept` — the acceptance written in the background — loses accepted tasks at
+//! a crash, as it would in `murnode`.
 
 use murmur_protocol::mesh::Input;
-use murmur_protocol::task::{Submit, TaskId, TaskRefusal, TaskSnapshot, TaskState};
+use murmur_protocol::owner::{Admitted, Output, Owner, OwnerConfig, Policy, Write};
+use murmur_protocol::task::{Check, Submit, TaskId, TaskSnapshot, TaskState};
 
-use super::tasks::{STORE_MAX, Stored, TaskEvent, task_word};
-use super::{Event, Ix, Plant, Sim};
+use super::tasks::{Stored, TaskEvent, task_word};
+use super::{Event, Ix, Sim};
 
 /// What the owner answers for a task it holds.
-fn snapshot(task: TaskId, stored: &Stored) -> TaskSnapshot {
+fn snapshot(task: TaskId, capsule: &str, state: TaskState) -> TaskSnapshot {
     TaskSnapshot {
         seq: 1,
         task,
-        state: stored.state,
-        capsule: stored.capsule.clone(),
+        state,
+        capsule: capsule.to_owned(),
         context: task.to_string(),
         message: None,
     }
 }
 
 impl Sim {
+    /// The owner machine of a node (re)starting, with the scenario's queue bound.
+    pub(super) fn new_owner(&self) -> Owner {
+        let queue_max =
+            self.tasks.as_deref().map_or(OwnerConfig::default().queue_max, |w| w.config.queue_max);
+        Owner::new(OwnerConfig { queue_max, plants: self.options.plants(), ..OwnerConfig::default() })
+    }
+
+    /// How node `ix` takes tasks for `capsule`: the workload's services queue with its
+    /// workers; any other capsule it hosts takes none; `None` when it hosts no such capsule.
+    fn policy(&self, ix: Ix, capsule: &str) -> Option<Policy> {
+        let hosted = self.nodes[ix as usize].capsules.iter().any(|c| c.name == capsule);
+        let workers = self.tasks.as_deref()?.config.workers;
+        hosted.then(|| {
+            if capsule.starts_with("task-") {
+                Policy { acceptance: murmur_protocol::owner::Acceptance::Queue, workers }
+            } else {
+                Policy::CLOSED
+            }
+        })
+    }
+
     /// Accepts `submit`, delivered from node `from`, at `owner` (idempotent: a task it
     /// already holds is answered as it is). A refusal is `(check, reason)`.
     pub(super) fn accept(
@@ -34,161 +62,164 @@ impl Sim {
         owner: Ix,
         from: Ix,
         submit: &Submit,
-    ) -> Result<TaskSnapshot, (String, String)> {
+    ) -> Result<TaskSnapshot, (Check, String)> {
         let owner_now = self.clock(owner);
-        let durable = self.options.plant != Some(Plant::VolatileAccept);
-        let hosted = self.nodes[owner as usize].capsules.iter().any(|c| c.name == submit.capsule);
-        let world =
-            self.tasks.as_deref_mut().ok_or_else(|| ("internal".to_owned(), "no tasks".to_owned()))?;
-        let queue_max = world.config.queue_max;
+        let policy = self.policy(owner, &submit.capsule);
+        let Some(world) = self.tasks.as_deref_mut() else {
+            return Err((Check::Internal, "no tasks".to_owned()));
+        };
         let node = &mut world.nodes[owner as usize];
         let task = submit.task;
-        if let Some(stored) = node.store.get(&task) {
-            world.stats.idempotent_accepts += 1;
-            return Ok(snapshot(task, stored));
-        }
-        let refuse = |refusal: TaskRefusal| (refusal.check().to_owned(), refusal.to_string());
-        if !hosted {
-            *world.stats.refusals.entry("not_hosted".into()).or_default() += 1;
-            return Err(refuse(TaskRefusal::NotHosted { capsule: submit.capsule.clone() }));
-        }
-        if !submit.capsule.starts_with("task-") {
-            *world.stats.refusals.entry("not_accepting".into()).or_default() += 1;
-            return Err(refuse(TaskRefusal::NotAccepting { capsule: submit.capsule.clone() }));
-        }
-        let queued = node.queues.get(&submit.capsule).map_or(0, std::collections::VecDeque::len);
-        if queued >= queue_max || node.store.len() >= STORE_MAX {
-            *world.stats.refusals.entry("overloaded".into()).or_default() += 1;
-            return Err((
-                "overloaded".to_owned(),
-                format!("capsule `{}` has {queued} tasks queued, its limit", submit.capsule),
-            ));
-        }
-        node.next_ticket += 1;
-        let stored = Stored {
-            capsule: submit.capsule.clone(),
-            state: TaskState::Submitted,
-            ticket: node.next_ticket,
-            durable,
+        let Some(machine) = node.owner.as_mut() else {
+            return Err((Check::Internal, "not running".to_owned()));
         };
-        let answer = snapshot(task, &stored);
-        node.store.insert(task, stored);
-        node.queues.entry(submit.capsule.clone()).or_default().push_back(task);
-        let checked = world.oracle.accepted(owner, from, submit, owner_now);
-        self.trace.record(46, self.now, u64::from(owner), task_word(&task));
-        if let Err(what) = checked {
-            self.violation(what);
+        if machine.forgot_any()
+            && machine.state(&task).is_none()
+            && let Some(stored) = node.store.get(&task)
+        {
+            // Finished long ago and forgotten from memory: answered from the database.
+            world.stats.idempotent_accepts += 1;
+            return Ok(snapshot(task, &stored.capsule, stored.state));
         }
-        self.start_ready(owner, &submit.capsule);
-        self.update_load(owner);
-        Ok(answer)
-    }
-
-    /// Starts queued tasks of `capsule` while workers are free.
-    fn start_ready(&mut self, owner: Ix, capsule: &str) {
-        let epoch = self.nodes[owner as usize].epoch;
-        loop {
-            let Some(world) = self.tasks.as_deref_mut() else { return };
-            let (workers, lo, hi) = (world.config.workers, world.config.run_ms_min, world.config.run_ms_max);
-            let node = &mut world.nodes[owner as usize];
-            let running = node.running.get(capsule).copied().unwrap_or(0);
-            if running >= workers {
-                return;
+        let decided = machine.admit(owner_now, submit, policy);
+        match decided {
+            Ok(Admitted::Existing(state)) => {
+                world.stats.idempotent_accepts += 1;
+                Ok(snapshot(task, &submit.capsule, state))
             }
-            let Some(task) = node.queues.get_mut(capsule).and_then(std::collections::VecDeque::pop_front)
-            else {
-                return;
-            };
-            let Some(stored) = node.store.get_mut(&task).filter(|s| s.state == TaskState::Submitted) else {
-                continue;
-            };
-            // The start is recorded before the task runs, so a crash mid-run is known as one.
-            stored.state = TaskState::Working;
-            *node.running.entry(capsule.to_owned()).or_default() += 1;
-            let run_ms = node.rng.between(lo, hi);
-            let started = world.oracle.started(owner, &task, self.now);
-            self.trace.record(47, self.now, u64::from(owner), task_word(&task));
-            if let Err(what) = started {
-                self.violation(what);
+            Ok(Admitted::New { ticket }) => {
+                node.store.insert(
+                    task,
+                    Stored {
+                        capsule: submit.capsule.clone(),
+                        state: TaskState::Submitted,
+                        ticket,
+                        durable: false,
+                    },
+                );
+                self.owner_outputs(owner);
+                // The acceptance is written (synchronously, unless planted otherwise):
+                // the task joins its queue.
+                if let Some(machine) =
+                    self.tasks.as_deref_mut().and_then(|w| w.nodes[owner as usize].owner.as_mut())
+                {
+                    let _ = machine.stored(owner_now, task);
+                }
+                let checked =
+                    self.tasks.as_deref_mut().map(|w| w.oracle.accepted(owner, from, submit, owner_now));
+                self.trace.record(46, self.now, u64::from(owner), task_word(&task));
+                if let Some(Err(what)) = checked {
+                    self.violation(what);
+                }
+                self.owner_outputs(owner);
+                self.update_load(owner);
+                Ok(snapshot(task, &submit.capsule, TaskState::Submitted))
             }
-            self.schedule(self.now + run_ms, Event::Task(TaskEvent::Done { node: owner, epoch, task }));
+            Err(refusal) => {
+                *world.stats.refusals.entry(refusal.check().to_owned()).or_default() += 1;
+                Err((Check::named(refusal.check()), refusal.to_string()))
+            }
         }
     }
 
     /// A task finished running at `owner`.
     pub(super) fn task_done(&mut self, owner: Ix, task: TaskId) {
-        let Some(world) = self.tasks.as_deref_mut() else { return };
-        let node = &mut world.nodes[owner as usize];
-        let Some(stored) = node.store.get_mut(&task) else { return };
-        stored.state = TaskState::Completed;
-        stored.durable = true;
-        let capsule = stored.capsule.clone();
-        if let Some(running) = node.running.get_mut(&capsule) {
-            *running = running.saturating_sub(1);
-        }
-        world.stats.completed += 1;
-        let result = world.oracle.finished(owner, &task, TaskState::Completed);
-        self.trace.record(48, self.now, u64::from(owner), task_word(&task));
-        if let Err(what) = result {
-            self.violation(what);
-        }
-        self.start_ready(owner, &capsule);
+        let now = self.clock(owner);
+        let Some(machine) = self.tasks.as_deref_mut().and_then(|w| w.nodes[owner as usize].owner.as_mut())
+        else {
+            return;
+        };
+        machine.finished(now, task, TaskState::Completed);
+        self.owner_outputs(owner);
         self.update_load(owner);
     }
 
-    /// A node (re)started: a fresh router, and recovery of the tasks its store holds.
+    /// A node (re)started: a fresh exchange and owner, and recovery of the tasks its
+    /// database holds.
     pub(super) fn tasks_started(&mut self, ix: Ix) {
-        let id = self.nodes[ix as usize].id;
+        let now = self.clock(ix);
+        let exchange = self.new_exchange(ix);
+        let mut owner = self.new_owner();
         let Some(world) = self.tasks.as_deref_mut() else { return };
-        let config =
-            murmur_protocol::route::RouterConfig { accept_timeout_ms: world.config.accept_timeout_ms };
         let node = &mut world.nodes[ix as usize];
-        node.router = Some(murmur_protocol::route::Router::new(id, config));
-        let mut order: Vec<(u64, TaskId)> = node.store.iter().map(|(t, s)| (s.ticket, *t)).collect();
-        order.sort_unstable();
-        let mut violations = Vec::new();
-        let mut capsules = std::collections::BTreeSet::new();
-        for (_, task) in order {
-            let Some(stored) = node.store.get_mut(&task) else { continue };
-            match stored.state {
-                TaskState::Working | TaskState::InputRequired => {
-                    stored.state = TaskState::Failed;
-                    world.stats.failed_on_restart += 1;
-                    if let Err(what) = world.oracle.finished(ix, &task, TaskState::Failed) {
-                        violations.push(what);
-                    }
-                }
-                TaskState::Submitted => {
-                    world.stats.requeued += 1;
-                    node.queues.entry(stored.capsule.clone()).or_default().push_back(task);
-                    capsules.insert(stored.capsule.clone());
-                }
-                _ => {}
-            }
-        }
+        node.exchange = Some(exchange);
+        let rows = node.store.iter().map(|(t, s)| (*t, s.capsule.clone(), s.state, s.ticket));
+        owner.recover(now, rows);
+        let stats = owner.stats().clone();
+        node.owner = Some(owner);
+        world.stats.failed_on_restart += stats.failed_on_restart;
+        world.stats.requeued += stats.requeued;
         let store = &node.store;
-        if let Err(what) = world.oracle.check_store(ix, &|t| store.contains_key(t)) {
-            violations.push(what);
-        }
-        for what in violations {
+        let checked = world.oracle.check_store(ix, &|t| store.contains_key(t));
+        if let Err(what) = checked {
             self.violation(what);
         }
-        for capsule in capsules {
-            self.start_ready(ix, &capsule);
+        self.owner_outputs(ix);
+        let policies: Vec<(String, Option<Policy>)> = {
+            let Some(world) = self.tasks.as_deref() else { return };
+            let names: std::collections::BTreeSet<String> =
+                world.nodes[ix as usize].store.values().map(|s| s.capsule.clone()).collect();
+            names.into_iter().map(|name| (name.clone(), self.policy(ix, &name))).collect()
+        };
+        if let Some(machine) = self.tasks.as_deref_mut().and_then(|w| w.nodes[ix as usize].owner.as_mut()) {
+            machine.resume(now, &|capsule| policies.iter().find(|(n, _)| n == capsule).and_then(|(_, p)| *p));
         }
+        self.owner_outputs(ix);
         self.update_load(ix);
     }
 
+    /// Carries out what the owner machine of `ix` decided.
+    fn owner_outputs(&mut self, ix: Ix) {
+        let epoch = self.nodes[ix as usize].epoch;
+        loop {
+            let mut done_at = None;
+            let mut violation = None;
+            {
+                let Some(world) = self.tasks.as_deref_mut() else { return };
+                let (lo, hi) = (world.config.run_ms_min, world.config.run_ms_max);
+                let node = &mut world.nodes[ix as usize];
+                let Some(output) = node.owner.as_mut().and_then(Owner::poll_output) else { return };
+                match output {
+                    Output::Store { task, state, write } => {
+                        let Some(stored) = node.store.get_mut(&task) else { continue };
+                        let was = stored.state;
+                        stored.state = state;
+                        stored.durable |= write == Write::Sync;
+                        if state.is_terminal() && !was.is_terminal() {
+                            if state == TaskState::Completed {
+                                world.stats.completed += 1;
+                                self.trace.record(48, self.now, u64::from(ix), task_word(&task));
+                            }
+                            violation = world.oracle.finished(ix, &task, state).err();
+                        }
+                    }
+                    Output::Start { task } => {
+                        let run_ms = node.rng.between(lo, hi);
+                        violation = world.oracle.started(ix, &task, self.now).err();
+                        self.trace.record(47, self.now, u64::from(ix), task_word(&task));
+                        done_at = Some((self.now + run_ms, task));
+                    }
+                    // The database keeps it.
+                    Output::Forget { .. } => {}
+                }
+            }
+            if let Some(what) = violation {
+                self.violation(what);
+            }
+            if let Some((at, task)) = done_at {
+                self.schedule(at, Event::Task(TaskEvent::Done { node: ix, epoch, task }));
+            }
+        }
+    }
+
     /// Tells the mesh node its load when it changed: tasks running and queued per worker
-    /// slot of the services it hosts, in thousandths (as `TaskManager::load_permille`).
+    /// slot of the services it hosts, in thousandths (as `murnode`'s task runner).
     fn update_load(&mut self, ix: Ix) {
         let hosted = self.nodes[ix as usize].capsules.iter().filter(|c| c.name.starts_with("task-")).count();
         let Some(world) = self.tasks.as_deref_mut() else { return };
+        let workers = world.config.workers * hosted;
         let node = &mut world.nodes[ix as usize];
-        let busy: usize = node.running.values().sum::<usize>()
-            + node.queues.values().map(std::collections::VecDeque::len).sum::<usize>();
-        let slots = (world.config.workers * hosted).max(1);
-        let load = u16::try_from((busy * 1000 / slots).min(1000)).unwrap_or(1000);
+        let load = node.owner.as_ref().map_or(0, |o| o.load_permille(workers));
         if load != node.load {
             node.load = load;
             self.handle(ix, Input::SetLoad { load }, None);

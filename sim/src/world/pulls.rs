@@ -23,11 +23,11 @@ use std::collections::BTreeSet;
 
 use murmur_protocol::NodeId;
 use murmur_protocol::digest::Digest;
-use murmur_protocol::pull::{Input, Output, Pull};
+use murmur_protocol::pull::{Input, Output, Pull, PullConfig};
 
 use super::artifacts::{ActivePull, ArtifactEvent, ChunkRequest, REQUESTS_MAX, add_pull_stats};
 use super::net::Channel;
-use super::{Event, Ix, Plant, Role, Sim, arm_timer};
+use super::{Event, Ix, Role, Sim, arm_timer};
 use crate::check::ArtifactOracle;
 use crate::scenario::{ByzantineRole, Fault};
 
@@ -54,6 +54,7 @@ impl Sim {
     /// Starts node `ix`'s pull of `blob` once resolved, with `holders` (the providers that
     /// offered the chosen manifest); the directory's other providers join at the next refresh.
     pub(super) fn begin_pull(&mut self, ix: Ix, blob: usize, holders: Vec<NodeId>) {
+        let plants = self.options.plants();
         let Some(world) = self.artifacts.as_deref_mut() else { return };
         let Some(truth) = world.oracle.blob(blob) else { return };
         let node = &mut world.nodes[ix as usize];
@@ -61,7 +62,7 @@ impl Sim {
             return;
         }
         let have: Vec<u32> = node.store.get(&blob).map(|s| s.keys().copied().collect()).unwrap_or_default();
-        let config = world.config.pull_config();
+        let config = PullConfig { plants, ..world.config.pull_config() };
         let chunk = world.config.chunk_bytes();
         let pull = match Pull::new(config, truth.size, chunk, truth.chunks.clone(), &have) {
             Ok(pull) => pull,
@@ -272,7 +273,6 @@ impl Sim {
 
     /// The answer to request `req` reached its sender.
     pub(super) fn chunk_answered(&mut self, req: u64, answer: Option<Digest>) {
-        let plant = self.options.plant;
         let Some(world) = self.artifacts.as_deref_mut() else { return };
         let Some(r) = world.requests.remove(&req) else { return };
         if self.nodes[r.from as usize].epoch != r.from_epoch {
@@ -287,10 +287,6 @@ impl Sim {
         let Some(truth) = world.oracle.blob(r.blob) else { return };
         let len = chunk_len(truth.size, world.config.chunk_bytes(), r.index);
         let bad = truth.chunks.get(r.index as usize) != Some(&answer);
-        if plant == Some(Plant::WriteUnverified) && world.nodes[r.from as usize].pulls.contains_key(&r.blob) {
-            // The planted bug: the bytes go to disk before they are checked.
-            self.store_chunk(r.from, r.blob, r.index, answer);
-        }
         let before = self.bad_chunks(r.from, r.blob);
         let input = Input::Chunk { provider, index: r.index, digest: answer, len };
         self.pull_input(r.from, r.blob, input, Some(answer));

@@ -1,22 +1,25 @@
 //! Task traffic: the workload, the task state of every node, and the task checks' hooks.
 //!
-//! Every node runs the protocol's task [`Router`] (in memory: a crash loses it) beside its
-//! mesh node, and keeps a durable store of the tasks it owns (it survives crashes, as
-//! `murnode`'s task database does). What is modelled here is what `murnode`'s driver and
-//! task manager do around the protocol code: `routing` delivers over `/murmur/task/1` as
-//! `node/src/mesh/driver/tasks.rs` does, `owner` accepts, queues, runs and recovers tasks
-//! as `node/src/tasks/manager.rs` does, `unauthorized` is the byzantine sender.
+//! Every node runs the protocol's task machines beside its mesh node, the very code
+//! `murnode` runs: a [`TaskExchange`] (its router; in memory, a crash loses it) and an
+//! owner (`murmur_protocol::owner::Owner`, rebuilt at a restart from the node's modelled
+//! task database, which survives crashes as `murnode`'s does). This module is the workload
+//! and the task state of the world; `exchange` carries `/murmur/task/1` over the modelled
+//! network, `owner` carries out the owner's decisions, `unauthorized` is the byzantine
+//! sender. None of them decides anything the machines decide.
 //!
 //! The workload: services `task-J` hosted by a few nodes each, agents `agent-K` (sender
 //! capsules) hosted by a few nodes each with a grant signed by the scenario's authority, and
 //! a steady stream of submissions from clients at random nodes and from agents.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use murmur_protocol::advert::HostedCapsule;
+use murmur_protocol::exchange::{RequestFailure, TaskExchange};
 use murmur_protocol::grant::Grant;
-use murmur_protocol::route::{Router, RouterStats};
+use murmur_protocol::owner::Owner;
+use murmur_protocol::route::RouterStats;
 use murmur_protocol::task::{Sender, Submit, TaskId, TaskResponse, TaskState, check_outgoing};
 use murmur_protocol::{Envelope, Millis, NodeId, PeerUrl, PublicKey, SecretKey, Signed};
 
@@ -26,10 +29,6 @@ use crate::fxhash::FxHashMap as HashMap;
 use crate::report::{AttackMetrics, FaultEffect, TaskMetrics};
 use crate::rng::SimRng;
 use crate::scenario::{ByzantineRole, Exercise, Fault, Scenario, TaskWorkload};
-
-/// Tasks one node's store holds at most (`murnode` keeps 100,000 in memory); more are
-/// refused as `overloaded`.
-pub(super) const STORE_MAX: usize = 100_000;
 
 /// A day, for grant validity windows.
 const DAY_MS: u64 = 86_400_000;
@@ -51,13 +50,14 @@ pub(super) struct Agent {
     pub targets: BTreeSet<usize>,
 }
 
-/// A task a node owns, as its durable store holds it.
+/// A task a node owns, as its modelled task database holds it.
 #[derive(Clone, Debug)]
 pub(super) struct Stored {
     pub capsule: String,
     pub state: TaskState,
     pub ticket: u64,
-    /// False only under [`Plant::VolatileAccept`]: a crash forgets it until it finishes.
+    /// Some write of it was synchronous (only the planted `VolatileAccept` writes an
+    /// acceptance in the background): a crash forgets a row that is not.
     pub durable: bool,
 }
 
@@ -73,16 +73,11 @@ pub(super) struct Remembered {
 #[derive(Debug)]
 pub(super) struct NodeTasks {
     /// In memory: lost on a crash.
-    pub router: Option<Router>,
+    pub exchange: Option<TaskExchange>,
+    pub owner: Option<Owner>,
     pub timer_at: Option<u64>,
-    /// Durable: survives crashes.
+    /// The task database: survives crashes.
     pub store: BTreeMap<TaskId, Stored>,
-    pub next_ticket: u64,
-    /// In memory: per service, accepted tasks waiting for a worker, and workers busy.
-    pub queues: BTreeMap<String, VecDeque<TaskId>>,
-    pub running: BTreeMap<String, usize>,
-    /// Requests this node has in flight.
-    pub outbound: usize,
     /// Submissions waiting for an outcome (the clients' memory), at most the router's
     /// pending bound.
     pub remembered: BTreeMap<TaskId, Remembered>,
@@ -108,7 +103,7 @@ pub(super) struct TaskWorld {
     pub next_message: u64,
     pub settled_at: Option<u64>,
     pub last_gap: String,
-    pub routing: super::routing::Outbound,
+    pub wire: super::exchange::Wire,
     pub kits: BTreeMap<Ix, super::unauthorized::Kit>,
 }
 
@@ -147,11 +142,11 @@ pub(super) enum TaskEvent {
         response: Arc<TaskResponse>,
         epoch: u32,
     },
-    /// The request could not be sent (`delivered: false`) or its connection closed after
-    /// it went out (`delivered: true`, the outcome is unknown).
+    /// The request failed as libp2p would report it: never sent (a dial failure), or its
+    /// connection closed after it went out.
     Failure {
         req: u64,
-        delivered: bool,
+        failure: RequestFailure,
     },
     Timeout {
         req: u64,
@@ -176,7 +171,7 @@ impl TaskEvent {
             Self::Dial { req } => (34, *req, 0),
             Self::Request { to, req, .. } => (35, u64::from(*to), *req),
             Self::Response { to, req, .. } => (36, u64::from(*to), *req),
-            Self::Failure { req, delivered } => (37, *req, u64::from(*delivered)),
+            Self::Failure { req, failure } => (37, *req, u64::from(failure.may_have_arrived())),
             Self::Timeout { req } => (38, *req, 0),
             Self::Done { node, task, .. } => (39, u64::from(*node), task_word(task)),
             Self::Settle => (40, 0, 0),
@@ -233,7 +228,7 @@ impl TaskWorld {
             next_message: 0,
             settled_at: None,
             last_gap: String::new(),
-            routing: super::routing::Outbound::default(),
+            wire: super::exchange::Wire::default(),
             kits: BTreeMap::new(),
             config,
         }
@@ -242,13 +237,10 @@ impl TaskWorld {
     pub(super) fn add_node(&mut self, ix: Ix, seed: u64) {
         debug_assert_eq!(self.nodes.len(), ix as usize);
         self.nodes.push(NodeTasks {
-            router: None,
+            exchange: None,
+            owner: None,
             timer_at: None,
             store: BTreeMap::new(),
-            next_ticket: 0,
-            queues: BTreeMap::new(),
-            running: BTreeMap::new(),
-            outbound: 0,
             remembered: BTreeMap::new(),
             load: 0,
             rng: SimRng::stream(seed, &format!("task/{ix}")),
@@ -354,8 +346,9 @@ impl Sim {
                     // router must recognize it. A send after a failure is a retry.
                     let task = request.task;
                     let under_way = world.nodes[node as usize]
-                        .router
+                        .exchange
                         .as_ref()
+                        .map(TaskExchange::router)
                         .is_some_and(|r| r.is_pending(&task) || r.owner(&task).is_some());
                     if retry {
                         world.stats.retries += 1;
@@ -375,7 +368,7 @@ impl Sim {
                     && world.nodes[node as usize].timer_at == Some(now)
                 {
                     world.nodes[node as usize].timer_at = None;
-                    self.route(node, murmur_protocol::route::Input::Tick);
+                    self.exchange(node, murmur_protocol::exchange::Input::Tick);
                 }
             }
             TaskEvent::Dial { req } => self.dialled(req),
@@ -389,8 +382,8 @@ impl Sim {
                     self.task_answered(to, req, &response);
                 }
             }
-            TaskEvent::Failure { req, delivered } => self.task_failed(req, delivered, "connection closed"),
-            TaskEvent::Timeout { req } => self.task_failed(req, true, "timeout"),
+            TaskEvent::Failure { req, failure } => self.task_failed(req, failure, "connection closed"),
+            TaskEvent::Timeout { req } => self.task_failed(req, RequestFailure::Timeout, "timeout"),
             TaskEvent::Done { node, epoch, task } => {
                 if self.is_current(node, epoch) {
                     self.task_done(node, task);
@@ -529,8 +522,8 @@ impl Sim {
             remembered.entry(task).or_insert(Remembered { request: request.clone(), pin, retried });
         }
         self.trace.record(41, self.now, u64::from(node), task_word(&task));
-        let input = murmur_protocol::route::Input::Submit { request: (*request).clone(), pin };
-        self.route(node, input);
+        let input = murmur_protocol::exchange::Input::Submit { request: (*request).clone(), pin };
+        self.exchange(node, input);
     }
 
     /// The router of `node` gave `task` an outcome; a client may retry a failure.
@@ -609,24 +602,20 @@ impl Sim {
     /// A node crashed (`for_good`: with its disk). Its router and everything in memory are
     /// lost; requests to it fail on their senders as connections close.
     pub(super) fn tasks_crashed(&mut self, ix: Ix, for_good: bool) {
-        let plant = self.options.plant;
         let Some(world) = self.tasks.as_deref_mut() else { return };
         let node = &mut world.nodes[ix as usize];
-        if let Some(router) = node.router.take() {
-            add_stats(&mut world.router_totals, router.stats());
+        if let Some(exchange) = node.exchange.take() {
+            add_stats(&mut world.router_totals, exchange.stats());
         }
+        node.owner = None;
         if node.store.values().any(|s| !s.state.is_terminal()) {
             world.stats.owner_crashes += 1;
         }
         node.timer_at = None;
-        node.queues.clear();
-        node.running.clear();
-        node.outbound = 0;
         node.remembered.clear();
         node.load = 0;
-        if plant == Some(Plant::VolatileAccept) {
-            node.store.retain(|_, s| s.durable || s.state.is_terminal());
-        }
+        // The database keeps what was written synchronously (see `owner`).
+        node.store.retain(|_, s| s.durable);
         world.oracle.forget_submissions(ix);
         if for_good {
             world.oracle.owner_gone(ix);
@@ -655,8 +644,8 @@ impl Sim {
         }
         let mut totals = world.router_totals.clone();
         for node in &world.nodes {
-            if let Some(router) = &node.router {
-                add_stats(&mut totals, router.stats());
+            if let Some(exchange) = &node.exchange {
+                add_stats(&mut totals, exchange.stats());
             }
         }
         let s = &mut world.stats;

@@ -3,14 +3,11 @@
 //! catch (see [`Attack`]). It hosts a capsule of its own, `rogue-N`, for which the
 //! authority did issue a grant (allowing one service) and, earlier, one that has expired.
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
-
 use murmur_protocol::grant::Grant;
 use murmur_protocol::task::{Sender, Submit, TaskId};
 use murmur_protocol::{Advert, Envelope, Signed};
+use std::collections::BTreeSet;
 
-use super::routing::Purpose;
 use super::tasks::{Service, TaskWorld};
 use super::{EPOCH, Ix, Sim};
 use crate::check::Attack;
@@ -89,7 +86,7 @@ impl Sim {
         };
         world.oracle.attack_sent(request.task, attack);
         let provider = self.nodes[host as usize].id;
-        self.deliver_remote(ix, provider, Arc::new(request), Purpose::Attack(attack));
+        self.send_attack(ix, provider, request, attack);
         true
     }
 }

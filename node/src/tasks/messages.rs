@@ -1,7 +1,8 @@
-//! How capsules on this node send messages: `mesh://` targets become tasks placed through
-//! the mesh, after the sending node's grant check; direct peers get A2A over HTTP.
+//! How capsules on this node send messages (the runtime's [`MessagePort`]): `mesh://`
+//! targets become tasks placed through the task service, after the sending node's grant
+//! check; direct peers get A2A over HTTP.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use murmur_protocol::task::{Sender, check_outgoing};
 use murmur_protocol::{PeerUrl, PublicKey};
@@ -11,31 +12,26 @@ use murmur_runtime::bindings::murmur::message::send::{Message, TaskResult};
 use murmur_runtime::ports::{MessagePort, PortFuture};
 use murmur_runtime::{DirectHttp, Installed};
 
-use super::{NewTask, Tasks};
+use super::{NewTask, TaskService};
 use crate::telemetry::{self, TraceContext};
 
-/// The node's message router. The task service is attached once the mesh runs (the
-/// runtime starts first, since the mesh advertises what it runs).
+/// The node's message port. The task service it places `mesh://` sends through exists
+/// before the runtime (it needs only the task database and the network's handle).
 #[derive(Debug)]
-pub struct NodeRouter {
+pub struct NodeMessages {
     direct: DirectHttp,
     authorities: Vec<PublicKey>,
-    tasks: OnceLock<Tasks>,
+    tasks: TaskService,
 }
 
-impl NodeRouter {
-    /// A router whose grants must be signed by one of `authorities`.
-    pub fn new(authorities: Vec<PublicKey>) -> anyhow::Result<Arc<Self>> {
-        Ok(Arc::new(Self { direct: DirectHttp::new()?, authorities, tasks: OnceLock::new() }))
-    }
-
-    /// Connects the task service (once).
-    pub fn attach(&self, tasks: Tasks) {
-        let _ = self.tasks.set(tasks);
+impl NodeMessages {
+    /// A port whose grants must be signed by one of `authorities`.
+    pub fn new(authorities: Vec<PublicKey>, tasks: TaskService) -> anyhow::Result<Arc<Self>> {
+        Ok(Arc::new(Self { direct: DirectHttp::new()?, authorities, tasks }))
     }
 }
 
-impl MessagePort for NodeRouter {
+impl MessagePort for NodeMessages {
     fn send<'a>(
         &'a self,
         from: &'a Installed,
@@ -67,8 +63,7 @@ impl MessagePort for NodeRouter {
             .map_err(|refusal| format!("grant check failed ({}): {refusal}", refusal.check()))?;
             let grant =
                 from.manifest.grant.clone().expect("check_outgoing refuses a capsule without a grant");
-            let tasks =
-                self.tasks.get().ok_or("this node's mesh is not running; mesh:// targets are unavailable")?;
+            let tasks = &self.tasks;
             let trace = traceparent
                 .as_deref()
                 .and_then(TraceContext::parse)

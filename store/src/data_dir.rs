@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use murmur_protocol::SecretKey;
 
-use murmur_store::keyfile;
+use murmur_config::{CONFIG_FILE, DEFAULT_CONFIG_TOML};
 
-use crate::{CONFIG_FILE, DEFAULT_CONFIG_TOML};
+use crate::keyfile;
 
 /// File name of the node key inside the data directory.
 pub const KEY_FILE: &str = "node.key";

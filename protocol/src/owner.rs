@@ -1,0 +1,534 @@
+//! The owner of tasks: the node that accepted a task decides here whether it takes it,
+//! when it runs, what each state change means and what must be on disk first.
+//!
+//! Sans-IO, like the router. The owner's driver (`murnode`'s task manager, the simulator's
+//! model of it) asks [`Owner::admit`] for every delivery, reports what its writes and runs
+//! did, and carries out the outputs: [`Output::Store`] a state (synchronously, before
+//! anything else is said about the task, or in the background), [`Output::Start`] a task
+//! on a free worker, [`Output::Forget`] a finished task from memory. Task text, results and
+//! event logs are the driver's; the machine keeps what its decisions need (capsule, state,
+//! acceptance order) for the tasks in memory.
+//!
+//! # Decisions
+//!
+//! - **Idempotency**: a task id names one message of one sender (`TaskId::derive`), so a
+//!   second delivery of a held task is answered with the task as it is; it never runs
+//!   twice.
+//! - **Admission**, by the capsule's declared [`Policy`]: not hosted or `task_acceptance =
+//!   none` refuses (the router tries another node); `single` refuses while the capsule has
+//!   an unfinished task (`busy`); `queue` refuses when [`OwnerConfig::queue_max`] tasks wait
+//!   (`overloaded`).
+//! - **Durability**: the acceptance, a question for input and every terminal state are
+//!   stored before anything else is said about the task ([`Write::Sync`]); the start and the
+//!   return from a question are stored in the background ([`Write::Background`]).
+//! - **Workers**: a capsule runs at most `workers` tasks at once (`single`: one), in
+//!   acceptance order.
+//! - **Recovery**: after a restart, a task that was running or waiting for input failed
+//!   with the node ("the node restarted while the task was running"); a queued one is
+//!   queued again, in acceptance order.
+//! - **Memory**: at most [`OwnerConfig::live_max`] tasks are held; past it, the oldest tenth
+//!   of the finished ones is forgotten (the database keeps them), so the scan is paid once
+//!   per tenth of the limit.
+//! - **Settle budget** ([`settle_wait_ms`]): how long an owner may wait for a task to settle
+//!   before answering a sender that asked to wait.
+//!
+//! # Call order
+//!
+//! ```text
+//! owner.admit(now, &submit, policy)?;                 // Store { Submitted, Sync }
+//! … write it …; owner.stored(now, task)?;             // Start, when a worker is free
+//! … run it …;   owner.finished(now, task, Completed)  // Store { Completed, Sync }, next Start
+//! while let Some(out) = owner.poll_output() { carry it out }
+//! ```
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::limits::{OWNER_LIVE_MAX, OWNER_QUEUE_MAX, OWNER_WAIT_MAX_MS};
+use crate::plant::{Plant, Plants};
+use crate::task::{Submit, TaskId, TaskState};
+use crate::time::Millis;
+
+/// How a capsule takes tasks (its manifest's `lifecycle.task_acceptance`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Acceptance {
+    /// Takes no tasks: they are refused (`not_accepting`).
+    None,
+    /// One task at a time: while one is unfinished, another is refused as busy (and the
+    /// router tries another node).
+    Single,
+    /// Tasks queue and run in order, `workers` at a time.
+    #[default]
+    Queue,
+}
+
+/// A hosted capsule's declared way of taking tasks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub acceptance: Acceptance,
+    /// Tasks run at once (queue mode; a single-task capsule runs one).
+    pub workers: usize,
+}
+
+impl Policy {
+    /// A capsule that takes no tasks (not a tool, or `task_acceptance = none`).
+    pub const CLOSED: Self = Self { acceptance: Acceptance::None, workers: 0 };
+
+    const fn slots(self) -> usize {
+        match self.acceptance {
+            Acceptance::None => 0,
+            Acceptance::Single => 1,
+            Acceptance::Queue => self.workers,
+        }
+    }
+}
+
+/// How the owner holds tasks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OwnerConfig {
+    /// Tasks waiting in one capsule's queue at most.
+    pub queue_max: usize,
+    /// Tasks held in memory at most.
+    pub live_max: usize,
+    pub plants: Plants,
+}
+
+impl Default for OwnerConfig {
+    fn default() -> Self {
+        Self { queue_max: OWNER_QUEUE_MAX, live_max: OWNER_LIVE_MAX, plants: Plants::NONE }
+    }
+}
+
+/// Why a delivery was refused; nothing was stored or run.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("this node does not run capsule `{capsule}`")]
+    NotHosted { capsule: String },
+    #[error("capsule `{capsule}` does not accept tasks (task_acceptance = none)")]
+    NotAccepting { capsule: String },
+    #[error("capsule `{capsule}` is busy with another task (task_acceptance = single)")]
+    Busy { capsule: String },
+    #[error("capsule `{capsule}` has {queued} tasks queued, its limit")]
+    Overloaded { capsule: String, queued: usize },
+}
+
+impl Refusal {
+    /// The failed check's stable name (`/murmur/task/1`, JSON-RPC `data.check`).
+    #[must_use]
+    pub const fn check(&self) -> &'static str {
+        match self {
+            Self::NotHosted { .. } => "not_hosted",
+            Self::NotAccepting { .. } => "not_accepting",
+            Self::Busy { .. } => "busy",
+            Self::Overloaded { .. } => "overloaded",
+        }
+    }
+}
+
+/// A state change the owner refused: the task is not in a state that allows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error("task {0} is not held here")]
+    Unknown(TaskId),
+    #[error("task {task} is {state}")]
+    WrongState { task: TaskId, state: TaskState },
+}
+
+/// What [`Owner::admit`] decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admitted {
+    /// A new task, `ticket`-th in acceptance order: store its acceptance, then report
+    /// [`Owner::stored`].
+    New { ticket: u64 },
+    /// Held already (a repeated delivery): answer with it as it is.
+    Existing(TaskState),
+}
+
+/// How a state must reach the disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Write {
+    /// On disk before anything else is said about the task.
+    Sync,
+    /// With the next commit; the driver goes on at once.
+    Background,
+}
+
+/// What the owner asks its driver to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Output {
+    /// Store the task's new `state`.
+    Store { task: TaskId, state: TaskState, write: Write },
+    /// Run the task now (it is working): a worker of its capsule is free.
+    Start { task: TaskId },
+    /// The task left memory; the database keeps it.
+    Forget { task: TaskId },
+}
+
+/// Counters for metrics and the simulator's reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnerStats {
+    pub accepted: u64,
+    pub repeated: u64,
+    pub refused: BTreeMap<&'static str, u64>,
+    pub failed_on_restart: u64,
+    pub requeued: u64,
+    pub forgotten: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    capsule: String,
+    state: TaskState,
+    updated: Millis,
+    /// The acceptance is on disk (or the task was recovered from it).
+    stored: bool,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Slot {
+    queue: VecDeque<TaskId>,
+    running: usize,
+    /// Tasks not yet terminal (admitted, queued, running, waiting for input).
+    unfinished: usize,
+    workers: usize,
+}
+
+/// The owner side of one node. See the [module docs](self) for the call order.
+#[derive(Debug)]
+pub struct Owner {
+    config: OwnerConfig,
+    tasks: BTreeMap<TaskId, Entry>,
+    capsules: BTreeMap<String, Slot>,
+    next_ticket: u64,
+    /// A finished task was forgotten: an unknown id may still be in the database.
+    forgot: bool,
+    /// Size of `tasks` at which the next eviction pass runs.
+    scan_at: usize,
+    outputs: VecDeque<Output>,
+    stats: OwnerStats,
+}
+
+impl Owner {
+    #[must_use]
+    pub fn new(config: OwnerConfig) -> Self {
+        Self {
+            config: OwnerConfig { live_max: config.live_max.max(1), ..config },
+            tasks: BTreeMap::new(),
+            capsules: BTreeMap::new(),
+            next_ticket: 0,
+            forgot: false,
+            scan_at: 0,
+            outputs: VecDeque::new(),
+            stats: OwnerStats::default(),
+        }
+    }
+
+    /// Takes back what the database holds after a restart, in acceptance order: running
+    /// and waiting tasks fail ([`Output::Store`] `Failed`), queued ones wait for
+    /// [`Owner::resume`]. `tasks`: (id, capsule, state, ticket).
+    pub fn recover(
+        &mut self,
+        now: Millis,
+        tasks: impl IntoIterator<Item = (TaskId, String, TaskState, u64)>,
+    ) {
+        let mut tasks: Vec<_> = tasks.into_iter().collect();
+        tasks.sort_by_key(|&(task, _, _, ticket)| (ticket, task));
+        for (task, capsule, state, ticket) in tasks {
+            self.next_ticket = self.next_ticket.max(ticket);
+            let state = match state {
+                TaskState::Working | TaskState::InputRequired => {
+                    self.stats.failed_on_restart += 1;
+                    self.outputs.push_back(Output::Store {
+                        task,
+                        state: TaskState::Failed,
+                        write: Write::Sync,
+                    });
+                    TaskState::Failed
+                }
+                other => other,
+            };
+            let slot = self.capsules.entry(capsule.clone()).or_default();
+            if state == TaskState::Submitted {
+                self.stats.requeued += 1;
+                slot.queue.push_back(task);
+                slot.unfinished += 1;
+            }
+            let entry = Entry { capsule, state, updated: now, stored: true };
+            self.insert(task, entry);
+        }
+    }
+
+    /// Starts what recovered queues hold, as `policy` (of each capsule, `None` when it is
+    /// no longer hosted) allows. Call once the capsules can run. A queued task whose
+    /// capsule is gone or takes no more tasks still gets one worker: it runs (and fails,
+    /// where the capsule is missing) rather than stay queued forever.
+    pub fn resume(&mut self, now: Millis, policy: &dyn Fn(&str) -> Option<Policy>) {
+        let names: Vec<String> = self.capsules.keys().cloned().collect();
+        for name in names {
+            let workers = policy(&name).map_or(1, |p| p.slots().max(1));
+            if let Some(slot) = self.capsules.get_mut(&name) {
+                slot.workers = workers;
+            }
+            self.start_ready(now, &name);
+        }
+    }
+
+    /// Decides on a delivery of `submit` for a capsule hosted with `policy` (`None`: not
+    /// hosted). A new task is held as submitted and must be stored ([`Output::Store`],
+    /// synchronously) before [`Owner::stored`] queues it.
+    pub fn admit(
+        &mut self,
+        now: Millis,
+        submit: &Submit,
+        policy: Option<Policy>,
+    ) -> Result<Admitted, Refusal> {
+        if let Some(entry) = self.tasks.get(&submit.task) {
+            self.stats.repeated += 1;
+            return Ok(Admitted::Existing(entry.state));
+        }
+        let capsule = &submit.capsule;
+        let refusal = match policy {
+            None => Some(Refusal::NotHosted { capsule: capsule.clone() }),
+            Some(p) if p.slots() == 0 => Some(Refusal::NotAccepting { capsule: capsule.clone() }),
+            Some(p) => {
+                let slot = self.capsules.get(capsule);
+                let unfinished = slot.map_or(0, |s| s.unfinished);
+                let queued = slot.map_or(0, |s| s.queue.len());
+                if p.acceptance == Acceptance::Single && unfinished > 0 {
+                    Some(Refusal::Busy { capsule: capsule.clone() })
+                } else if queued >= self.config.queue_max {
+                    Some(Refusal::Overloaded { capsule: capsule.clone(), queued: self.config.queue_max })
+                } else {
+                    None
+                }
+            }
+        };
+        if let Some(refusal) = refusal {
+            *self.stats.refused.entry(refusal.check()).or_default() += 1;
+            return Err(refusal);
+        }
+        let workers = policy.map_or(0, Policy::slots);
+        let slot = self.capsules.entry(capsule.clone()).or_default();
+        slot.workers = workers;
+        slot.unfinished += 1;
+        self.next_ticket += 1;
+        let entry =
+            Entry { capsule: capsule.clone(), state: TaskState::Submitted, updated: now, stored: false };
+        self.insert(submit.task, entry);
+        self.stats.accepted += 1;
+        let write =
+            if self.config.plants.has(Plant::VolatileAccept) { Write::Background } else { Write::Sync };
+        self.outputs.push_back(Output::Store { task: submit.task, state: TaskState::Submitted, write });
+        Ok(Admitted::New { ticket: self.next_ticket })
+    }
+
+    /// The acceptance of `task` is stored: it joins its capsule's queue (and starts if a
+    /// worker is free).
+    pub fn stored(&mut self, now: Millis, task: TaskId) -> Result<(), Refused> {
+        let entry = self.tasks.get_mut(&task).ok_or(Refused::Unknown(task))?;
+        if entry.stored {
+            return Ok(());
+        }
+        entry.stored = true;
+        let capsule = entry.capsule.clone();
+        if entry.state == TaskState::Submitted {
+            self.capsules.entry(capsule.clone()).or_default().queue.push_back(task);
+            self.start_ready(now, &capsule);
+        }
+        Ok(())
+    }
+
+    /// Storing the acceptance of `task` failed: it is dropped as if never delivered.
+    pub fn abandon(&mut self, task: TaskId) {
+        if let Some(entry) = self.tasks.remove(&task)
+            && let Some(slot) = self.capsules.get_mut(&entry.capsule)
+        {
+            slot.unfinished = slot.unfinished.saturating_sub(1);
+            slot.queue.retain(|t| *t != task);
+        }
+    }
+
+    /// Whether the acceptance of `task` is stored (`None`: not held).
+    #[must_use]
+    pub fn is_stored(&self, task: &TaskId) -> Option<bool> {
+        self.tasks.get(task).map(|e| e.stored)
+    }
+
+    /// The running `task` finished in `state` (completed or failed); its worker takes the
+    /// next queued task. A task canceled meanwhile stays canceled.
+    pub fn finished(&mut self, now: Millis, task: TaskId, state: TaskState) {
+        debug_assert!(state.is_terminal());
+        let Some(entry) = self.tasks.get_mut(&task) else { return };
+        let capsule = entry.capsule.clone();
+        let was = entry.state;
+        if let Some(slot) = self.capsules.get_mut(&capsule) {
+            slot.running = slot.running.saturating_sub(1);
+        }
+        if !was.is_terminal() {
+            self.set(now, task, state, Write::Sync);
+        }
+        self.start_ready(now, &capsule);
+    }
+
+    /// Cancels `task` if it has not started or waits for input. A waiting task's run is
+    /// released by the driver; its worker frees when the run ends ([`Owner::finished`]).
+    pub fn cancel(&mut self, now: Millis, task: TaskId) -> Result<(), Refused> {
+        let entry = self.tasks.get(&task).ok_or(Refused::Unknown(task))?;
+        let state = entry.state;
+        if !matches!(state, TaskState::Submitted | TaskState::InputRequired) {
+            return Err(Refused::WrongState { task, state });
+        }
+        if state == TaskState::Submitted
+            && let Some(slot) = self.capsules.get_mut(&entry.capsule)
+        {
+            slot.queue.retain(|t| *t != task);
+        }
+        self.set(now, task, TaskState::Canceled, Write::Sync);
+        Ok(())
+    }
+
+    /// The running `task` asks for input.
+    pub fn ask(&mut self, now: Millis, task: TaskId) -> Result<(), Refused> {
+        self.change(now, task, TaskState::Working, TaskState::InputRequired, Write::Sync)
+    }
+
+    /// A reply reached `task`, waiting for input: it works again.
+    pub fn reply(&mut self, now: Millis, task: TaskId) -> Result<(), Refused> {
+        self.change(now, task, TaskState::InputRequired, TaskState::Working, Write::Background)
+    }
+
+    /// The state of `task`, if held in memory.
+    #[must_use]
+    pub fn state(&self, task: &TaskId) -> Option<TaskState> {
+        self.tasks.get(task).map(|e| e.state)
+    }
+
+    /// Whether a finished task was ever forgotten (then an id not held may still be in the
+    /// database).
+    #[must_use]
+    pub const fn forgot_any(&self) -> bool {
+        self.forgot
+    }
+
+    /// Tasks running and queued over every capsule.
+    #[must_use]
+    pub fn busy(&self) -> usize {
+        self.capsules.values().map(|s| s.running + s.queue.len()).sum()
+    }
+
+    /// The load a node advertises: tasks running and queued, in thousandths of its
+    /// `workers` (every worker of every capsule it hosts), capped at 1,000.
+    #[must_use]
+    pub fn load_permille(&self, workers: usize) -> u16 {
+        u16::try_from((self.busy() * 1000 / workers.max(1)).min(1000)).unwrap_or(1000)
+    }
+
+    /// Tasks held in memory.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.tasks.len()
+    }
+
+    /// Whether no task is held.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.tasks.is_empty()
+    }
+
+    #[must_use]
+    pub const fn stats(&self) -> &OwnerStats {
+        &self.stats
+    }
+
+    /// The next thing to do.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    /// `task` from `from` to `to`, or why not.
+    fn change(
+        &mut self,
+        now: Millis,
+        task: TaskId,
+        from: TaskState,
+        to: TaskState,
+        write: Write,
+    ) -> Result<(), Refused> {
+        let state = self.tasks.get(&task).ok_or(Refused::Unknown(task))?.state;
+        if state != from {
+            return Err(Refused::WrongState { task, state });
+        }
+        self.set(now, task, to, write);
+        Ok(())
+    }
+
+    fn set(&mut self, now: Millis, task: TaskId, state: TaskState, write: Write) {
+        let Some(entry) = self.tasks.get_mut(&task) else { return };
+        entry.state = state;
+        entry.updated = now;
+        if state.is_terminal()
+            && let Some(slot) = self.capsules.get_mut(&entry.capsule)
+        {
+            slot.unfinished = slot.unfinished.saturating_sub(1);
+        }
+        self.outputs.push_back(Output::Store { task, state, write });
+    }
+
+    /// Starts queued tasks of `capsule` while it has free workers.
+    fn start_ready(&mut self, now: Millis, capsule: &str) {
+        loop {
+            let Some(slot) = self.capsules.get_mut(capsule) else { return };
+            if slot.running >= slot.workers {
+                return;
+            }
+            let Some(task) = slot.queue.pop_front() else { return };
+            if self.tasks.get(&task).is_none_or(|e| e.state != TaskState::Submitted) {
+                continue;
+            }
+            slot.running += 1;
+            self.set(now, task, TaskState::Working, Write::Background);
+            self.outputs.push_back(Output::Start { task });
+        }
+    }
+
+    /// Holds `entry`; past the memory bound, forgets the oldest tenth of the finished tasks
+    /// first.
+    fn insert(&mut self, task: TaskId, entry: Entry) {
+        let live_max = self.config.live_max;
+        if self.tasks.len() >= live_max.max(self.scan_at) {
+            let mut finished: Vec<(Millis, TaskId)> = self
+                .tasks
+                .iter()
+                .filter(|(_, e)| e.state.is_terminal())
+                .map(|(t, e)| (e.updated, *t))
+                .collect();
+            let evict = (live_max / 10).max(1).min(finished.len());
+            if evict > 0 {
+                finished.select_nth_unstable(evict - 1);
+                for &(_, old) in &finished[..evict] {
+                    self.tasks.remove(&old);
+                    self.outputs.push_back(Output::Forget { task: old });
+                }
+                self.forgot = true;
+                self.stats.forgotten += evict as u64;
+            }
+            self.scan_at = self.tasks.len() + (live_max / 10).max(1);
+        }
+        self.tasks.insert(task, entry);
+    }
+}
+
+/// How long an owner may wait for a task to settle before answering a sender that asked
+/// to wait `settle_wait_ms`: at most [`OWNER_WAIT_MAX_MS`], and ending a second before
+/// the sender's request times out (`request_timeout_ms` after it sent it; the request
+/// arrived `waited_ms` ago and the acceptance may have taken a while): an accepted task
+/// must never look lost. Zero: answer at once.
+#[must_use]
+pub fn settle_wait_ms(settle_wait_ms: u32, waited_ms: u64, request_timeout_ms: u64) -> u64 {
+    let budget = request_timeout_ms.saturating_sub(waited_ms).saturating_sub(1000);
+    u64::from(settle_wait_ms).min(OWNER_WAIT_MAX_MS).min(budget)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,250 @@
+use super::*;
+use crate::task::Sender;
+
+const T0: Millis = Millis(1_800_000_000_000);
+const QUEUE: Policy = Policy { acceptance: Acceptance::Queue, workers: 2 };
+const SINGLE: Policy = Policy { acceptance: Acceptance::Single, workers: 4 };
+
+fn submit(message: &str, capsule: &str) -> Submit {
+    Submit {
+        task: TaskId::derive("client", message),
+        text: "hi".into(),
+        sender: Sender::Client,
+        capsule: capsule.into(),
+        context: None,
+        message: message.into(),
+        traceparent: None,
+        settle_wait_ms: 0,
+    }
+}
+
+fn drain(owner: &mut Owner) -> Vec<Output> {
+    std::iter::from_fn(|| owner.poll_output()).collect()
+}
+
+/// Admits and stores `message` for capsule `echo`, returning its id.
+fn accept(owner: &mut Owner, message: &str, policy: Policy) -> TaskId {
+    let s = submit(message, "echo");
+    assert!(matches!(owner.admit(T0, &s, Some(policy)), Ok(Admitted::New { .. })));
+    owner.stored(T0, s.task).unwrap();
+    s.task
+}
+
+#[test]
+fn an_acceptance_is_stored_synchronously_before_the_task_starts() {
+    let mut owner = Owner::new(OwnerConfig::default());
+    let s = submit("m1", "echo");
+    assert_eq!(owner.admit(T0, &s, Some(QUEUE)), Ok(Admitted::New { ticket: 1 }));
+    let task = s.task;
+    assert_eq!(
+        drain(&mut owner),
+        vec![Output::Store { task, state: TaskState::Submitted, write: Write::Sync }]
+    );
+    assert_eq!(owner.is_stored(&task), Some(false));
+    owner.stored(T0, task).unwrap();
+    assert_eq!(
+        drain(&mut owner),
+        vec![
+            Output::Store { task, state: TaskState::Working, write: Write::Background },
+            Output::Start { task },
+        ]
+    );
+    owner.finished(T0, task, TaskState::Completed);
+    assert_eq!(
+        drain(&mut owner),
+        vec![Output::Store { task, state: TaskState::Completed, write: Write::Sync }]
+    );
+}
+
+#[test]
+fn a_repeated_delivery_is_the_same_task() {
+    let mut owner = Owner::new(OwnerConfig::default());
+    let task = accept(&mut owner, "m1", QUEUE);
+    drain(&mut owner);
+    assert_eq!(
+        owner.admit(T0, &submit("m1", "echo"), Some(QUEUE)),
+        Ok(Admitted::Existing(TaskState::Working))
+    );
+    assert!(drain(&mut owner).is_empty(), "nothing is stored or started again");
+    owner.finished(T0, task, TaskState::Completed);
+    assert_eq!(
+        owner.admit(T0, &submit("m1", "echo"), None),
+        Ok(Admitted::Existing(TaskState::Completed)),
+        "held tasks are answered even once the capsule is gone"
+    );
+    assert_eq!(owner.stats().repeated, 2);
+}
+
+#[test]
+fn admission_follows_the_declared_policy() {
+    let mut owner = Owner::new(OwnerConfig { queue_max: 2, ..OwnerConfig::default() });
+    let refused = |owner: &mut Owner, message: &str, policy| {
+        owner.admit(T0, &submit(message, "echo"), policy).unwrap_err().check()
+    };
+    assert_eq!(refused(&mut owner, "a", None), "not_hosted");
+    assert_eq!(refused(&mut owner, "b", Some(Policy::CLOSED)), "not_accepting");
+    // single: one unfinished task at a time, stored or not.
+    owner.admit(T0, &submit("c", "echo"), Some(SINGLE)).unwrap();
+    assert_eq!(refused(&mut owner, "d", Some(SINGLE)), "busy");
+    owner.stored(T0, submit("c", "echo").task).unwrap();
+    owner.finished(T0, submit("c", "echo").task, TaskState::Completed);
+    assert!(matches!(owner.admit(T0, &submit("d", "echo"), Some(SINGLE)), Ok(Admitted::New { .. })));
+    // queue: past queue_max waiting tasks, overloaded.
+    let mut owner = Owner::new(OwnerConfig { queue_max: 2, ..OwnerConfig::default() });
+    let busy = Policy { acceptance: Acceptance::Queue, workers: 1 };
+    for m in ["e", "f", "g"] {
+        accept(&mut owner, m, busy);
+    }
+    assert_eq!(refused(&mut owner, "h", Some(busy)), "overloaded");
+    assert_eq!(owner.stats().refused.get("overloaded"), Some(&1));
+    assert_eq!(owner.load_permille(1), 1000);
+    assert_eq!(owner.load_permille(30), 100);
+}
+
+#[test]
+fn workers_take_queued_tasks_in_acceptance_order() {
+    let mut owner = Owner::new(OwnerConfig::default());
+    let tasks: Vec<TaskId> = ["a", "b", "c"].iter().map(|m| accept(&mut owner, m, QUEUE)).collect();
+    let started: Vec<TaskId> = drain(&mut owner)
+        .into_iter()
+        .filter_map(|o| if let Output::Start { task } = o { Some(task) } else { None })
+        .collect();
+    assert_eq!(started, tasks[..2], "two workers");
+    owner.finished(T0, tasks[1], TaskState::Failed);
+    assert!(drain(&mut owner).contains(&Output::Start { task: tasks[2] }), "a freed worker takes the next");
+}
+
+#[test]
+fn cancel_input_and_reply_change_only_the_states_they_may() {
+    let mut owner = Owner::new(OwnerConfig::default());
+    let one = Policy { acceptance: Acceptance::Queue, workers: 1 };
+    let running = accept(&mut owner, "a", one);
+    let queued = accept(&mut owner, "b", one);
+    drain(&mut owner);
+    assert_eq!(
+        owner.cancel(T0, running),
+        Err(Refused::WrongState { task: running, state: TaskState::Working }),
+        "a running task cannot be canceled"
+    );
+    owner.cancel(T0, queued).unwrap();
+    assert_eq!(owner.state(&queued), Some(TaskState::Canceled));
+    owner.ask(T0, running).unwrap();
+    assert_eq!(
+        drain(&mut owner),
+        vec![
+            Output::Store { task: queued, state: TaskState::Canceled, write: Write::Sync },
+            Output::Store { task: running, state: TaskState::InputRequired, write: Write::Sync },
+        ]
+    );
+    owner.reply(T0, running).unwrap();
+    assert!(owner.reply(T0, running).is_err(), "no second reply: it is working again");
+    owner.ask(T0, running).unwrap();
+    owner.cancel(T0, running).unwrap();
+    drain(&mut owner);
+    // The run ends (its input wait failed); canceled stays canceled, and the canceled
+    // queued task never starts.
+    owner.finished(T0, running, TaskState::Failed);
+    assert_eq!(owner.state(&running), Some(TaskState::Canceled));
+    assert!(drain(&mut owner).is_empty());
+    assert_eq!(owner.busy(), 0);
+}
+
+#[test]
+fn a_restart_fails_what_ran_and_queues_again_what_waited() {
+    let mut owner = Owner::new(OwnerConfig::default());
+    let id = |m: &str| submit(m, "echo").task;
+    owner.recover(
+        T0,
+        [
+            (id("c"), "echo".to_owned(), TaskState::Submitted, 3),
+            (id("a"), "echo".to_owned(), TaskState::Working, 1),
+            (id("b"), "echo".to_owned(), TaskState::Submitted, 2),
+            (id("d"), "echo".to_owned(), TaskState::InputRequired, 4),
+            (id("e"), "echo".to_owned(), TaskState::Completed, 5),
+        ],
+    );
+    assert_eq!(
+        drain(&mut owner),
+        vec![
+            Output::Store { task: id("a"), state: TaskState::Failed, write: Write::Sync },
+            Output::Store { task: id("d"), state: TaskState::Failed, write: Write::Sync },
+        ]
+    );
+    owner.resume(T0, &|_| Some(Policy { acceptance: Acceptance::Queue, workers: 1 }));
+    assert_eq!(
+        drain(&mut owner),
+        vec![
+            Output::Store { task: id("b"), state: TaskState::Working, write: Write::Background },
+            Output::Start { task: id("b") },
+        ],
+        "the oldest queued task first, one worker"
+    );
+    assert_eq!((owner.stats().failed_on_restart, owner.stats().requeued), (2, 2));
+    // New tickets continue after the recovered ones: the recovered task runs first.
+    let one = Policy { acceptance: Acceptance::Queue, workers: 1 };
+    let task = accept(&mut owner, "f", one);
+    // A recovered queue whose capsule is gone still drains (here: `gone` is not hosted).
+    let mut orphaned = Owner::new(OwnerConfig::default());
+    orphaned.recover(T0, [(id("x"), "gone".to_owned(), TaskState::Submitted, 1)]);
+    orphaned.resume(T0, &|_| None);
+    assert!(drain(&mut orphaned).contains(&Output::Start { task: id("x") }));
+    let starts = |owner: &mut Owner| -> Vec<Output> {
+        drain(owner).into_iter().filter(|o| matches!(o, Output::Start { .. })).collect()
+    };
+    owner.finished(T0, id("b"), TaskState::Completed);
+    assert_eq!(starts(&mut owner), vec![Output::Start { task: id("c") }]);
+    owner.finished(T0, id("c"), TaskState::Completed);
+    assert_eq!(starts(&mut owner), vec![Output::Start { task }]);
+}
+
+#[test]
+fn past_the_memory_bound_the_oldest_finished_tasks_are_forgotten() {
+    let mut owner = Owner::new(OwnerConfig { live_max: 10, ..OwnerConfig::default() });
+    for n in 0..10u64 {
+        let task = accept(&mut owner, &format!("m{n}"), QUEUE);
+        owner.finished(Millis(T0.0 + n), task, TaskState::Completed);
+    }
+    drain(&mut owner);
+    accept(&mut owner, "new", QUEUE);
+    let forgotten: Vec<Output> =
+        drain(&mut owner).into_iter().filter(|o| matches!(o, Output::Forget { .. })).collect();
+    assert_eq!(forgotten, vec![Output::Forget { task: submit("m0", "echo").task }], "a tenth, oldest first");
+    assert!(owner.forgot_any());
+    assert_eq!(owner.len(), 10);
+}
+
+#[test]
+fn a_failed_store_drops_the_acceptance() {
+    let mut owner = Owner::new(OwnerConfig::default());
+    let s = submit("m1", "echo");
+    owner.admit(T0, &s, Some(SINGLE)).unwrap();
+    owner.abandon(s.task);
+    assert_eq!(owner.state(&s.task), None);
+    assert!(
+        matches!(owner.admit(T0, &s, Some(SINGLE)), Ok(Admitted::New { .. })),
+        "not busy: the first never counted"
+    );
+}
+
+#[test]
+fn the_settle_budget_ends_a_second_before_the_senders_timeout() {
+    assert_eq!(settle_wait_ms(0, 0, 30_000), 0);
+    assert_eq!(settle_wait_ms(3_000, 0, 30_000), 3_000);
+    assert_eq!(settle_wait_ms(60_000, 0, 30_000), OWNER_WAIT_MAX_MS, "capped");
+    assert_eq!(settle_wait_ms(3_000, 28_500, 30_000), 500, "the acceptance took long");
+    assert_eq!(settle_wait_ms(3_000, 29_500, 30_000), 0);
+    assert_eq!(settle_wait_ms(3_000, 40_000, 30_000), 0);
+}
+
+#[cfg(feature = "plant")]
+#[test]
+fn the_volatile_accept_plant_answers_before_the_disk() {
+    let mut owner =
+        Owner::new(OwnerConfig { plants: Plants::one(Plant::VolatileAccept), ..OwnerConfig::default() });
+    let s = submit("m1", "echo");
+    owner.admit(T0, &s, Some(QUEUE)).unwrap();
+    assert_eq!(
+        drain(&mut owner),
+        vec![Output::Store { task: s.task, state: TaskState::Submitted, write: Write::Background }]
+    );
+}
