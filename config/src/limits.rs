@@ -101,8 +101,6 @@ pub const ARTIFACT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Concurrent artifact streams per connection: a pull keeps a few chunks in flight per
 /// provider; several pulls may share a peer.
 pub const ARTIFACT_STREAMS_MAX: usize = 64;
-/// Gossipsub's cap on one message: an advert envelope is at most 16.6 KiB, plus framing.
-pub const GOSSIP_TRANSMIT_BYTES_MAX: usize = 64 * 1024;
 /// A sync exchange is one round trip of at most 1 MiB each way.
 pub const SYNC_TIMEOUT: Duration = Duration::from_secs(10);
 /// Concurrent sync streams per connection: one each way is the normal case.

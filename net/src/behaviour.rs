@@ -11,6 +11,7 @@ use libp2p::{
 };
 use murmur_protocol::Digest;
 use murmur_protocol::artifact::{ArtifactRequest, ArtifactResponse};
+use murmur_protocol::limits::{GOSSIP_HEARTBEAT_MS, GOSSIP_TRANSMIT_BYTES_MAX};
 use murmur_protocol::mesh::ADVERT_TOPIC;
 use murmur_protocol::sync::{SyncRequest, SyncResponse};
 use murmur_protocol::task::{TaskRequest, TaskResponse};
@@ -18,8 +19,8 @@ use murmur_protocol::task::{TaskRequest, TaskResponse};
 use super::codec::FrameCodec;
 use murmur_config::NetworkConfig;
 use murmur_config::limits::{
-    ARTIFACT_REQUEST_TIMEOUT, ARTIFACT_STREAMS_MAX, CONNECTIONS_PER_PEER_MAX, GOSSIP_TRANSMIT_BYTES_MAX,
-    SYNC_STREAMS_MAX, SYNC_TIMEOUT, TASK_REQUEST_TIMEOUT, TASK_STREAMS_MAX,
+    ARTIFACT_REQUEST_TIMEOUT, ARTIFACT_STREAMS_MAX, CONNECTIONS_PER_PEER_MAX, SYNC_STREAMS_MAX, SYNC_TIMEOUT,
+    TASK_REQUEST_TIMEOUT, TASK_STREAMS_MAX,
 };
 
 /// Identify's protocol version: peers with another value are not murmur nodes.
@@ -88,7 +89,7 @@ impl Behaviour {
                 gossipsub::MessageId::from(Digest::of(&message.data).0.to_vec())
             })
             .max_transmit_size(GOSSIP_TRANSMIT_BYTES_MAX)
-            .heartbeat_interval(Duration::from_secs(1))
+            .heartbeat_interval(Duration::from_millis(GOSSIP_HEARTBEAT_MS))
             .heartbeat_initial_delay(Duration::from_millis(500))
             .build()
             .map_err(|err| anyhow::anyhow!("gossipsub config: {err}"))?;

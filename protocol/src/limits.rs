@@ -163,3 +163,13 @@ pub const TASK_OUTBOUND_MAX: usize = 4096;
 pub const TASK_INBOUND_MAX: usize = 4096;
 
 const _: () = assert!(OWNER_QUEUE_MAX < OWNER_LIVE_MAX);
+
+/// Gossipsub's cap on one message, as `murnode` configures it (bigger messages are dropped
+/// before the application sees them): an advert envelope is at most 16.6 KiB, plus
+/// framing.
+pub const GOSSIP_TRANSMIT_BYTES_MAX: usize = 64 * 1024;
+
+/// Gossipsub's heartbeat (mesh maintenance, lazy gossip), as `murnode` configures it.
+pub const GOSSIP_HEARTBEAT_MS: u64 = 1000;
+
+const _: () = assert!(GOSSIP_TRANSMIT_BYTES_MAX >= ENVELOPE_BYTES_MAX);
