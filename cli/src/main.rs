@@ -8,9 +8,9 @@
 
 mod artifact;
 mod capsule;
-mod capsules;
 mod cert;
 mod client;
+mod directory;
 mod grant;
 mod key;
 mod peers;
@@ -32,7 +32,7 @@ use murmur_api::exit::{self, CliResult};
 ///
 /// Look at the mesh through a running node (--node URL, or MURMUR_NODE):
 ///   mur peers
-///   mur capsules --json
+///   mur directory --json
 ///
 /// Send tasks to capsules anywhere in the mesh:
 ///   mur send mesh://wordcount "count these words" --wait
@@ -67,8 +67,11 @@ enum Command {
     Cert(cert::CertCommand),
     /// List connected and known peers of a node.
     Peers(peers::PeersArgs),
-    /// List every capsule in the mesh directory and the nodes hosting it.
-    Capsules(capsules::CapsulesArgs),
+    /// The mesh directory: every capsule any node advertises, and the nodes hosting it.
+    ///
+    /// (`mur capsule ls` lists what this node itself runs.) `mur capsules` is an alias.
+    #[command(alias = "capsules")]
+    Directory(directory::DirectoryArgs),
     /// Run tools once (on the node, or a local component file).
     #[command(subcommand)]
     Tool(tool::ToolCommand),
@@ -105,7 +108,7 @@ fn dispatch(command: Command) -> CliResult {
         Command::Grant(command) => grant::run(command),
         Command::Cert(command) => cert::run(command),
         Command::Peers(args) => peers::run(args),
-        Command::Capsules(args) => capsules::run(args),
+        Command::Directory(args) => directory::run(args),
         Command::Tool(command) => tool::run(command),
         Command::Capsule(command) => capsule::run(command),
         Command::Send(args) => task::send(args),

@@ -16,13 +16,13 @@ use tracing::{debug, info, trace, warn};
 
 use super::addrs::announceable;
 use super::behaviour::{Behaviour, BehaviourEvent, IDENTIFY_PROTOCOL};
-use super::{MeshMetrics, Query};
+use super::{NetMetrics, Query};
 use murmur_config::{Config, clock};
 mod artifacts;
 mod tasks;
 
-pub(super) use artifacts::ArtifactSide;
-pub(super) use tasks::TaskSide;
+pub(super) use artifacts::ArtifactTransport;
+pub(super) use tasks::TaskTransport;
 
 use murmur_api::views::{CapsuleView, CapsulesView, PeerView, PeersView, ProviderView};
 use murmur_config::limits::{DRIVER_PENDING_MAX, DRIVER_TICK_MAX};
@@ -50,8 +50,8 @@ pub(super) struct Driver {
     next_token: u64,
     /// Connections closed because a ping went unanswered.
     ping_failures: u64,
-    tasks: TaskSide,
-    artifacts: ArtifactSide,
+    tasks: TaskTransport,
+    artifacts: ArtifactTransport,
 }
 
 impl Driver {
@@ -59,8 +59,8 @@ impl Driver {
         swarm: Swarm<Behaviour>,
         mesh: MeshNode,
         queries: mpsc::Receiver<Query>,
-        tasks: TaskSide,
-        artifacts: ArtifactSide,
+        tasks: TaskTransport,
+        artifacts: ArtifactTransport,
         shutdown: watch::Receiver<bool>,
     ) -> Self {
         Self {
@@ -430,7 +430,7 @@ impl Driver {
             }
             Query::Metrics(reply) => {
                 let directory = self.mesh.directory();
-                let _ = reply.send(MeshMetrics {
+                let _ = reply.send(NetMetrics {
                     peers_connected: self.peers.len(),
                     directory_nodes: directory.len(),
                     directory_capsules: directory.capsule_names().count(),

@@ -20,7 +20,7 @@ use murmur_config::limits::{ARTIFACT_REQUEST_TIMEOUT, QUERY_TIMEOUT, TASK_REQUES
 pub enum Query {
     Peers(oneshot::Sender<PeersView>),
     Capsules(oneshot::Sender<CapsulesView>),
-    Metrics(oneshot::Sender<MeshMetrics>),
+    Metrics(oneshot::Sender<NetMetrics>),
     /// Replace the capsules this node advertises (config reload).
     SetHosted(Vec<murmur_protocol::HostedCapsule>, oneshot::Sender<()>),
 }
@@ -51,7 +51,7 @@ pub enum ArtifactQuery {
 
 /// Counters and gauges for `/metrics`.
 #[derive(Clone, Debug, Default)]
-pub struct MeshMetrics {
+pub struct NetMetrics {
     pub peers_connected: usize,
     pub directory_nodes: usize,
     pub directory_capsules: usize,
@@ -69,14 +69,14 @@ pub struct MeshMetrics {
 
 /// The node's way to reach the network and the mesh machines its driver runs.
 #[derive(Clone, Debug)]
-pub struct MeshHandle {
+pub struct NetHandle {
     queries: mpsc::Sender<Query>,
     tasks: mpsc::Sender<TaskQuery>,
     artifacts: mpsc::Sender<ArtifactQuery>,
     local: NodeId,
 }
 
-impl MeshHandle {
+impl NetHandle {
     pub(crate) const fn new(
         queries: mpsc::Sender<Query>,
         tasks: mpsc::Sender<TaskQuery>,
@@ -106,7 +106,7 @@ impl MeshHandle {
     }
 
     /// Counters for `/metrics`.
-    pub async fn metrics(&self) -> anyhow::Result<MeshMetrics> {
+    pub async fn metrics(&self) -> anyhow::Result<NetMetrics> {
         self.ask(Query::Metrics).await
     }
 

@@ -6,7 +6,7 @@
 //! relay, when to republish, what a peer lacks, whom to dial or drop, where a task goes)
 //! is a protocol state machine's. The driver runs as one tokio task that owns the swarm and
 //! the machines, so no locks are needed; the rest of the node talks to it through a
-//! [`MeshHandle`] (bounded channels).
+//! [`NetHandle`] (bounded channels).
 //!
 //! This crate owns the libp2p behaviour, its codecs and the driver. It must not know what
 //! happens to a task once it is accepted: task requests that passed the receiving checks
@@ -41,7 +41,7 @@ use tokio::task::JoinHandle;
 
 pub use behaviour::{ARTIFACT_PROTOCOL, IDENTIFY_PROTOCOL, KAD_PROTOCOL, SYNC_PROTOCOL, TASK_PROTOCOL};
 use driver::Driver;
-pub use handle::{ArtifactQuery, MeshHandle, MeshMetrics, Query, TaskQuery};
+pub use handle::{ArtifactQuery, NetHandle, NetMetrics, Query, TaskQuery};
 use murmur_config::limits::{
     ARTIFACT_QUERY_QUEUE_MAX, LISTEN_TIMEOUT, QUERY_QUEUE_MAX, TASK_QUERY_QUEUE_MAX,
 };
@@ -59,11 +59,11 @@ pub struct Pending {
 /// A handle for node `local` and the channels behind it. Requests made through the handle
 /// wait (in bounded channels) until [`start`] runs the driver.
 #[must_use]
-pub fn handle(local: NodeId) -> (MeshHandle, Pending) {
+pub fn handle(local: NodeId) -> (NetHandle, Pending) {
     let (queries_tx, queries) = mpsc::channel(QUERY_QUEUE_MAX);
     let (tasks_tx, tasks) = mpsc::channel(TASK_QUERY_QUEUE_MAX);
     let (artifacts_tx, artifacts) = mpsc::channel(ARTIFACT_QUERY_QUEUE_MAX);
-    (MeshHandle::new(queries_tx, tasks_tx, artifacts_tx, local), Pending { queries, tasks, artifacts })
+    (NetHandle::new(queries_tx, tasks_tx, artifacts_tx, local), Pending { queries, tasks, artifacts })
 }
 
 /// A started network: the resolved listen addresses and the driver task.
@@ -107,10 +107,10 @@ pub async fn start(
     }
 
     let mesh = MeshNode::new(key.clone(), mesh_config(config), clock::now());
-    let task_side =
-        driver::TaskSide::new(key.node_id(), config.trust.authorities.clone(), owner, pending.tasks);
-    let artifact_side = driver::ArtifactSide::new(store, pending.artifacts);
-    let mut driver = Driver::new(swarm, mesh, pending.queries, task_side, artifact_side, shutdown);
+    let task_transport =
+        driver::TaskTransport::new(key.node_id(), config.trust.authorities.clone(), owner, pending.tasks);
+    let artifact_transport = driver::ArtifactTransport::new(store, pending.artifacts);
+    let mut driver = Driver::new(swarm, mesh, pending.queries, task_transport, artifact_transport, shutdown);
     let listen_addrs = driver.wait_for_listeners(listeners, LISTEN_TIMEOUT).await?;
     driver.start(config, hosted, cert);
     let task = tokio::spawn(driver.run());

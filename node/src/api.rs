@@ -27,7 +27,7 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use murmur_config::ClientPolicy;
-use murmur_net::MeshHandle;
+use murmur_net::NetHandle;
 use murmur_runtime::Runtime;
 
 use crate::tasks::TaskService;
@@ -38,14 +38,14 @@ pub struct ApiState {
     pub peer_id: String,
     pub api_addr: SocketAddr,
     pub started: Instant,
-    pub mesh: MeshHandle,
+    pub net: NetHandle,
     pub runtime: Runtime,
     pub tasks: TaskService,
     pub policy: ClientPolicy,
     /// SSE streams open now.
     pub streams: AtomicUsize,
     /// Pulls artifacts from the mesh.
-    pub fetcher: crate::fetch::Fetcher,
+    pub puller: crate::artifacts::Puller,
     /// Where `mur install` pins and writes capsule manifests.
     pub install: artifacts::InstallTarget,
 }
@@ -110,21 +110,21 @@ async fn healthz(State(state): State<Arc<ApiState>>) -> Json<serde_json::Value> 
 }
 
 async fn peers(State(state): State<Arc<ApiState>>) -> Response {
-    match state.mesh.peers().await {
+    match state.net.peers().await {
         Ok(view) => Json(view).into_response(),
         Err(err) => unavailable(&err),
     }
 }
 
 async fn capsules(State(state): State<Arc<ApiState>>) -> Response {
-    match state.mesh.capsules().await {
+    match state.net.capsules().await {
         Ok(view) => Json(view).into_response(),
         Err(err) => unavailable(&err),
     }
 }
 
 async fn prometheus(State(state): State<Arc<ApiState>>) -> Response {
-    match state.mesh.metrics().await {
+    match state.net.metrics().await {
         Ok(m) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics::render(&m)).into_response(),
         Err(err) => unavailable(&err),
     }
@@ -168,7 +168,7 @@ mod tests {
                         });
                     }
                     Query::Metrics(reply) => {
-                        let _ = reply.send(murmur_net::MeshMetrics::default());
+                        let _ = reply.send(murmur_net::NetMetrics::default());
                     }
                     Query::SetHosted(_, reply) => {
                         let _ = reply.send(());
@@ -186,15 +186,20 @@ mod tests {
         )
         .unwrap();
         let manager = crate::tasks::TaskManager::open(&dir.join("tasks.redb")).await.unwrap();
-        let mesh = MeshHandle::for_tests(tx);
+        let net = NetHandle::for_tests(tx);
         Arc::new(ApiState {
             peer_id: "12D3KooWtest".into(),
             api_addr: "127.0.0.1:7420".parse().unwrap(),
             started: Instant::now(),
-            tasks: TaskService::new(manager, mesh.clone()),
-            fetcher: crate::fetch::Fetcher::new(mesh.clone(), runtime.store().clone(), vec![]),
+            tasks: TaskService::new(manager, net.clone()),
+            puller: crate::artifacts::Puller::new(
+                net.clone(),
+                runtime.store().clone(),
+                vec![],
+                crate::artifacts::Advertiser::new(net.clone(), runtime.store().clone()),
+            ),
             install: artifacts::InstallTarget::new(&dir, &dir.join("capsules"), vec![]),
-            mesh,
+            net,
             runtime,
             policy: ClientPolicy { loopback_open: true, tokens: vec![] },
             streams: AtomicUsize::new(0),

@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use murmur_api::exit::{CliError, CliResult, UsageContext};
 use murmur_api::output::print_json;
 use murmur_config::{CONFIG_FILE, Config, RawConfig, clock};
-use murmur_net::MeshHandle;
+use murmur_net::NetHandle;
 use murmur_runtime::ports::{NoHooks, NoInference, Ports};
 use murmur_runtime::{CapsuleManifest, Runtime, RuntimeOptions};
 use murmur_store::ArtifactStore;
@@ -27,7 +27,7 @@ use murmur_store::data_dir;
 
 use crate::api::artifacts::InstallTarget;
 use crate::api::{self, ApiState};
-use crate::fetch::Fetcher;
+use crate::artifacts::{Advertiser, Puller, keep_pins};
 use crate::tasks::{NodeMessages, OwnerPort, TaskManager, TaskRunner, TaskService};
 
 /// The task database, in the data directory.
@@ -96,19 +96,21 @@ pub async fn run(options: RunOptions) -> CliResult {
     let api_addr = listener.local_addr().context("cannot read the API address")?;
 
     // Wired once, in order, each piece given what it needs when it is made: the network's
-    // handle first (usable before its driver runs), the task database and the task service
-    // over it, the runtime's ports (pulls, messages through the task service), the runtime,
+    // handle first (usable before its driver runs), pulls and advertising over it, the task
+    // database and the task service, the runtime's ports (pulls, messages through the task
+    // service), the runtime,
     // the runner of owned tasks, and last the network's driver, which hands it task
     // requests. Nothing is attached later.
     let store = Arc::new(ArtifactStore::open(&options.data_dir.join("store")).map_err(CliError::failed)?);
-    let (mesh, pending) = murmur_net::handle(key.node_id());
-    let fetcher = Fetcher::new(mesh.clone(), store.clone(), config.trust.publishers.clone());
+    let (net, pending) = murmur_net::handle(key.node_id());
+    let advertiser = Advertiser::new(net.clone(), store.clone());
+    let puller = Puller::new(net.clone(), store.clone(), config.trust.publishers.clone(), advertiser.clone());
     let manager = TaskManager::open(&options.data_dir.join(TASKS_DB)).await.map_err(CliError::failed)?;
-    let tasks = TaskService::new(manager.clone(), mesh.clone());
+    let tasks = TaskService::new(manager.clone(), net.clone());
     let messages =
         NodeMessages::new(config.trust.authorities.clone(), tasks.clone()).map_err(CliError::failed)?;
     let ports = Ports {
-        artifacts: Arc::new(fetcher.clone()),
+        artifacts: Arc::new(puller.clone()),
         messages,
         inference: Arc::new(NoInference),
         hooks: Arc::new(NoHooks),
@@ -121,18 +123,18 @@ pub async fn run(options: RunOptions) -> CliResult {
     let network = murmur_net::start(pending, &key, &config, hosted, cert, owner, store, stop_rx)
         .await
         .context("cannot start networking")?;
-    tokio::spawn(fetcher.clone().advertise_every(ADVERTISE_EVERY));
-    tokio::spawn(fetcher.clone().keep_pins(config.pins.clone(), PINS_EVERY));
+    tokio::spawn(advertiser.advertise_every(ADVERTISE_EVERY));
+    tokio::spawn(keep_pins(puller.clone(), config.pins.clone(), PINS_EVERY));
     let state = Arc::new(ApiState {
         peer_id: peer_id.clone(),
         api_addr,
         streams: std::sync::atomic::AtomicUsize::new(0),
         started: Instant::now(),
-        mesh: mesh.clone(),
+        net: net.clone(),
         runtime: runtime.clone(),
         tasks,
         policy: config.api_policy.clone(),
-        fetcher,
+        puller,
         install: InstallTarget::new(&options.data_dir, &config.runtime.capsules_dir, config.capsules.clone()),
     });
 
@@ -153,7 +155,7 @@ pub async fn run(options: RunOptions) -> CliResult {
     }
     info!(peer = %ready.peer_id, api = %api_addr, "node started");
 
-    tokio::spawn(reload_on_sighup(options.clone(), config, runtime, mesh.clone()));
+    tokio::spawn(reload_on_sighup(options.clone(), config, runtime, net.clone()));
 
     axum::serve(listener, api::app(state).into_make_service_with_connect_info::<SocketAddr>())
         .with_graceful_shutdown(shutdown_signal())
@@ -242,7 +244,7 @@ fn own_certificate(key: &SecretKey, config: &Config) -> anyhow::Result<Option<En
 /// Re-reads the config file on SIGHUP and applies what can change while running: the
 /// declared capsules. Other changed keys are reported as needing a restart. A config that
 /// no longer validates is reported and ignored; the node keeps running as it was.
-async fn reload_on_sighup(options: RunOptions, mut current: Config, runtime: Runtime, mesh: MeshHandle) {
+async fn reload_on_sighup(options: RunOptions, mut current: Config, runtime: Runtime, net: NetHandle) {
     let Ok(mut hup) = signal(SignalKind::hangup()) else { return };
     while hup.recv().await.is_some() {
         let next = match load_config(&options) {
@@ -256,7 +258,7 @@ async fn reload_on_sighup(options: RunOptions, mut current: Config, runtime: Run
             warn!(problem = %problem, "capsule not (re)installed");
         }
         let hosted = hosted_capsules(&runtime, &next.capsules);
-        match mesh.set_hosted(hosted.clone()).await {
+        match net.set_hosted(hosted.clone()).await {
             Ok(()) => info!(capsules = hosted.len(), "config reloaded: hosted capsules updated"),
             Err(err) => warn!(error = %err, "config reload: cannot update capsules"),
         }

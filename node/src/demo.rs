@@ -424,7 +424,7 @@ fn walkthrough(exe: &Path, dir: &Path, components: &Path, once: bool) -> anyhow:
     }
     println!("\nThe nodes keep running. Try:");
     println!("   export MURMUR_NODE={}", nodes[0].api);
-    println!("   mur capsules");
+    println!("   mur directory");
     println!("   mur send mesh://wordcount \"count these words\" --wait");
     println!(
         "   mur send mesh://ask \"Ready?\" --stream        (then, elsewhere: mur send mesh://ask yes --reply-to TASK_ID)"

@@ -8,9 +8,9 @@
 //! `murmur-net`'s): it implements the ports the network and the runtime define.
 
 pub mod api;
+pub mod artifacts;
 pub mod daemon;
 pub mod demo;
-pub mod fetch;
 pub mod tasks;
 pub mod telemetry;
 

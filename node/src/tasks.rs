@@ -28,7 +28,7 @@ pub use self::record::{Origin, RouteRecord, TaskRecord};
 pub use self::runner::TaskRunner;
 use murmur_config::clock;
 use murmur_config::limits::{TASK_LIST_REMOTE_MAX, TASK_LIST_REMOTE_WAIT};
-use murmur_net::{MeshHandle, Placement};
+use murmur_net::{NetHandle, Placement};
 use murmur_protocol::task::Check;
 
 /// A new task, as the API or a capsule submits it.
@@ -105,19 +105,19 @@ impl From<TaskError> for CallError {
 #[derive(Clone, Debug)]
 pub struct TaskService {
     manager: TaskManager,
-    mesh: MeshHandle,
+    net: NetHandle,
 }
 
 impl TaskService {
     #[must_use]
-    pub const fn new(manager: TaskManager, mesh: MeshHandle) -> Self {
-        Self { manager, mesh }
+    pub const fn new(manager: TaskManager, net: NetHandle) -> Self {
+        Self { manager, net }
     }
 
     /// This node's id.
     #[must_use]
     pub const fn local(&self) -> NodeId {
-        self.mesh.local()
+        self.net.local()
     }
 
     /// The tasks this node owns.
@@ -149,7 +149,7 @@ impl TaskService {
             settle_wait_ms: u32::try_from(new.settle_wait.as_millis()).unwrap_or(u32::MAX),
         };
         let outcome =
-            self.mesh.route(request, new.pin).await.map_err(|e| CallError::Unavailable(format!("{e:#}")))?;
+            self.net.route(request, new.pin).await.map_err(|e| CallError::Unavailable(format!("{e:#}")))?;
         match outcome {
             Placement::Routed { owner, snapshot } => {
                 if owner != self.local() {
@@ -176,7 +176,7 @@ impl TaskService {
         if self.manager.get(task).is_ok() {
             return Ok(self.local());
         }
-        if let Some(owner) = self.mesh.owner(*task).await {
+        if let Some(owner) = self.net.owner(*task).await {
             return Ok(owner);
         }
         self.manager.route_of(task).and_then(|r| r.owner.parse().ok()).ok_or(CallError::NotFound(*task))
@@ -190,7 +190,7 @@ impl TaskService {
             | TaskRequest::Events { task, .. } => *task,
             TaskRequest::Submit(s) => s.task,
         };
-        match self.mesh.ask_owner(owner, request).await {
+        match self.net.ask_owner(owner, request).await {
             Ok(TaskResponse::NotFound) => Err(CallError::NotFound(task)),
             Ok(TaskResponse::Refused { check, reason }) => Err(match Check::named(&check) {
                 Check::NotCancelable => CallError::NotCancelable { reason },

@@ -134,7 +134,7 @@ impl std::fmt::Debug for LiveTool {
 impl LiveTool {
     /// Calls the tool's `run` on the live instance. After a trap the instance is unusable
     /// (wasmtime refuses to re-enter it); make a new one.
-    pub async fn call(&mut self, input: ToolInput) -> Result<ToolResult, CallError> {
+    pub async fn call(&mut self, input: ToolInput) -> Result<ToolResult, RunError> {
         self.store.set_epoch_deadline(engine::ticks(self.tool.manifest.deadline));
         self.store.data_mut().call.started = Instant::now();
         self.store.data_mut().call.waited = std::time::Duration::ZERO;
@@ -167,9 +167,9 @@ impl From<&ToolResult> for ToolResultJson {
     }
 }
 
-/// Why a call failed.
+/// Why a run of a capsule or tool failed.
 #[derive(Debug, thiserror::Error)]
-pub enum CallError {
+pub enum RunError {
     #[error("no capsule or tool named `{0}` runs on this node")]
     NotFound(String),
     #[error("`{name}` is a {kind}, not a {expected}")]
@@ -284,7 +284,7 @@ impl Runtime {
     }
 
     /// Runs tool `name` once with `input`.
-    pub async fn run_tool(&self, name: &str, input: ToolInput) -> Result<ToolRun, CallError> {
+    pub async fn run_tool(&self, name: &str, input: ToolInput) -> Result<ToolRun, RunError> {
         self.run_tool_with(name, input, None).await
     }
 
@@ -295,7 +295,7 @@ impl Runtime {
         name: &str,
         input: ToolInput,
         task: Arc<dyn TaskPort>,
-    ) -> Result<ToolRun, CallError> {
+    ) -> Result<ToolRun, RunError> {
         self.run_tool_with(name, input, Some(task)).await
     }
 
@@ -304,10 +304,10 @@ impl Runtime {
         name: &str,
         input: ToolInput,
         task: Option<Arc<dyn TaskPort>>,
-    ) -> Result<ToolRun, CallError> {
+    ) -> Result<ToolRun, RunError> {
         let tool = self.inner.get(name)?;
         if !matches!(tool.manifest.kind, CapsuleKind::Tool | CapsuleKind::Driver) {
-            return Err(CallError::WrongKind {
+            return Err(RunError::WrongKind {
                 name: name.into(),
                 kind: tool.manifest.kind.as_str(),
                 expected: "tool",
@@ -323,10 +323,10 @@ impl Runtime {
     }
 
     /// Runs script capsule `name` once.
-    pub async fn run_capsule(&self, name: &str) -> Result<CapsuleRun, CallError> {
+    pub async fn run_capsule(&self, name: &str) -> Result<CapsuleRun, RunError> {
         let capsule = self.inner.get(name)?;
         if capsule.manifest.kind != CapsuleKind::Capsule {
-            return Err(CallError::WrongKind {
+            return Err(RunError::WrongKind {
                 name: name.into(),
                 kind: capsule.manifest.kind.as_str(),
                 expected: "capsule",
@@ -337,10 +337,10 @@ impl Runtime {
 
     /// Instantiates tool `name` once and keeps the instance for repeated calls (each call
     /// gets a fresh deadline). For callers that call one tool many times in a row.
-    pub async fn live_tool(&self, name: &str) -> Result<LiveTool, CallError> {
+    pub async fn live_tool(&self, name: &str) -> Result<LiveTool, RunError> {
         let tool = self.inner.get(name)?;
         if !matches!(tool.manifest.kind, CapsuleKind::Tool | CapsuleKind::Driver) {
-            return Err(CallError::WrongKind {
+            return Err(RunError::WrongKind {
                 name: name.into(),
                 kind: tool.manifest.kind.as_str(),
                 expected: "tool",
@@ -353,7 +353,7 @@ impl Runtime {
             instance.get_typed_func::<(ToolInput,), (ToolResult,)>(&mut store, &run)
         }
         .await
-        .map_err(|e| CallError::Start { name: name.into(), reason: format!("{e:#}") })?;
+        .map_err(|e| RunError::Start { name: name.into(), reason: format!("{e:#}") })?;
         Ok(LiveTool { tool, store, func })
     }
 
@@ -369,8 +369,8 @@ impl Inner {
         self.installed.read().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn get(&self, name: &str) -> Result<Arc<Installed>, CallError> {
-        self.installed().get(name).cloned().ok_or_else(|| CallError::NotFound(name.into()))
+    fn get(&self, name: &str) -> Result<Arc<Installed>, RunError> {
+        self.installed().get(name).cloned().ok_or_else(|| RunError::NotFound(name.into()))
     }
 
     fn install(&self, manifest: CapsuleManifest) -> anyhow::Result<Arc<Installed>> {
@@ -497,7 +497,7 @@ impl Inner {
         input: ToolInput,
         depth: u32,
         task: Option<Arc<dyn TaskPort>>,
-    ) -> Result<(ToolResult, Vec<ToolCallRecord>), CallError> {
+    ) -> Result<(ToolResult, Vec<ToolCallRecord>), RunError> {
         let name = tool.manifest.name.clone();
         let input_json = input.data.clone();
         let mut store = self.new_store(&tool, depth, None, task);
@@ -521,7 +521,7 @@ impl Inner {
         Ok((result, records))
     }
 
-    async fn call_capsule(self: &Arc<Self>, capsule: Arc<Installed>) -> Result<CapsuleRun, CallError> {
+    async fn call_capsule(self: &Arc<Self>, capsule: Arc<Installed>) -> Result<CapsuleRun, RunError> {
         let name = capsule.manifest.name.clone();
         let (out, err) = (MemoryOutputPipe::new(CAPTURE_BYTES_MAX), MemoryOutputPipe::new(CAPTURE_BYTES_MAX));
         let mut store = self.new_store(&capsule, 0, Some((out.clone(), err.clone())), None);
@@ -537,7 +537,7 @@ impl Inner {
         let text = |pipe: &MemoryOutputPipe| String::from_utf8_lossy(&pipe.contents()).into_owned();
         if let Err(error) = outcome {
             let mut failure = self.call_error(&name, &capsule, &store, &error);
-            if let CallError::Trap { reason, .. } = &mut failure {
+            if let RunError::Trap { reason, .. } = &mut failure {
                 let stderr = text(&err);
                 if !stderr.trim().is_empty() {
                     reason.push_str(&format!("; stderr: {}", stderr.trim()));
@@ -560,16 +560,16 @@ impl Inner {
         capsule: &Installed,
         store: &Store<HostState>,
         error: &wasmtime::Error,
-    ) -> CallError {
+    ) -> RunError {
         if let Some(limit) = &store.data().limits.hit {
-            return CallError::Limit { name: name.into(), reason: limit.clone() };
+            return RunError::Limit { name: name.into(), reason: limit.clone() };
         }
         if matches!(error.downcast_ref::<wasmtime::Trap>(), Some(wasmtime::Trap::Interrupt)) {
-            return CallError::Deadline {
+            return RunError::Deadline {
                 name: name.into(),
                 deadline_ms: capsule.manifest.deadline.as_millis() as u64,
             };
         }
-        CallError::Trap { name: name.into(), reason: format!("{error:#}") }
+        RunError::Trap { name: name.into(), reason: format!("{error:#}") }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use murmur_runtime::ports::Ports;
-use murmur_runtime::{CallError, CapsuleManifest, Runtime, RuntimeOptions, ToolInput};
+use murmur_runtime::{CapsuleManifest, RunError, Runtime, RuntimeOptions, ToolInput};
 use murmur_store::{ArtifactMeta, ArtifactStore, CapsuleKind, Platform};
 
 fn wasm(name: &str) -> PathBuf {
@@ -191,7 +191,7 @@ async fn an_infinite_loop_is_stopped_at_its_deadline_and_the_node_stays_healthy(
     node.tool("echo", "echo", "");
     let started = Instant::now();
     let err = node.runtime.run_tool("spin", input("")).await.unwrap_err();
-    assert!(matches!(err, CallError::Deadline { deadline_ms: 300, .. }), "{err}");
+    assert!(matches!(err, RunError::Deadline { deadline_ms: 300, .. }), "{err}");
     assert!(started.elapsed() < Duration::from_secs(5));
     let run = node.runtime.run_tool("echo", input("still here")).await.unwrap();
     assert_eq!(run.result.data.as_deref(), Some("still here"));
@@ -202,7 +202,7 @@ async fn a_memory_bomb_is_refused_at_its_limit() {
     let node = Node::new();
     node.tool("bomb", "misbehaving_membomb", "[limits]\nmemory_mb = 16\n");
     let err = node.runtime.run_tool("bomb", input("")).await.unwrap_err();
-    assert!(matches!(err, CallError::Limit { .. }), "{err}");
+    assert!(matches!(err, RunError::Limit { .. }), "{err}");
     assert!(err.to_string().contains("memory limit of 16 MiB"), "{err}");
 }
 

@@ -21,7 +21,7 @@ fn help_teaches_with_examples() {
     assert!(out.status.success());
     assert!(shows_example(&out.stdout, "murnode init --data-dir ./node1"), "{}", text(&out.stdout));
     let out = mur(&["--help"]);
-    assert!(shows_example(&out.stdout, "mur capsules --json"), "{}", text(&out.stdout));
+    assert!(shows_example(&out.stdout, "mur directory --json"), "{}", text(&out.stdout));
     let out = mur(&["grant", "sign", "--help"]);
     assert!(
         shows_example(&out.stdout, "mur grant sign --key authority.key --capsule pipeline \\"),

@@ -22,8 +22,9 @@ use super::Driver;
 use crate::ArtifactQuery;
 use murmur_config::limits::{ARTIFACT_OUTBOUND_MAX, ARTIFACT_SERVING_MAX};
 
-/// Artifact state the driver owns.
-pub(crate) struct ArtifactSide {
+/// The artifact transport: what the driver holds to carry `/murmur/artifact/1` (requests
+/// being served, requests out for pulls).
+pub(crate) struct ArtifactTransport {
     store: Arc<ArtifactStore>,
     pub(super) queries: mpsc::Receiver<ArtifactQuery>,
     pub(super) served: mpsc::Receiver<(u64, ArtifactResponse)>,
@@ -74,13 +75,13 @@ impl ServeFaults {
     }
 }
 
-impl std::fmt::Debug for ArtifactSide {
+impl std::fmt::Debug for ArtifactTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ArtifactSide").field("serving", &self.inbound.len()).finish_non_exhaustive()
+        f.debug_struct("ArtifactTransport").field("serving", &self.inbound.len()).finish_non_exhaustive()
     }
 }
 
-impl ArtifactSide {
+impl ArtifactTransport {
     pub(crate) fn new(store: Arc<ArtifactStore>, queries: mpsc::Receiver<ArtifactQuery>) -> Self {
         let (served_tx, served) = mpsc::channel(ARTIFACT_SERVING_MAX);
         Self {
@@ -158,7 +159,7 @@ impl Driver {
     }
 
     /// Reads what a peer asked for in a blocking task; the answer comes back through
-    /// [`ArtifactSide::served`].
+    /// [`ArtifactTransport::served`].
     fn serve_artifact(&mut self, request: ArtifactRequest, channel: ResponseChannel<ArtifactResponse>) {
         if self.artifacts.inbound.len() >= ARTIFACT_SERVING_MAX {
             self.artifacts.busy_count += 1;

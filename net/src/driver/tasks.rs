@@ -35,8 +35,9 @@ pub(crate) enum Report {
     Answered { token: Token, response: TaskResponse },
 }
 
-/// Task state the driver owns.
-pub(crate) struct TaskSide {
+/// The task transport: what the driver holds to carry the exchange over
+/// `/murmur/task/1` (libp2p request ids, peers' streams, who waits for what).
+pub(crate) struct TaskTransport {
     exchange: TaskExchange,
     owner: Arc<dyn TaskOwner>,
     pub(super) queries: mpsc::Receiver<TaskQuery>,
@@ -54,13 +55,13 @@ pub(crate) struct TaskSide {
     next_token: Token,
 }
 
-impl std::fmt::Debug for TaskSide {
+impl std::fmt::Debug for TaskTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TaskSide").field("in_flight", &self.exchange.in_flight()).finish_non_exhaustive()
+        f.debug_struct("TaskTransport").field("in_flight", &self.exchange.in_flight()).finish_non_exhaustive()
     }
 }
 
-impl TaskSide {
+impl TaskTransport {
     pub(crate) fn new(
         local: NodeId,
         authorities: Vec<murmur_protocol::PublicKey>,

@@ -25,7 +25,7 @@ use murmur_runtime::CapsuleManifest;
 use murmur_store::CapsuleKind;
 use murmur_store::lock::{Lock, LockEntry};
 
-use crate::fetch::{Progress, Pulled, Want};
+use crate::artifacts::{Progress, Pulled, Want};
 use murmur_config::limits::PULL_PROGRESS_QUEUE_MAX;
 
 /// The first line of a capsule manifest `mur install` writes; it only ever replaces a
@@ -60,7 +60,12 @@ pub(super) async fn pull(State(state): State<Arc<ApiState>>, Json(body): Json<Pu
         let result = if body.install {
             install(&state, want, &mut progress).await
         } else {
-            state.fetcher.pull(&want, &mut progress).await.map(|pulled| done(&pulled, false))
+            state
+                .puller
+                .pull(&want, &mut progress)
+                .await
+                .map(|pulled| done(&pulled, false))
+                .map_err(anyhow::Error::from)
         };
         let last = match result {
             Ok(done) => done,
@@ -136,7 +141,7 @@ async fn install(
             _ => want.pin = Some(entry.manifest.parse().unwrap_or(pinned)),
         }
     }
-    let pulled = state.fetcher.pull(&want, progress).await?;
+    let pulled = state.puller.pull(&want, progress).await?;
     let stored = &pulled.stored;
     let kind = match stored.meta.kind {
         CapsuleKind::Agent => {
@@ -175,7 +180,7 @@ async fn install(
     })?;
     lock.write(&data_dir)?;
     let hosted = crate::daemon::hosted_capsules(&state.runtime, &state.install.declared);
-    state.mesh.set_hosted(hosted).await?;
+    state.net.set_hosted(hosted).await?;
     Ok(done(&pulled, true))
 }
 

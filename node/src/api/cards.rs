@@ -73,7 +73,7 @@ fn card(state: &ApiState, name: String, description: String, url: &str, skills: 
 
 /// `GET /.well-known/agent-card.json`: the node, with every capsule the mesh knows.
 pub async fn node_card(State(state): State<Arc<ApiState>>, headers: HeaderMap) -> Response {
-    let capsules = match state.mesh.capsules().await {
+    let capsules = match state.net.capsules().await {
         Ok(view) => view.capsules,
         Err(err) => return unavailable(&err),
     };
@@ -92,7 +92,7 @@ pub async fn capsule_card(
     Path(capsule): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    let capsules = match state.mesh.capsules().await {
+    let capsules = match state.net.capsules().await {
         Ok(view) => view.capsules,
         Err(err) => return unavailable(&err),
     };

@@ -4,10 +4,10 @@ use std::fmt::Write;
 
 use murmur_protocol::directory::Refusal;
 
-use murmur_net::MeshMetrics;
+use murmur_net::NetMetrics;
 
 /// Renders every metric, with zero-valued series included so dashboards see them at once.
-pub fn render(m: &MeshMetrics) -> String {
+pub fn render(m: &NetMetrics) -> String {
     let mut out = String::new();
     let mut metric = |name: &str, kind: &str, help: &str, series: &[(&str, u64)]| {
         let _ = writeln!(out, "# HELP {name} {help}");

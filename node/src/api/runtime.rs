@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use murmur_api::runtime::{InstalledView, ToolInputJson};
-use murmur_runtime::{CallError, ToolInput};
+use murmur_runtime::{RunError, ToolInput};
 
 use super::{ApiState, error};
 
@@ -34,14 +34,14 @@ pub(super) async fn run_capsule(State(state): State<Arc<ApiState>>, Path(name): 
     }
 }
 
-fn call_error(err: &CallError) -> Response {
+fn call_error(err: &RunError) -> Response {
     let (status, code) = match err {
-        CallError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-        CallError::WrongKind { .. } => (StatusCode::CONFLICT, "wrong_kind"),
-        CallError::Deadline { .. } => (StatusCode::GATEWAY_TIMEOUT, "deadline_exceeded"),
-        CallError::Limit { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "limit_exceeded"),
-        CallError::Trap { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "trapped"),
-        CallError::Start { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "start_failed"),
+        RunError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+        RunError::WrongKind { .. } => (StatusCode::CONFLICT, "wrong_kind"),
+        RunError::Deadline { .. } => (StatusCode::GATEWAY_TIMEOUT, "deadline_exceeded"),
+        RunError::Limit { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "limit_exceeded"),
+        RunError::Trap { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "trapped"),
+        RunError::Start { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "start_failed"),
     };
     error(status, code, &err.to_string())
 }

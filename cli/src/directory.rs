@@ -1,4 +1,5 @@
-//! `mur capsules`: every capsule in the mesh directory and the nodes that host it.
+//! `mur directory` (formerly `mur capsules`, still accepted): every capsule in the mesh
+//! directory and the nodes that host it.
 
 use clap::Args;
 
@@ -9,7 +10,7 @@ use murmur_api::output::{Table, print_json};
 use murmur_api::views::CapsulesView;
 
 #[derive(Debug, Args)]
-pub struct CapsulesArgs {
+pub struct DirectoryArgs {
     #[command(flatten)]
     node: NodeArgs,
     /// Print the API's JSON document instead of a table.
@@ -17,7 +18,7 @@ pub struct CapsulesArgs {
     json: bool,
 }
 
-pub fn run(args: CapsulesArgs) -> CliResult {
+pub fn run(args: DirectoryArgs) -> CliResult {
     let view: CapsulesView = args.node.get("/v1/capsules")?;
     if args.json {
         print_json(&view);

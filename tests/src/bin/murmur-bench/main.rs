@@ -1,0 +1,145 @@
+//! End-to-end benchmarks with real `murnode` processes. Prints a table and writes JSON.
+//!
+//! ```text
+//! cargo build --release --workspace
+//! target/release/murmur-bench mesh [--sizes 5,10,20] [--runs 20] [--out bench-mesh.json]
+//! ```
+//!
+//! ```text
+//! target/release/murmur-bench tasks [--samples 2000] [--seconds 5] [--out bench-tasks.json]
+//! ```
+//!
+//! `tasks` measures A2A tasks end to end on two nodes: the round trip of a blocking
+//! `SendMessage` to `echo` owned by the node the client talks to, next to one owned by the
+//! other node (the mesh hop: /murmur/task/1 acceptance plus an events wait), interleaved in
+//! one run; then throughput in tasks/s with 1 and 64 concurrent clients, local and mesh.
+//!
+//! ```text
+//! target/release/murmur-bench bundle [--sizes-mib 64,256] [--runs 3] [--out bench-bundle.json]
+//! ```
+//!
+//! ```text
+//! target/release/murmur-bench pull [--sizes-mib 64,512] [--runs 3] [--out bench-pull.json]
+//! ```
+//!
+//! `pull` measures a mesh pull between real local nodes (a fresh puller per run, from one
+//! and from two providers), next to single-core SHA-256, a file copy and the encrypted pipe
+//! (the same bytes sealed, sent over loopback TCP, opened, hashed and written by the
+//! shortest code we can write, with ChaCha20-Poly1305 and with AES-256-GCM), in MB/s.
+//!
+//! `bundle` measures air-gapped bundle export, verify and import of one artifact, next to
+//! single-core SHA-256 of the same bytes in memory (the ceiling: every step hashes every
+//! byte) and a plain file copy, in MB/s, medians of the runs.
+//!
+//! `mesh` measures advert convergence: a capsule is added to one node (config + SIGHUP) and
+//! we time until every node's API lists it, next to the time until the *first* other node
+//! lists it (one gossip hop, the baseline). It also reads the resident memory of an idle
+//! node and of a node holding 1,000 adverts (injected by `murmur-testpeer`).
+
+mod bundle;
+mod mesh;
+mod pipe;
+mod pull;
+mod runtime;
+mod tasks;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "murmur-bench")]
+struct Cli {
+    #[command(subcommand)]
+    command: Bench,
+}
+
+#[derive(Debug, Subcommand)]
+enum Bench {
+    /// Capsule runtime: instantiate + call (pooling vs on-demand), a call on a live
+    /// instance, and one tool-registry invoke hop. Needs `bash capsules/build.sh`.
+    Runtime {
+        /// Measured iterations per figure.
+        #[arg(long, default_value_t = 20_000)]
+        iterations: usize,
+        /// Where to write the JSON results.
+        #[arg(long, default_value = "bench-runtime.json")]
+        out: PathBuf,
+    },
+    /// A2A task round trips (local vs over the mesh) and throughput. Needs the guests
+    /// (`bash capsules/build.sh`).
+    Tasks {
+        /// Measured round trips per figure.
+        #[arg(long, default_value_t = 2000)]
+        samples: usize,
+        /// Seconds per throughput figure.
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        /// Where to write the JSON results.
+        #[arg(long, default_value = "bench-tasks.json")]
+        out: PathBuf,
+    },
+    /// Pull throughput between local nodes (from one and from two providers) next to
+    /// SHA-256, a file copy and an encrypted pipe without libp2p (the work itself). Uses
+    /// the release binaries (`cargo build --release`).
+    Pull {
+        /// Artifact sizes in MiB.
+        #[arg(long, value_delimiter = ',', default_value = "64,512")]
+        sizes_mib: Vec<u64>,
+        /// Runs per figure (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Where to write the JSON results.
+        #[arg(long, default_value = "bench-pull.json")]
+        out: PathBuf,
+        /// Run the providers on core 0 and the puller on core 1 (with `taskset`), so that
+        /// no end shares a core with the other: shows which end is the limit.
+        #[arg(long)]
+        pin_cores: bool,
+        /// The transport between the nodes: `tcp` (noise + yamux) or `quic` (TLS 1.3).
+        #[arg(long, value_enum, default_value_t = pull::Transport::Tcp)]
+        transport: pull::Transport,
+    },
+    /// Bundle export, verify and import throughput next to SHA-256 and a file copy.
+    Bundle {
+        /// Artifact sizes in MiB (the store takes at most 1024).
+        #[arg(long, value_delimiter = ',', default_value = "64,256")]
+        sizes_mib: Vec<u64>,
+        /// Runs per figure (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Where to write the JSON results.
+        #[arg(long, default_value = "bench-bundle.json")]
+        out: PathBuf,
+    },
+    /// Advert convergence time and node memory.
+    Mesh {
+        /// Mesh sizes (local processes).
+        #[arg(long, value_delimiter = ',', default_value = "5,10,20")]
+        sizes: Vec<usize>,
+        /// Measured changes per size.
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        /// Where to write the JSON results.
+        #[arg(long, default_value = "bench-mesh.json")]
+        out: PathBuf,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Bench::Runtime { iterations, out } => runtime::run(iterations, &out)?,
+        Bench::Tasks { samples, seconds, out } => tasks::run(samples, seconds, &out)?,
+        Bench::Bundle { sizes_mib, runs, out } => bundle::run(&sizes_mib, runs, &out)?,
+        Bench::Pull { sizes_mib, runs, out, pin_cores, transport } => {
+            pull::run(&sizes_mib, runs, &out, pin_cores, transport)?
+        }
+        Bench::Mesh { sizes, runs, out } => mesh::run(&sizes, runs, &out)?,
+    }
+    Ok(())
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}

@@ -1,0 +1,221 @@
+//! Pull figures: real nodes on 127.0.0.1, a fresh puller per run, the whole pull
+//! (resolve, metadata, chunks, final check, commit) timed by the node.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use murmur_protocol::Digest;
+use murmur_tests::{TestNode, init_data_dir_with, mur, publisher, trusting, wait_for};
+
+use super::pipe::{self, Cipher};
+use serde::Serialize;
+
+/// How the bench's nodes reach each other (all on 127.0.0.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// TCP with noise (ChaCha20-Poly1305) and yamux.
+    Tcp,
+    /// QUIC v1 (TLS 1.3, streams native to the transport).
+    Quic,
+}
+
+impl Transport {
+    fn listen(self) -> &'static str {
+        match self {
+            Self::Tcp => "/ip4/127.0.0.1/tcp/0",
+            Self::Quic => "/ip4/127.0.0.1/udp/0/quic-v1",
+        }
+    }
+}
+
+/// What every node of one bench run shares.
+#[derive(Clone, Copy)]
+struct Setup<'a> {
+    public: &'a str,
+    pin_cores: bool,
+    transport: Transport,
+}
+
+#[derive(Debug, Serialize)]
+struct Row {
+    size_mib: u64,
+    runs: usize,
+    sha256_mb_s: f64,
+    copy_mb_s: f64,
+    /// The encrypted pipe with noise's cipher (see `pipe`).
+    pipe_chacha_mb_s: f64,
+    /// The encrypted pipe with AES-256-GCM.
+    pipe_aes_mb_s: f64,
+    one_provider_mb_s: f64,
+    two_providers_mb_s: f64,
+    /// Providers on core 0, the puller on core 1 (`--pin-cores`).
+    pinned_cores: bool,
+    transport: Transport,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Starts a node, on core `core` alone when given (through `taskset`).
+fn node(
+    dir: &Path,
+    peer: Option<&TestNode>,
+    core: Option<u32>,
+    transport: Transport,
+) -> anyhow::Result<TestNode> {
+    let mut args: Vec<String> = ["--api", "127.0.0.1:0", "--listen", transport.listen(), "--no-mdns"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    if let Some(peer) = peer {
+        args.push("--bootstrap".into());
+        args.push(peer.dial_addrs()[0].clone());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let launcher: Vec<String> =
+        core.map(|core| vec!["taskset".into(), "-c".into(), core.to_string()]).unwrap_or_default();
+    TestNode::launch(&launcher, dir, &args)
+}
+
+/// Pulls NAME@1.0.0 on a fresh node that knows `providers` providers; MB/s.
+fn pull_once(first: &TestNode, providers: usize, setup: Setup<'_>, size: u64) -> anyhow::Result<f64> {
+    let dir = init_data_dir_with(&trusting(setup.public));
+    let puller = node(dir.path(), Some(first), setup.pin_cores.then_some(1), setup.transport)?;
+    wait_for(Duration::from_secs(30), "the providers' adverts", || {
+        let peers = puller.get("/v1/peers").ok()?;
+        let n = peers["peers"].as_array()?.iter().filter(|p| p["artifacts"] == 1).count();
+        (n >= providers).then_some(())
+    })?;
+    let out = mur(&["artifact", "pull", "big@1.0.0", "--json", "--node", &puller.api]);
+    anyhow::ensure!(out.status.success(), "pull failed: {}", String::from_utf8_lossy(&out.stdout));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let done: serde_json::Value = serde_json::from_str(text.lines().last().unwrap_or_default())?;
+    anyhow::ensure!(
+        done["providers"].as_u64() == Some(providers as u64),
+        "used {} providers",
+        done["providers"]
+    );
+    let ms = done["elapsed_ms"].as_f64().unwrap_or(f64::NAN).max(1.0);
+    Ok(size as f64 / 1e6 / (ms / 1000.0))
+}
+
+pub fn run(
+    sizes_mib: &[u64],
+    runs: usize,
+    out: &Path,
+    pin_cores: bool,
+    transport: Transport,
+) -> anyhow::Result<()> {
+    if pin_cores {
+        let taskset = std::process::Command::new("taskset").args(["-c", "1", "true"]).status();
+        anyhow::ensure!(
+            taskset.is_ok_and(|s| s.success()),
+            "--pin-cores needs `taskset` (util-linux) and at least two cores"
+        );
+    }
+    let provider_core = pin_cores.then_some(0);
+    let work = tempfile::tempdir()?;
+    let (key, public) = publisher(work.path());
+    let setup = Setup { public: &public, pin_cores, transport };
+    let mut rows = Vec::new();
+    for &mib in sizes_mib {
+        let size = mib << 20;
+        let content: Vec<u8> = (0..size).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+        let file = work.path().join("content.bin");
+        std::fs::write(&file, &content)?;
+        let (mut sha, mut copy, mut chacha, mut aes) = (vec![], vec![], vec![], vec![]);
+        let digest = Digest::of(&content);
+        for _ in 0..runs.max(1) {
+            let started = Instant::now();
+            std::hint::black_box(Digest::of(std::hint::black_box(&content)));
+            sha.push(size as f64 / 1e6 / started.elapsed().as_secs_f64());
+            let started = Instant::now();
+            std::fs::copy(&file, work.path().join("copy"))?;
+            copy.push(size as f64 / 1e6 / started.elapsed().as_secs_f64());
+            std::fs::remove_file(work.path().join("copy"))?;
+            chacha.push(pipe::run(&file, work.path(), &digest.0, Cipher::ChaCha20Poly1305)?);
+            aes.push(pipe::run(&file, work.path(), &digest.0, Cipher::Aes256Gcm)?);
+        }
+        drop(content);
+        let mut provider_dirs = Vec::new();
+        for _ in 0..2 {
+            let dir = init_data_dir_with("");
+            let added = mur(&[
+                "artifact",
+                "add",
+                file.to_str().unwrap_or_default(),
+                "--name",
+                "big",
+                "--version",
+                "1.0.0",
+                "--kind",
+                "tool",
+                "--sign-key",
+                &key,
+                "--data-dir",
+                dir.path().to_str().unwrap_or_default(),
+            ]);
+            anyhow::ensure!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
+            provider_dirs.push(dir);
+        }
+        let (mut one, mut two) = (vec![], vec![]);
+        {
+            let first = node(provider_dirs[0].path(), None, provider_core, transport)?;
+            for _ in 0..runs.max(1) {
+                one.push(pull_once(&first, 1, setup, size)?);
+            }
+            let _second = node(provider_dirs[1].path(), Some(&first), provider_core, transport)?;
+            for _ in 0..runs.max(1) {
+                two.push(pull_once(&first, 2, setup, size)?);
+            }
+        }
+        rows.push(Row {
+            size_mib: mib,
+            runs: runs.max(1),
+            sha256_mb_s: median(sha),
+            copy_mb_s: median(copy),
+            pipe_chacha_mb_s: median(chacha),
+            pipe_aes_mb_s: median(aes),
+            one_provider_mb_s: median(one),
+            two_providers_mb_s: median(two),
+            pinned_cores: pin_cores,
+            transport,
+        });
+    }
+    println!(
+        "{:>6} {:>12} {:>10} {:>12} {:>10} {:>14} {:>15} {:>12} {:>12}",
+        "MiB",
+        "sha256 MB/s",
+        "copy MB/s",
+        "pipe chacha",
+        "pipe aes",
+        "pull, 1 prov.",
+        "pull, 2 prov.",
+        "1 / sha256",
+        "2 / sha256"
+    );
+    for r in &rows {
+        println!(
+            "{:>6} {:>12.0} {:>10.0} {:>12.0} {:>10.0} {:>14.0} {:>15.0} {:>11.0}% {:>11.0}%",
+            r.size_mib,
+            r.sha256_mb_s,
+            r.copy_mb_s,
+            r.pipe_chacha_mb_s,
+            r.pipe_aes_mb_s,
+            r.one_provider_mb_s,
+            r.two_providers_mb_s,
+            100.0 * r.one_provider_mb_s / r.sha256_mb_s,
+            100.0 * r.two_providers_mb_s / r.sha256_mb_s
+        );
+    }
+    if pin_cores {
+        println!("(pinned: the providers on core 0, the puller on core 1)");
+    }
+    println!("(transport: {})", transport.listen());
+    std::fs::write(out, serde_json::to_string_pretty(&rows)?)?;
+    eprintln!("wrote {}", out.display());
+    Ok(())
+}
