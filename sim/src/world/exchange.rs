@@ -21,9 +21,10 @@ use murmur_protocol::exchange::{
 use murmur_protocol::task::{Submit, TASK_FRAME_BYTES_MAX, TaskId, TaskRequest, TaskResponse};
 use murmur_protocol::{NodeId, route};
 
+use super::driver::arm_timer;
 use super::net::Channel;
 use super::tasks::{TaskEvent, task_word};
-use super::{Event, Ix, Sim, arm_timer};
+use super::{Event, Ix, Sim};
 use crate::check::Attack;
 
 /// A dial to a peer behind a partition fails after this long (libp2p's dial timeout is of

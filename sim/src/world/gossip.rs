@@ -12,7 +12,8 @@ use std::sync::Arc;
 use murmur_protocol::mesh::Input;
 use murmur_protocol::{Envelope, NodeId};
 
-use super::{Delivery, Event, GOSSIP_BYTES_MAX, Ix, PUBLISHED_HISTORY_MAX, Role, Sim};
+use super::driver::Delivery;
+use super::{Event, GOSSIP_BYTES_MAX, Ix, PUBLISHED_HISTORY_MAX, Role, Sim};
 use crate::scenario::ByzantineRole;
 
 /// gossipsub's D_lazy: peers outside the mesh sent an IHAVE each heartbeat.

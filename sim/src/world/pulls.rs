@@ -26,8 +26,9 @@ use murmur_protocol::digest::Digest;
 use murmur_protocol::pull::{Input, Output, Pull, PullConfig};
 
 use super::artifacts::{ActivePull, ArtifactEvent, ChunkRequest, REQUESTS_MAX, add_pull_stats};
+use super::driver::arm_timer;
 use super::net::Channel;
-use super::{Event, Ix, Role, Sim, arm_timer};
+use super::{Event, Ix, Role, Sim};
 use crate::check::ArtifactOracle;
 use crate::scenario::{ByzantineRole, Fault};
 

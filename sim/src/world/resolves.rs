@@ -24,8 +24,9 @@ use murmur_protocol::resolve::{Offers, Resolution, ResolveConfig};
 use murmur_protocol::{Envelope, NodeId};
 
 use super::artifacts::{ActiveResolve, ArtifactEvent, ResolveAsk};
+use super::driver::arm_timer;
 use super::net::Channel;
-use super::{Event, Ix, Plant, Role, Sim, arm_timer};
+use super::{Event, Ix, Plant, Role, Sim};
 use crate::scenario::{ByzantineRole, Fault};
 
 /// Bytes of a resolve ask, and of an answer (a manifest digest and a signed catalog).
