@@ -12,8 +12,8 @@
 //! the world around the loop has a module of its own: `driver` feeds a node's mesh machine
 //! and carries out its outputs, `options` is how a run is set up besides its scenario,
 //! `net`, `gossip` and `topology` model the network and libp2p over it, `faults` and
-//! `byzantine` break things, and `tasks` and `artifacts` are the task and artifact parts of
-//! the world.
+//! `byzantine` break things, and `tasks` and `artifacts` hold the task and artifact parts
+//! of the world (`TaskModel`, `ArtifactModel`).
 
 mod artifacts;
 mod byzantine;
@@ -233,10 +233,10 @@ pub struct Sim {
     live_honest: u32,
     converged_at: Option<u64>,
     last_liveness_gap: String,
-    /// Task traffic, when the scenario has a `[tasks]` section.
-    tasks: Option<Box<tasks::TaskWorld>>,
-    /// Artifact traffic, when the scenario has an `[artifacts]` section.
-    artifacts: Option<Box<artifacts::ArtifactWorld>>,
+    /// The task part of the world, when the scenario has a `[tasks]` section.
+    tasks: Option<Box<tasks::TaskModel>>,
+    /// The artifact part of the world, when the scenario has an `[artifacts]` section.
+    artifacts: Option<Box<artifacts::ArtifactModel>>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -294,9 +294,9 @@ impl Sim {
         };
         let seed = options.seed;
         let oracle = Oracle::new(mesh_config.directory.ttl_max_ms, mesh_config.directory.clock_skew_max_ms);
-        let tasks = scenario.tasks.clone().map(|config| Box::new(tasks::TaskWorld::new(config, seed)));
+        let tasks = scenario.tasks.clone().map(|config| Box::new(tasks::TaskModel::new(config, seed)));
         let artifacts =
-            scenario.artifacts.clone().map(|config| Box::new(artifacts::ArtifactWorld::new(config, seed)));
+            scenario.artifacts.clone().map(|config| Box::new(artifacts::ArtifactModel::new(config, seed)));
         let mut sim = Self {
             options,
             now: 0,
@@ -419,11 +419,11 @@ impl Sim {
                 Some(Signed::sign(cert, authority).expect("a node certificate encodes").into_envelope())
             }
         };
-        if let Some(world) = self.tasks.as_deref_mut() {
-            world.add_node(ix, self.options.seed);
+        if let Some(model) = self.tasks.as_deref_mut() {
+            model.add_node(ix, self.options.seed);
         }
-        if let Some(world) = self.artifacts.as_deref_mut() {
-            world.add_node(ix);
+        if let Some(model) = self.artifacts.as_deref_mut() {
+            model.add_node(ix);
         }
         self.index.insert(id, ix);
         self.nodes.push(Node {
