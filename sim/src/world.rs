@@ -34,7 +34,6 @@ mod warm;
 pub use options::{Options, Plant};
 
 use gossip::Message;
-use topology::HEARTBEAT_MS;
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -45,7 +44,7 @@ use std::time::Instant;
 use murmur_protocol::advert::HostedCapsule;
 use murmur_protocol::cert::NodeCert;
 use murmur_protocol::directory::{Admission, DirectoryConfig};
-use murmur_protocol::limits::DIRECTORY_NODES_MAX;
+use murmur_protocol::limits::{DIRECTORY_NODES_MAX, GOSSIP_HEARTBEAT_MS};
 use murmur_protocol::mesh::{MeshConfig, MeshNode};
 use murmur_protocol::sync::{SyncRequest, SyncResponse};
 use murmur_protocol::verify::Verifier;
@@ -66,9 +65,6 @@ pub const EPOCH: Millis = Millis(1_800_000_000_000);
 /// Events in flight at most. A run that needs more is a bug in the model or the protocol
 /// (a message storm), reported as a bound violation.
 pub const QUEUE_MAX: usize = 50_000_000;
-
-/// gossipsub's transmit limit: bigger messages are dropped before the application sees them.
-pub const GOSSIP_BYTES_MAX: usize = 64 * 1024;
 
 /// gossipsub's duplicate cache; a replayed message arriving later is new to the gossip layer.
 pub const GOSSIP_DUPLICATE_CACHE_MS: u64 = 60_000;
@@ -556,7 +552,7 @@ impl Sim {
             Event::Heartbeat { node, epoch } => {
                 if self.is_current(node, epoch) {
                     self.heartbeat(node);
-                    self.schedule(self.now + HEARTBEAT_MS, Event::Heartbeat { node, epoch });
+                    self.schedule(self.now + GOSSIP_HEARTBEAT_MS, Event::Heartbeat { node, epoch });
                 }
             }
             Event::Gossip { to, from, msg, epoch } => self.deliver_gossip(to, from, msg, epoch),
