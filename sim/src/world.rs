@@ -6,13 +6,23 @@
 //! Nodes are numbered in creation order; every collection iterated while producing events
 //! is ordered (vectors, `BTreeSet`), and hash maps are used for lookups only, so nothing
 //! about a run depends on hash seeds, wall time or threads.
+//!
+//! This module holds the world's state (the [`Sim`] and its nodes), how a run is set up,
+//! the events and the loop that dispatches them, and the verdict at the end. Each part of
+//! the world around the loop has a module of its own: `driver` feeds a node's mesh machine
+//! and carries out its outputs, `options` is how a run is set up besides its scenario,
+//! `net`, `gossip` and `topology` model the network and libp2p over it, `faults` and
+//! `byzantine` break things, and `tasks` and `artifacts` hold the task and artifact parts
+//! of the world (`TaskModel`, `ArtifactModel`).
 
 mod artifacts;
 mod byzantine;
+mod driver;
 mod exchange;
 mod faults;
 mod gossip;
 mod net;
+mod options;
 mod owner;
 mod pulls;
 mod resolves;
@@ -21,8 +31,9 @@ mod topology;
 mod unauthorized;
 mod warm;
 
+pub use options::{Options, Plant};
+
 use gossip::Message;
-use topology::HEARTBEAT_MS;
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -32,11 +43,9 @@ use std::time::Instant;
 
 use murmur_protocol::advert::HostedCapsule;
 use murmur_protocol::cert::NodeCert;
-use murmur_protocol::directory::{Admission, DirectoryConfig, Refusal, Source};
-use murmur_protocol::limits::{
-    DIRECTORY_NODES_MAX, ENVELOPE_OVERHEAD_MAX, SYNC_REQUEST_BYTES_MAX, SYNC_RESPONSE_BYTES_MAX,
-};
-use murmur_protocol::mesh::{Event as MeshEvent, Input, MeshConfig, MeshNode, Output, Verdict};
+use murmur_protocol::directory::{Admission, DirectoryConfig};
+use murmur_protocol::limits::{DIRECTORY_NODES_MAX, GOSSIP_HEARTBEAT_MS};
+use murmur_protocol::mesh::{MeshConfig, MeshNode};
 use murmur_protocol::sync::{SyncRequest, SyncResponse};
 use murmur_protocol::verify::Verifier;
 use murmur_protocol::{Envelope, Millis, NodeId, SecretKey, Signed};
@@ -57,9 +66,6 @@ pub const EPOCH: Millis = Millis(1_800_000_000_000);
 /// (a message storm), reported as a bound violation.
 pub const QUEUE_MAX: usize = 50_000_000;
 
-/// gossipsub's transmit limit: bigger messages are dropped before the application sees them.
-pub const GOSSIP_BYTES_MAX: usize = 64 * 1024;
-
 /// gossipsub's duplicate cache; a replayed message arriving later is new to the gossip layer.
 pub const GOSSIP_DUPLICATE_CACHE_MS: u64 = 60_000;
 
@@ -69,120 +75,7 @@ pub type DirectoryView = std::collections::BTreeMap<String, Vec<u32>>;
 /// Recent adverts remembered per node for the liveness check.
 const PUBLISHED_HISTORY_MAX: usize = 16;
 
-/// How a run is set up besides its scenario.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Options {
-    pub seed: u64,
-    /// Plant the known bug (signature checks skipped) and a forger to exploit it.
-    pub canary: bool,
-    /// Verify every signature in every node, without the shared cache (the naive baseline
-    /// the benchmark compares against).
-    pub uncached: bool,
-    /// Plant a known task bug that a task checker must catch.
-    pub plant: Option<Plant>,
-}
-
-impl Options {
-    /// The planted bug as the protocol's machines take it: the task and pull bugs are
-    /// switches in the shipped code (`murmur_protocol::plant`); the others are
-    /// configurations the world sets up.
-    #[must_use]
-    pub const fn plants(&self) -> murmur_protocol::plant::Plants {
-        use murmur_protocol::plant::{Plant as Shipped, Plants};
-        match self.plant {
-            Some(Plant::SkipIncomingCheck) => Plants::one(Shipped::SkipIncomingCheck),
-            Some(Plant::RetryLost) => Plants::one(Shipped::RetryLost),
-            Some(Plant::VolatileAccept) => Plants::one(Shipped::VolatileAccept),
-            Some(Plant::WriteUnverified) => Plants::one(Shipped::WriteUnverified),
-            Some(Plant::TrustAnyOffer | Plant::OpenAdmission) | None => Plants::NONE,
-        }
-    }
-}
-
-/// A known bug, planted on purpose: each must be caught by its checker
-/// (`sim/tests/tasks.rs`, `sim/tests/artifacts.rs`, `sim/tests/scenarios.rs`). The first
-/// four are planted in the protocol's own machines (the code `murnode` runs); the last two
-/// are configurations a node could be given.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Plant {
-    /// The task exchange accepts peers' tasks without the receiving node's grant check
-    /// (`check_incoming`). Caught by the grant checker (an unauthorized sender is added if
-    /// the scenario has none).
-    SkipIncomingCheck,
-    /// The task exchange takes a delivery with an unknown outcome (timeout, connection
-    /// closed) as "not delivered", so the router tries another node although the first may
-    /// have accepted. Caught by the executed-twice checker.
-    RetryLost,
-    /// The owner machine answers "accepted" before the acceptance is on disk (written in
-    /// the background, so only a later synchronous write makes it durable). Caught by the
-    /// lost-task checker when an owner restarts.
-    VolatileAccept,
-    /// The pull scheduler writes every bad chunk that arrives before checking it. Caught by the artifact write checker (a corrupt provider is added if the
-    /// scenario has none, and artifact traffic if it has none).
-    WriteUnverified,
-    /// Resolutions trust the corrupt providers' own key as well as the publisher's, so a
-    /// forged manifest can be taken. Caught by the resolution checker (a corrupt provider is
-    /// added if the scenario has none, and artifact traffic if it has none).
-    TrustAnyOffer,
-    /// Nodes of a closed mesh admit every peer and advert, certified or not. Caught by the
-    /// admission checker (the scenario is made closed, with an uncertified node, if it is
-    /// not).
-    OpenAdmission,
-}
-
-impl Plant {
-    /// Every planted bug.
-    pub const ALL: [Self; 6] = [
-        Self::SkipIncomingCheck,
-        Self::RetryLost,
-        Self::VolatileAccept,
-        Self::WriteUnverified,
-        Self::TrustAnyOffer,
-        Self::OpenAdmission,
-    ];
-
-    /// The name on the command line (`--plant NAME`).
-    #[must_use]
-    pub const fn name(self) -> &'static str {
-        match self {
-            Self::SkipIncomingCheck => "skip-incoming-check",
-            Self::RetryLost => "retry-lost",
-            Self::VolatileAccept => "volatile-accept",
-            Self::WriteUnverified => "write-unverified",
-            Self::TrustAnyOffer => "trust-any-offer",
-            Self::OpenAdmission => "open-admission",
-        }
-    }
-}
-
-impl std::str::FromStr for Plant {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        Self::ALL.into_iter().find(|p| p.name() == text).ok_or_else(|| {
-            let names: Vec<&str> = Self::ALL.iter().map(|p| p.name()).collect();
-            format!("unknown plant `{text}` (one of: {})", names.join(", "))
-        })
-    }
-}
-
 type Ix = u32;
-
-/// Arms a protocol state machine's timer: its `deadline`, read on a node clock that shows
-/// `node_now`, as virtual time. Returns when to schedule the timer event if that comes
-/// before the one `armed` holds (which it then holds), `None` if no new event is needed.
-fn arm_timer(
-    armed: &mut Option<u64>,
-    deadline: Option<Millis>,
-    node_now: Millis,
-    sim_now: u64,
-) -> Option<u64> {
-    let at = deadline?.0.saturating_sub(node_now.0) + sim_now;
-    armed.is_none_or(|t| at < t).then(|| {
-        *armed = Some(at);
-        at
-    })
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
@@ -300,14 +193,6 @@ impl Event {
         }
     }
 }
-
-/// What a delivery was, so the node's verdict can be acted on (gossip forwarding).
-#[derive(Clone, Copy, Debug)]
-struct Delivery {
-    msg: u32,
-    from: Ix,
-}
-
 /// A running simulation.
 pub struct Sim {
     scenario: Scenario,
@@ -344,10 +229,10 @@ pub struct Sim {
     live_honest: u32,
     converged_at: Option<u64>,
     last_liveness_gap: String,
-    /// Task traffic, when the scenario has a `[tasks]` section.
-    tasks: Option<Box<tasks::TaskWorld>>,
-    /// Artifact traffic, when the scenario has an `[artifacts]` section.
-    artifacts: Option<Box<artifacts::ArtifactWorld>>,
+    /// The task part of the world, when the scenario has a `[tasks]` section.
+    tasks: Option<Box<tasks::TaskModel>>,
+    /// The artifact part of the world, when the scenario has an `[artifacts]` section.
+    artifacts: Option<Box<artifacts::ArtifactModel>>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -405,9 +290,9 @@ impl Sim {
         };
         let seed = options.seed;
         let oracle = Oracle::new(mesh_config.directory.ttl_max_ms, mesh_config.directory.clock_skew_max_ms);
-        let tasks = scenario.tasks.clone().map(|config| Box::new(tasks::TaskWorld::new(config, seed)));
+        let tasks = scenario.tasks.clone().map(|config| Box::new(tasks::TaskModel::new(config, seed)));
         let artifacts =
-            scenario.artifacts.clone().map(|config| Box::new(artifacts::ArtifactWorld::new(config, seed)));
+            scenario.artifacts.clone().map(|config| Box::new(artifacts::ArtifactModel::new(config, seed)));
         let mut sim = Self {
             options,
             now: 0,
@@ -530,11 +415,11 @@ impl Sim {
                 Some(Signed::sign(cert, authority).expect("a node certificate encodes").into_envelope())
             }
         };
-        if let Some(world) = self.tasks.as_deref_mut() {
-            world.add_node(ix, self.options.seed);
+        if let Some(model) = self.tasks.as_deref_mut() {
+            model.add_node(ix, self.options.seed);
         }
-        if let Some(world) = self.artifacts.as_deref_mut() {
-            world.add_node(ix);
+        if let Some(model) = self.artifacts.as_deref_mut() {
+            model.add_node(ix);
         }
         self.index.insert(id, ix);
         self.nodes.push(Node {
@@ -663,47 +548,23 @@ impl Sim {
                     self.start_node(node);
                 }
             }
-            Event::Timer { node, epoch } => {
-                let n = &mut self.nodes[node as usize];
-                if n.epoch == epoch && n.alive() && n.timer_at == Some(self.now) {
-                    n.timer_at = None;
-                    self.handle(node, Input::Tick, None);
-                }
-            }
+            Event::Timer { node, epoch } => self.mesh_timer(node, epoch),
             Event::Heartbeat { node, epoch } => {
                 if self.is_current(node, epoch) {
                     self.heartbeat(node);
-                    self.schedule(self.now + HEARTBEAT_MS, Event::Heartbeat { node, epoch });
+                    self.schedule(self.now + GOSSIP_HEARTBEAT_MS, Event::Heartbeat { node, epoch });
                 }
             }
             Event::Gossip { to, from, msg, epoch } => self.deliver_gossip(to, from, msg, epoch),
             Event::IHave { to, from, ids, epoch } => self.receive_ihave(to, from, &ids, epoch),
             Event::IWant { to, from, ids, epoch } => self.receive_iwant(to, from, &ids, epoch),
             Event::SyncRequest { to, from, req, request, epoch } => {
-                if self.is_current(to, epoch) {
-                    let token = self.next_token();
-                    self.nodes[to as usize].answering.insert(token, (from, req));
-                    let from_id = self.nodes[from as usize].id;
-                    // The request was sent to this node alone: no copy of a large digest.
-                    let request = Arc::try_unwrap(request).unwrap_or_else(|shared| (*shared).clone());
-                    self.handle(to, Input::SyncRequested { from: from_id, token, request }, None);
-                }
+                self.sync_requested(to, from, req, request, epoch);
             }
             Event::SyncResponse { to, from, req, response, epoch } => {
-                if self.is_current(to, epoch) && self.nodes[to as usize].syncing.remove(&req).is_some() {
-                    let from_id = self.nodes[from as usize].id;
-                    let response = Arc::try_unwrap(response).unwrap_or_else(|shared| (*shared).clone());
-                    self.handle(to, Input::SyncAnswered { from: from_id, response }, None);
-                }
+                self.sync_answered(to, from, req, response, epoch);
             }
-            Event::SyncTimeout { node, req, epoch } => {
-                if self.is_current(node, epoch)
-                    && let Some(peer) = self.nodes[node as usize].syncing.remove(&req)
-                {
-                    let peer_id = self.nodes[peer as usize].id;
-                    self.handle(node, Input::SyncFailed { peer: peer_id }, None);
-                }
-            }
+            Event::SyncTimeout { node, req, epoch } => self.sync_timed_out(node, req, epoch),
             Event::Connected { a, b, epoch_a, epoch_b } => {
                 if self.is_current(a, epoch_a) && self.is_current(b, epoch_b) {
                     self.connect(a, b);
@@ -734,217 +595,6 @@ impl Sim {
     fn next_token(&mut self) -> u64 {
         self.next_req += 1;
         self.next_req
-    }
-
-    /// Feeds one input to node `ix` and carries out its outputs.
-    fn handle(&mut self, ix: Ix, input: Input, delivery: Option<Delivery>) {
-        let now = self.clock(ix);
-        let Some(mesh) = self.nodes[ix as usize].mesh.as_mut() else { return };
-        mesh.handle(now, input);
-        let mut outputs = Vec::new();
-        while let Some(output) = mesh.poll_output() {
-            outputs.push(output);
-        }
-        let timeout = mesh.poll_timeout();
-        let (dir_len, outputs_dropped) =
-            (mesh.directory().len(), mesh.stats().outputs_dropped + mesh.directory().stats().outputs_dropped);
-        for output in outputs {
-            self.carry_out(ix, output, delivery);
-        }
-        if dir_len > DIRECTORY_NODES_MAX {
-            self.violation(format!(
-                "node {ix} holds {dir_len} adverts, above its bound {DIRECTORY_NODES_MAX}"
-            ));
-        }
-        if outputs_dropped > 0 {
-            self.violation(format!(
-                "node {ix} dropped {outputs_dropped} outputs: its output queue bound was hit"
-            ));
-        }
-        if let Some(at) = timeout {
-            let at = at.0.saturating_sub(now.0) + self.now;
-            let node = &mut self.nodes[ix as usize];
-            if node.timer_at.is_none_or(|t| at < t) {
-                node.timer_at = Some(at);
-                let epoch = node.epoch;
-                self.schedule(at, Event::Timer { node: ix, epoch });
-            }
-        }
-    }
-
-    fn carry_out(&mut self, ix: Ix, output: Output, delivery: Option<Delivery>) {
-        match output {
-            Output::Publish { bytes } => self.publish(ix, &bytes),
-            Output::Report { verdict, .. } => {
-                self.trace.record(20, u64::from(ix), verdict as u64, 0);
-                if let (Verdict::Accept, Some(d)) = (verdict, delivery) {
-                    self.forward(ix, d);
-                }
-                if verdict == Verdict::Reject {
-                    self.metrics.gossip_rejected += 1;
-                }
-            }
-            Output::SendSyncRequest { peer, request } => self.send_sync_request(ix, peer, request),
-            Output::SendSyncResponse { token, response } => {
-                if let Some((to, req)) = self.nodes[ix as usize].answering.remove(&token) {
-                    let size = response
-                        .adverts
-                        .iter()
-                        .chain(&response.gone)
-                        .map(|e| e.body().len() + ENVELOPE_OVERHEAD_MAX)
-                        .sum::<usize>()
-                        + response.differ.as_ref().map_or(0, |d| d.len() * 12)
-                        + 16;
-                    if size > SYNC_RESPONSE_BYTES_MAX {
-                        // Dropped by the requester's size limit; it times out.
-                        self.violation(format!("node {ix} built a sync response of {size} bytes, above the {SYNC_RESPONSE_BYTES_MAX}-byte limit"));
-                        return;
-                    }
-                    let epoch = self.nodes[to as usize].epoch;
-                    self.send(
-                        ix,
-                        to,
-                        size,
-                        Event::SyncResponse { to, from: ix, req, response: Arc::new(response), epoch },
-                    );
-                }
-            }
-            Output::Dial { peer, .. } => {
-                if let Some(&peer) = self.index.get(&peer) {
-                    self.dial(ix, peer);
-                }
-            }
-            // The modelled network has no block list: a held peer that reconnects is closed
-            // again by the mesh itself.
-            Output::Disconnect { peer, .. } => self.turn_away(ix, peer, false),
-            Output::Block { peer, .. } => self.turn_away(ix, peer, true),
-            Output::Unblock { .. } => {}
-            Output::Event(event) => self.observe(ix, event),
-        }
-    }
-
-    /// Node `ix` closes its connection to `peer` (and holds it off, when `held`).
-    fn turn_away(&mut self, ix: Ix, peer: NodeId, held: bool) {
-        let Some(&peer) = self.index.get(&peer) else { return };
-        self.trace.record(24, u64::from(ix), u64::from(peer), u64::from(held));
-        if let (false, Some(fault)) = (self.uncertified(ix).is_some(), self.uncertified(peer)) {
-            // An honest node turned an uncertified one away: the fault acted.
-            self.effects[fault].effects += 1;
-        }
-        if held && self.nodes[peer as usize].cert.is_some() {
-            // Only a missing or invalid certificate, or junk, earns a hold.
-            self.violation(format!(
-                "node {ix} held off node {peer}, which has a valid certificate for this closed mesh"
-            ));
-        }
-        self.disconnect(ix, peer);
-    }
-
-    fn observe(&mut self, ix: Ix, event: MeshEvent) {
-        match event {
-            MeshEvent::AdvertAccepted { node, seq, source } => {
-                let Some(&subject) = self.index.get(&node) else {
-                    self.violation(format!(
-                        "node {ix} accepted an advert from {node}, a node that does not exist (forged)"
-                    ));
-                    return;
-                };
-                self.trace.record(21, u64::from(ix), u64::from(subject), seq);
-                if matches!(source, Source::Local) {
-                    return;
-                }
-                if self.uncertified(ix).is_none() && self.uncertified(subject).is_some() {
-                    self.violation(format!(
-                        "node {ix} admitted the advert of node {subject}, which has no certificate for this closed mesh"
-                    ));
-                    return;
-                }
-                let Some(envelope) = self.nodes[ix as usize]
-                    .mesh
-                    .as_ref()
-                    .and_then(|m| m.directory().get(&node))
-                    .map(|r| r.envelope().clone())
-                else {
-                    return;
-                };
-                let observer_now = self.clock(ix);
-                let live = self.live_honest_count();
-                if let Err(what) =
-                    self.oracle.accepted(ix, (subject, seq), &envelope, observer_now, self.now, live)
-                {
-                    self.violation(what);
-                }
-            }
-            MeshEvent::AdvertRefused { reason, .. } => {
-                self.trace.record(22, u64::from(ix), refusal_tag(&reason), 0);
-                *self.metrics.refusals.entry(reason.reason().to_owned()).or_default() += 1;
-            }
-            MeshEvent::AdvertExpired { node } => {
-                let subject = self.index.get(&node).copied().unwrap_or(Ix::MAX);
-                self.trace.record(23, u64::from(ix), u64::from(subject), 0);
-            }
-            MeshEvent::Departed { node, seq, witness, source } => {
-                let subject = self.index.get(&node).copied().unwrap_or(Ix::MAX);
-                self.trace.record(25, u64::from(ix), u64::from(subject), seq);
-                self.metrics.departures_applied += 1;
-                if subject != Ix::MAX && !self.oracle.is_genuine(subject, seq) {
-                    // A notice drops only the advert it names: one never published cannot
-                    // be held, so applying it means the directory buried a future advert.
-                    self.violation(format!(
-                        "node {ix} applied a departure notice naming node {subject}'s seq {seq}, which node {subject} never published"
-                    ));
-                }
-                if matches!(source, Source::Local) && witness == self.nodes[ix as usize].id {
-                    self.metrics.departures_declared += 1;
-                    // False: the subject is up in the life that published the advert the
-                    // witness saw (not a restart whose new advert had not reached the witness
-                    // yet). Its latest advert may be newer: one the witness, cut off by a
-                    // partition, never received.
-                    let same_life =
-                        |n: &Node| n.published.iter().any(|(at, s)| *s == seq && *at >= n.up_since);
-                    if self.nodes.get(subject as usize).is_some_and(|n| n.alive() && same_life(n)) {
-                        self.metrics.departures_false += 1;
-                    }
-                }
-            }
-            MeshEvent::Published { .. } => {}
-        }
-    }
-
-    fn send_sync_request(&mut self, ix: Ix, peer: NodeId, request: SyncRequest) {
-        let req = self.next_token();
-        let Some(&to) = self.index.get(&peer) else { return };
-        if !self.nodes[ix as usize].peers.contains(&to) {
-            // Not connected: libp2p fails the request at once.
-            let epoch = self.nodes[ix as usize].epoch;
-            self.nodes[ix as usize].syncing.insert(req, to);
-            self.schedule(self.now, Event::SyncTimeout { node: ix, req, epoch });
-            return;
-        }
-        // Estimated encoded size (≈45 bytes per digest entry, 9 per summary bucket, up to 3
-        // per scope bucket): encoding a large digest for every request would dominate big
-        // runs.
-        let size = request.digest.entries().len() * 45
-            + request.summary.as_ref().map_or(0, |s| s.sums.len() * 9)
-            + request.scope.as_ref().map_or(0, |s| s.buckets.len() * 3)
-            + 64;
-        self.nodes[ix as usize].syncing.insert(req, to);
-        if size > SYNC_REQUEST_BYTES_MAX {
-            // request-response refuses an oversized request: the exchange fails.
-            self.metrics.oversized_dropped += 1;
-            let epoch = self.nodes[ix as usize].epoch;
-            self.schedule(self.now, Event::SyncTimeout { node: ix, req, epoch });
-            return;
-        }
-        let (epoch_to, epoch_me) = (self.nodes[to as usize].epoch, self.nodes[ix as usize].epoch);
-        self.send(
-            ix,
-            to,
-            size,
-            Event::SyncRequest { to, from: ix, req, request: Arc::new(request), epoch: epoch_to },
-        );
-        let timeout = self.scenario.topology.request_timeout_ms;
-        self.schedule(self.now + timeout, Event::SyncTimeout { node: ix, req, epoch: epoch_me });
     }
 
     /// The fault that made node `ix` an `uncertified` byzantine node, if it is one.
@@ -1023,8 +673,4 @@ fn prepare_open_admission(scenario: &mut Scenario) {
     scenario.protocol.closed = true;
     let until_s = scenario.faults_end_s().max(10);
     scenario.ensure_byzantine(ByzantineRole::Uncertified, (1, until_s), 1000);
-}
-
-fn refusal_tag(reason: &Refusal) -> u64 {
-    Refusal::REASONS.iter().position(|r| *r == reason.reason()).unwrap_or(99) as u64
 }

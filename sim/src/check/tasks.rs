@@ -331,7 +331,7 @@ impl TaskOracle {
         &self.attack_counts
     }
 
-    /// What still stands between now and a settled task world, if anything: an accepted
+    /// What still stands between now and settled task traffic, if anything: an accepted
     /// task of a live owner that is not terminal, or a submission at a live node without an
     /// outcome.
     pub fn unsettled(&self, alive: &dyn Fn(u32) -> bool) -> Option<String> {

@@ -6,14 +6,11 @@
 //! nodes, or from agents under their grants. Some are sent twice (idempotency), some retried
 //! after failing, and services move between nodes so directories go stale (failover).
 
+use murmur_protocol::limits::OWNER_QUEUE_MAX;
 use serde::{Deserialize, Serialize};
 
 /// Submissions one run may make at most (each is tracked by the oracle until the end).
 pub const TASKS_MAX: u64 = 1_000_000;
-
-/// Largest per-service queue a scenario may ask for: the node's own limit
-/// (`tasks::manager::QUEUE_MAX` in `murnode`).
-pub const QUEUE_MAX: usize = 4096;
 
 /// Task traffic.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -65,7 +62,8 @@ pub struct TaskWorkload {
     pub run_ms_max: u64,
     /// Tasks of one service a node runs at once.
     pub workers: usize,
-    /// Tasks of one service a node holds queued; more are refused as `overloaded`.
+    /// Tasks of one service a node holds queued; more are refused as `overloaded`. At most
+    /// the owner machine's own bound, [`OWNER_QUEUE_MAX`] (what `murnode` runs with).
     pub queue_max: usize,
     /// The router's acceptance timeout (`RouterConfig::accept_timeout_ms`).
     pub accept_timeout_ms: u64,
@@ -185,7 +183,10 @@ impl TaskWorkload {
         );
         anyhow::ensure!(self.run_ms_min <= self.run_ms_max, "tasks.run_ms_min: at most run_ms_max");
         anyhow::ensure!(self.workers >= 1, "tasks.workers: at least 1");
-        anyhow::ensure!((1..=QUEUE_MAX).contains(&self.queue_max), "tasks.queue_max: 1 to {QUEUE_MAX}");
+        anyhow::ensure!(
+            (1..=OWNER_QUEUE_MAX).contains(&self.queue_max),
+            "tasks.queue_max: 1 to {OWNER_QUEUE_MAX}"
+        );
         anyhow::ensure!(self.accept_timeout_ms >= 1, "tasks.accept_timeout_ms: at least 1");
         anyhow::ensure!(
             self.submissions_max() <= TASKS_MAX,

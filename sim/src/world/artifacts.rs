@@ -85,9 +85,10 @@ pub(super) struct ChunkRequest {
     pub index: u32,
 }
 
-/// Artifact state of the whole run.
+/// The artifact part of the modelled world: the blobs and their catalogs, every node's
+/// artifact store and pulls, and the artifact oracle, for the whole run.
 #[derive(Debug)]
-pub(super) struct ArtifactWorld {
+pub(super) struct ArtifactModel {
     pub config: ArtifactWorkload,
     pub oracle: ArtifactOracle,
     pub nodes: Vec<NodeArtifacts>,
@@ -192,7 +193,7 @@ pub(super) fn prepare(scenario: &mut Scenario, options: Options) {
     );
 }
 
-impl ArtifactWorld {
+impl ArtifactModel {
     pub(super) fn new(config: ArtifactWorkload, seed: u64) -> Self {
         let mut rng = SimRng::stream(seed, "artifacts/workload");
         let chunk = config.chunk_bytes();
@@ -255,14 +256,14 @@ impl Sim {
     /// Places each artifact whole on a few initial nodes and schedules the workload.
     pub(super) fn artifacts_populate(&mut self) {
         let n = self.nodes.len();
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        let c = world.config.clone();
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let c = model.config.clone();
         let mut all: Vec<Ix> = (0..n as Ix).collect();
         for b in 0..c.artifacts {
-            world.rng.shuffle(&mut all);
-            let truth = world.oracle.blobs()[b].chunks.clone();
+            model.rng.shuffle(&mut all);
+            let truth = model.oracle.blobs()[b].chunks.clone();
             for &h in all.iter().take(c.providers_initial) {
-                let node = &mut world.nodes[h as usize];
+                let node = &mut model.nodes[h as usize];
                 node.store.insert(b, truth.iter().enumerate().map(|(i, d)| (i as u32, *d)).collect());
                 node.complete.insert(b);
             }
@@ -348,24 +349,24 @@ impl Sim {
             return;
         }
         self.schedule(self.now + interval, Event::Artifact(ArtifactEvent::Pull));
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
         if live.is_empty() {
             return;
         }
-        let node = live[world.rng.below(live.len() as u64) as usize];
-        let blob = world.rng.below(world.config.artifacts as u64) as usize;
-        world.stats.pulls_requested += 1;
-        let state = &world.nodes[node as usize];
+        let node = live[model.rng.below(live.len() as u64) as usize];
+        let blob = model.rng.below(model.config.artifacts as u64) as usize;
+        model.stats.pulls_requested += 1;
+        let state = &model.nodes[node as usize];
         if state.complete.contains(&blob) || state.wanted.contains_key(&blob) {
-            world.stats.pulls_redundant += 1;
+            model.stats.pulls_redundant += 1;
             return;
         }
         // Pulls under way, being resolved, or waiting to be resolved again.
-        if state.wanted.len() >= world.config.pulls_per_node_max {
-            world.stats.pulls_refused += 1;
+        if state.wanted.len() >= model.config.pulls_per_node_max {
+            model.stats.pulls_refused += 1;
             return;
         }
-        world.nodes[node as usize].wanted.insert(blob, self.now);
+        model.nodes[node as usize].wanted.insert(blob, self.now);
         self.start_pull(node, blob);
     }
 
@@ -376,12 +377,12 @@ impl Sim {
         let Some(mesh) = self.nodes[ix as usize].mesh.as_ref() else { return };
         let candidates: Vec<murmur_protocol::NodeId> =
             mesh.directory().records(now).map(|r| r.node()).collect();
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        let (factor, max) = (world.config.replication_factor, world.config.pulls_per_node_max);
-        let digests = world.digests();
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let (factor, max) = (model.config.replication_factor, model.config.pulls_per_node_max);
+        let digests = model.digests();
         let mut start = Vec::new();
-        let node = &mut world.nodes[ix as usize];
-        for (blob, digest) in digests.iter().enumerate().take(world.config.pinned) {
+        let node = &mut model.nodes[ix as usize];
+        for (blob, digest) in digests.iter().enumerate().take(model.config.pinned) {
             if node.complete.contains(&blob) || node.wanted.contains_key(&blob) {
                 continue;
             }
@@ -393,7 +394,7 @@ impl Sim {
                 start.push(blob);
             }
         }
-        world.stats.pins_pulled += start.len() as u64;
+        model.stats.pins_pulled += start.len() as u64;
         for blob in start {
             self.start_pull(ix, blob);
         }
@@ -407,18 +408,18 @@ impl Sim {
             self.nodes[ix as usize].role,
             Role::Byzantine { role: ByzantineRole::CorruptProvider, .. }
         );
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        let c = &world.config;
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let c = &model.config;
         // Spread the nodes' periodic checks over their interval, without a random draw.
         let (refresh, pin) = (c.refresh_ms, c.pin_check_interval_ms);
         let offset = u64::from(ix) * 97;
         let announce: Vec<Digest> = if corrupt {
-            world.digests()
+            model.digests()
         } else {
-            let digests = world.digests();
-            world.nodes[ix as usize].complete.iter().map(|b| digests[*b]).collect()
+            let digests = model.digests();
+            model.nodes[ix as usize].complete.iter().map(|b| digests[*b]).collect()
         };
-        let resume: Vec<usize> = world.nodes[ix as usize].wanted.keys().copied().collect();
+        let resume: Vec<usize> = model.nodes[ix as usize].wanted.keys().copied().collect();
         self.schedule(
             self.now + 1 + offset % refresh,
             Event::Artifact(ArtifactEvent::Refresh { node: ix, epoch }),
@@ -433,9 +434,9 @@ impl Sim {
             self.handle(ix, murmur_protocol::mesh::Input::SetArtifacts { artifacts: announce }, None);
         }
         for blob in resume {
-            let Some(world) = self.artifacts.as_deref_mut() else { return };
-            if world.nodes[ix as usize].store.get(&blob).is_some_and(|s| !s.is_empty()) {
-                world.stats.pulls_resumed += 1;
+            let Some(model) = self.artifacts.as_deref_mut() else { return };
+            if model.nodes[ix as usize].store.get(&blob).is_some_and(|s| !s.is_empty()) {
+                model.stats.pulls_resumed += 1;
             }
             self.start_pull(ix, blob);
         }
@@ -443,43 +444,43 @@ impl Sim {
 
     /// Tells node `ix`'s mesh node every blob it holds whole, so its advert lists them.
     pub(super) fn announce(&mut self, ix: Ix) {
-        let Some(world) = self.artifacts.as_deref() else { return };
-        let digests = world.digests();
-        let artifacts = world.nodes[ix as usize].complete.iter().map(|b| digests[*b]).collect();
+        let Some(model) = self.artifacts.as_deref() else { return };
+        let digests = model.digests();
+        let artifacts = model.nodes[ix as usize].complete.iter().map(|b| digests[*b]).collect();
         self.handle(ix, murmur_protocol::mesh::Input::SetArtifacts { artifacts }, None);
     }
 
     /// A node crashed (`for_good`: with its disk). Its pulls, in memory, are lost; chunk
     /// requests it was answering fail on their senders as connections close.
     pub(super) fn artifacts_crashed(&mut self, ix: Ix, for_good: bool) {
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        let node = &mut world.nodes[ix as usize];
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let node = &mut model.nodes[ix as usize];
         for (_, active) in std::mem::take(&mut node.pulls) {
-            add_pull_stats(&mut world.totals, active.pull.stats());
+            add_pull_stats(&mut model.totals, active.pull.stats());
         }
         node.resolving.clear();
         if for_good {
             node.wanted.clear();
         }
-        world.requests.retain(|_, r| r.from != ix);
-        world.asks.retain(|_, a| a.from != ix);
+        model.requests.retain(|_, r| r.from != ix);
+        model.asks.retain(|_, a| a.from != ix);
         // Asks it was answering fail on their senders as the connections close.
         let failed: Vec<(u64, Ix)> =
-            world.asks.iter().filter(|(_, a)| a.to == ix).map(|(req, a)| (*req, a.from)).collect();
+            model.asks.iter().filter(|(_, a)| a.to == ix).map(|(req, a)| (*req, a.from)).collect();
         for (req, from) in failed {
             let at = self.now + self.base_latency(ix, from);
             self.schedule(at, Event::Artifact(ArtifactEvent::AskFailure { req }));
         }
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
         let mut closed = BTreeSet::new();
-        world.requests.retain(|_, r| {
+        model.requests.retain(|_, r| {
             if r.to == ix {
                 closed.insert((r.from, r.from_epoch));
             }
             r.to != ix
         });
         if !closed.is_empty() {
-            world.stats.provider_crashes += 1;
+            model.stats.provider_crashes += 1;
         }
         for (from, epoch) in closed {
             let at = self.now + self.base_latency(ix, from);
@@ -492,15 +493,15 @@ impl Sim {
     /// enough nodes? Rechecked every second until it holds or the bound passes.
     fn artifacts_settle(&mut self) {
         let live = self.live_honest();
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
         let holders =
-            |b: usize| live.iter().filter(|n| world.nodes[**n as usize].complete.contains(&b)).count();
+            |b: usize| live.iter().filter(|n| model.nodes[**n as usize].complete.contains(&b)).count();
         let mut gap = None;
         'nodes: for &x in &live {
-            for &b in world.nodes[x as usize].wanted.keys() {
+            for &b in model.nodes[x as usize].wanted.keys() {
                 if holders(b) > 0 {
-                    let have = world.nodes[x as usize].store.get(&b).map_or(0, BTreeMap::len);
-                    let of = world.oracle.blobs()[b].chunks.len();
+                    let have = model.nodes[x as usize].store.get(&b).map_or(0, BTreeMap::len);
+                    let of = model.oracle.blobs()[b].chunks.len();
                     gap = Some(format!(
                         "node {x} still pulls art-{b} ({have} of {of} chunks) while {} live honest nodes hold it",
                         holders(b)
@@ -509,22 +510,22 @@ impl Sim {
                 }
             }
         }
-        let need = world.config.replication_factor.min(live.len());
+        let need = model.config.replication_factor.min(live.len());
         let mut fewest = None::<usize>;
-        for b in 0..world.config.pinned {
+        for b in 0..model.config.pinned {
             let held = holders(b);
             fewest = Some(fewest.map_or(held, |f| f.min(held)));
             if gap.is_none() && held < need {
                 gap = Some(format!("pinned art-{b} is held by {held} live honest nodes, fewer than {need}"));
             }
         }
-        world.stats.pinned_holders_min = fewest.map(|f| f as u64);
+        model.stats.pinned_holders_min = fewest.map(|f| f as u64);
         match gap {
-            None => world.settled_at = Some(self.now),
+            None => model.settled_at = Some(self.now),
             Some(gap) => {
-                world.last_gap = gap;
+                model.last_gap = gap;
                 let deadline =
-                    (self.scenario.artifacts_settle_from_s() + world.config.liveness_bound_s) * 1000;
+                    (self.scenario.artifacts_settle_from_s() + model.config.liveness_bound_s) * 1000;
                 if self.now < deadline {
                     self.schedule(self.now + 1000, Event::Artifact(ArtifactEvent::Settle));
                 }
@@ -535,35 +536,35 @@ impl Sim {
     /// Judges the artifact side at the end: metrics, paths exercised, and the liveness gap
     /// if pulls never settled.
     pub(super) fn artifacts_finish(&mut self) -> Option<String> {
-        let world = self.artifacts.as_deref_mut()?;
-        let mut totals = world.totals.clone();
-        for node in &world.nodes {
+        let model = self.artifacts.as_deref_mut()?;
+        let mut totals = model.totals.clone();
+        for node in &model.nodes {
             for active in node.pulls.values() {
                 add_pull_stats(&mut totals, active.pull.stats());
             }
         }
-        let s = &mut world.stats;
+        let s = &mut model.stats;
         s.chunks_requested = totals.requests;
         s.hedges = totals.hedges;
         s.timeouts = totals.timeouts;
         s.failures = totals.failures;
         s.bad_chunks_detected = totals.bad_chunks;
-        world.completion_ms.sort_unstable();
-        let sorted = &world.completion_ms;
+        model.completion_ms.sort_unstable();
+        let sorted = &model.completion_ms;
         let pick =
             |p: f64| sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0);
         (s.completion_p50_ms, s.completion_p99_ms) = (pick(0.5), pick(0.99));
         s.completion_max_ms = sorted.last().copied().unwrap_or(0);
         s.settled_after_ms =
-            world.settled_at.map(|at| at.saturating_sub(self.scenario.artifacts_settle_from_s() * 1000));
-        let effects: Vec<FaultEffect> = world
+            model.settled_at.map(|at| at.saturating_sub(self.scenario.artifacts_settle_from_s() * 1000));
+        let effects: Vec<FaultEffect> = model
             .config
             .exercise
             .iter()
             .map(|e| FaultEffect { fault: format!("artifacts: {}", e.name()), effects: exercised(s, *e) })
             .collect();
-        let gap = world.settled_at.is_none().then(|| world.last_gap.clone());
-        self.metrics.artifacts = Some(world.stats.clone());
+        let gap = model.settled_at.is_none().then(|| model.last_gap.clone());
+        self.metrics.artifacts = Some(model.stats.clone());
         self.effects.extend(effects);
         gap
     }

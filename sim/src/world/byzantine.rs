@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use murmur_protocol::advert::HostedCapsule;
 use murmur_protocol::departure::Departure;
+use murmur_protocol::limits::GOSSIP_TRANSMIT_BYTES_MAX;
 use murmur_protocol::{Advert, Envelope, Signature, Signed};
 
-use super::{Event, GOSSIP_BYTES_MAX, Ix, Role, Sim};
+use super::{Event, Ix, Role, Sim};
 use crate::scenario::{ByzantineRole, Fault};
 
 impl Sim {
@@ -131,7 +132,8 @@ impl Sim {
 
     /// Gossips an oversized message and a malformed one.
     fn flood_junk(&mut self, ix: Ix) -> bool {
-        let oversized = self.new_message(None, Some(Arc::from(vec![0u8; 16])), GOSSIP_BYTES_MAX + 1024, ix);
+        let oversized =
+            self.new_message(None, Some(Arc::from(vec![0u8; 16])), GOSSIP_TRANSMIT_BYTES_MAX + 1024, ix);
         self.flood(ix, oversized);
         let junk: Vec<u8> = (0..200).map(|_| self.nodes[ix as usize].rng.below(256) as u8).collect();
         let malformed = self.new_message(None, Some(Arc::from(junk)), 200, ix);

@@ -21,9 +21,10 @@ use murmur_protocol::exchange::{
 use murmur_protocol::task::{Submit, TASK_FRAME_BYTES_MAX, TaskId, TaskRequest, TaskResponse};
 use murmur_protocol::{NodeId, route};
 
+use super::driver::arm_timer;
 use super::net::Channel;
 use super::tasks::{TaskEvent, task_word};
-use super::{Event, Ix, Sim, arm_timer};
+use super::{Event, Ix, Sim};
 use crate::check::Attack;
 
 /// A dial to a peer behind a partition fails after this long (libp2p's dial timeout is of
@@ -76,8 +77,8 @@ impl Sim {
     /// Feeds one input to the exchange of `ix` and carries out its outputs.
     pub(super) fn exchange(&mut self, ix: Ix, input: Input) {
         let now = self.clock(ix);
-        let Some(world) = self.tasks.as_deref_mut() else { return };
-        let Some(exchange) = world.nodes[ix as usize].exchange.as_mut() else { return };
+        let Some(model) = self.tasks.as_deref_mut() else { return };
+        let Some(exchange) = model.nodes[ix as usize].exchange.as_mut() else { return };
         let Some(mesh) = self.nodes[ix as usize].mesh.as_ref() else { return };
         let (nodes, index, latency) = (&self.nodes, &self.index, &self.scenario.network.latency_ms);
         let me = &nodes[ix as usize];
@@ -90,7 +91,7 @@ impl Sim {
         exchange.handle(now, input, mesh.directory(), &rtt);
         let outputs: Vec<Output> = std::iter::from_fn(|| exchange.poll_output()).collect();
         let deadline = exchange.poll_timeout();
-        if let Some(at) = arm_timer(&mut world.nodes[ix as usize].timer_at, deadline, now, self.now) {
+        if let Some(at) = arm_timer(&mut model.nodes[ix as usize].timer_at, deadline, now, self.now) {
             let epoch = self.nodes[ix as usize].epoch;
             self.schedule(at, Event::Task(TaskEvent::RouterTimer { node: ix, epoch }));
         }
@@ -130,8 +131,8 @@ impl Sim {
 
     fn placed(&mut self, ix: Ix, task: TaskId, placement: &Placement) {
         let index = &self.index;
-        let Some(world) = self.tasks.as_deref_mut() else { return };
-        let stats = &mut world.stats;
+        let Some(model) = self.tasks.as_deref_mut() else { return };
+        let stats = &mut model.stats;
         match placement {
             Placement::Routed { owner, .. } => {
                 stats.routed += 1;
@@ -156,11 +157,11 @@ impl Sim {
     /// Records a receiving check's refusal; an unauthorized task must be refused with its
     /// check.
     fn refused_here(&mut self, owner: Ix, task: &TaskId, check: &str) {
-        let Some(world) = self.tasks.as_deref_mut() else { return };
-        *world.stats.refusals.entry(check.to_owned()).or_default() += 1;
-        let tag = u64::from(world.oracle.is_attack(task));
+        let Some(model) = self.tasks.as_deref_mut() else { return };
+        *model.stats.refusals.entry(check.to_owned()).or_default() += 1;
+        let tag = u64::from(model.oracle.is_attack(task));
         self.trace.record(45, self.now, u64::from(owner), tag);
-        let result = world.oracle.refused(owner, task, check);
+        let result = model.oracle.refused(owner, task, check);
         if let Err(what) = result {
             self.violation(what);
         }
@@ -181,8 +182,8 @@ impl Sim {
             }
             return;
         };
-        let Some(world) = self.tasks.as_deref_mut() else { return };
-        let wire = &mut world.wire;
+        let Some(model) = self.tasks.as_deref_mut() else { return };
+        let wire = &mut model.wire;
         wire.next_req += 1;
         let req = wire.next_req;
         let from_epoch = self.nodes[from as usize].epoch;
@@ -212,8 +213,8 @@ impl Sim {
 
     /// A dial finished: send, or fail as not delivered.
     pub(super) fn dialled(&mut self, req: u64) {
-        let Some(world) = self.tasks.as_deref() else { return };
-        let Some(r) = world.wire.requests.get(&req) else { return };
+        let Some(model) = self.tasks.as_deref() else { return };
+        let Some(r) = model.wire.requests.get(&req) else { return };
         if self.reachable(r.from, r.to) {
             self.transmit(req);
         } else {
@@ -222,8 +223,8 @@ impl Sim {
     }
 
     fn transmit(&mut self, req: u64) {
-        let Some(world) = self.tasks.as_deref_mut() else { return };
-        let Some(r) = world.wire.requests.get_mut(&req) else { return };
+        let Some(model) = self.tasks.as_deref_mut() else { return };
+        let Some(r) = model.wire.requests.get_mut(&req) else { return };
         r.sent = true;
         let (from, to) = (r.from, r.to);
         let bytes = r.request.encode();
@@ -242,13 +243,13 @@ impl Sim {
     pub(super) fn task_requested(&mut self, owner: Ix, from: Ix, req: u64, bytes: &[u8]) {
         let Ok(request) = TaskRequest::decode(bytes) else {
             // An undecodable request fails the stream; the sender times out.
-            if let Some(world) = self.tasks.as_deref_mut() {
-                world.stats.undecodable += 1;
+            if let Some(model) = self.tasks.as_deref_mut() {
+                model.stats.undecodable += 1;
             }
             return;
         };
-        if let (TaskRequest::Submit(submit), Some(world)) = (&request, self.tasks.as_deref_mut()) {
-            world.oracle.delivered(&submit.task);
+        if let (TaskRequest::Submit(submit), Some(model)) = (&request, self.tasks.as_deref_mut()) {
+            model.oracle.delivered(&submit.task);
         }
         let from_id = self.nodes[from as usize].id;
         self.exchange(owner, Input::Requested { from: from_id, token: req, request });
@@ -256,8 +257,8 @@ impl Sim {
 
     /// The exchange of `owner` answers request `req` (its token).
     fn respond(&mut self, owner: Ix, req: u64, response: TaskResponse) {
-        let Some(world) = self.tasks.as_deref() else { return };
-        let Some(from) = world.wire.requests.get(&req).map(|r| r.from) else { return };
+        let Some(model) = self.tasks.as_deref() else { return };
+        let Some(from) = model.wire.requests.get(&req).map(|r| r.from) else { return };
         let size = response.encode().len();
         let epoch = self.nodes[from as usize].epoch;
         let event = TaskEvent::Response { to: from, req, response: Arc::new(response), epoch };
@@ -278,11 +279,11 @@ impl Sim {
     /// Request `req` failed.
     pub(super) fn task_failed(&mut self, req: u64, failure: RequestFailure, reason: &str) {
         let Some(r) = self.take_request(req) else { return };
-        let Some(world) = self.tasks.as_deref_mut() else { return };
+        let Some(model) = self.tasks.as_deref_mut() else { return };
         if failure.may_have_arrived() {
-            world.stats.lost += 1;
+            model.stats.lost += 1;
         } else {
-            world.stats.not_delivered += 1;
+            model.stats.not_delivered += 1;
         }
         if let Purpose::Exchange(id) = r.purpose {
             self.exchange(r.from, Input::Failed { id, failure, reason: reason.to_owned() });
@@ -291,8 +292,8 @@ impl Sim {
 
     /// Removes request `req` if its sender is still the process that sent it.
     fn take_request(&mut self, req: u64) -> Option<Request> {
-        let world = self.tasks.as_deref_mut()?;
-        let r = world.wire.requests.remove(&req)?;
+        let model = self.tasks.as_deref_mut()?;
+        let r = model.wire.requests.remove(&req)?;
         let sender = &self.nodes[r.from as usize];
         if sender.epoch != r.from_epoch || !sender.alive() {
             return None;
@@ -303,8 +304,8 @@ impl Sim {
     /// Node `ix` crashed: its own requests die with it; requests it was answering fail on
     /// their senders when the connection closes (one one-way latency later).
     pub(super) fn connections_closed(&mut self, ix: Ix) {
-        let Some(world) = self.tasks.as_deref_mut() else { return };
-        let requests = &mut world.wire.requests;
+        let Some(model) = self.tasks.as_deref_mut() else { return };
+        let requests = &mut model.wire.requests;
         requests.retain(|_, r| r.from != ix);
         let closed: Vec<(u64, Ix)> =
             requests.iter().filter(|(_, r)| r.to == ix && r.sent).map(|(req, r)| (*req, r.from)).collect();

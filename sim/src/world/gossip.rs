@@ -9,10 +9,12 @@
 
 use std::sync::Arc;
 
+use murmur_protocol::limits::GOSSIP_TRANSMIT_BYTES_MAX;
 use murmur_protocol::mesh::Input;
 use murmur_protocol::{Envelope, NodeId};
 
-use super::{Delivery, Event, GOSSIP_BYTES_MAX, Ix, PUBLISHED_HISTORY_MAX, Role, Sim};
+use super::driver::Delivery;
+use super::{Event, Ix, PUBLISHED_HISTORY_MAX, Role, Sim};
 use crate::scenario::ByzantineRole;
 
 /// gossipsub's D_lazy: peers outside the mesh sent an IHAVE each heartbeat.
@@ -195,7 +197,9 @@ impl Sim {
             return;
         }
         let message = &mut self.messages[msg as usize];
-        if message.len > GOSSIP_BYTES_MAX {
+        if message.len > GOSSIP_TRANSMIT_BYTES_MAX {
+            // Over the transmit limit `murnode` gives gossipsub: dropped before the
+            // application sees it.
             self.metrics.oversized_dropped += 1;
             return;
         }

@@ -65,10 +65,10 @@ impl Sim {
     ) -> Result<TaskSnapshot, (Check, String)> {
         let owner_now = self.clock(owner);
         let policy = self.policy(owner, &submit.capsule);
-        let Some(world) = self.tasks.as_deref_mut() else {
+        let Some(model) = self.tasks.as_deref_mut() else {
             return Err((Check::Internal, "no tasks".to_owned()));
         };
-        let node = &mut world.nodes[owner as usize];
+        let node = &mut model.nodes[owner as usize];
         let task = submit.task;
         let Some(machine) = node.owner.as_mut() else {
             return Err((Check::Internal, "not running".to_owned()));
@@ -78,13 +78,13 @@ impl Sim {
             && let Some(stored) = node.store.get(&task)
         {
             // Finished long ago and forgotten from memory: answered from the database.
-            world.stats.idempotent_accepts += 1;
+            model.stats.idempotent_accepts += 1;
             return Ok(snapshot(task, &stored.capsule, stored.state));
         }
         let decided = machine.admit(owner_now, submit, policy);
         match decided {
             Ok(Admitted::Existing(state)) => {
-                world.stats.idempotent_accepts += 1;
+                model.stats.idempotent_accepts += 1;
                 Ok(snapshot(task, &submit.capsule, state))
             }
             Ok(Admitted::New { ticket }) => {
@@ -116,7 +116,7 @@ impl Sim {
                 Ok(snapshot(task, &submit.capsule, TaskState::Submitted))
             }
             Err(refusal) => {
-                *world.stats.refusals.entry(refusal.check().to_owned()).or_default() += 1;
+                *model.stats.refusals.entry(refusal.check().to_owned()).or_default() += 1;
                 Err((Check::named(refusal.check()), refusal.to_string()))
             }
         }
@@ -140,25 +140,25 @@ impl Sim {
         let now = self.clock(ix);
         let exchange = self.new_exchange(ix);
         let mut owner = self.new_owner();
-        let Some(world) = self.tasks.as_deref_mut() else { return };
-        let node = &mut world.nodes[ix as usize];
+        let Some(model) = self.tasks.as_deref_mut() else { return };
+        let node = &mut model.nodes[ix as usize];
         node.exchange = Some(exchange);
         let rows = node.store.iter().map(|(t, s)| (*t, s.capsule.clone(), s.state, s.ticket));
         owner.recover(now, rows);
         let stats = owner.stats().clone();
         node.owner = Some(owner);
-        world.stats.failed_on_restart += stats.failed_on_restart;
-        world.stats.requeued += stats.requeued;
+        model.stats.failed_on_restart += stats.failed_on_restart;
+        model.stats.requeued += stats.requeued;
         let store = &node.store;
-        let checked = world.oracle.check_store(ix, &|t| store.contains_key(t));
+        let checked = model.oracle.check_store(ix, &|t| store.contains_key(t));
         if let Err(what) = checked {
             self.violation(what);
         }
         self.owner_outputs(ix);
         let policies: Vec<(String, Option<Policy>)> = {
-            let Some(world) = self.tasks.as_deref() else { return };
+            let Some(model) = self.tasks.as_deref() else { return };
             let names: std::collections::BTreeSet<String> =
-                world.nodes[ix as usize].store.values().map(|s| s.capsule.clone()).collect();
+                model.nodes[ix as usize].store.values().map(|s| s.capsule.clone()).collect();
             names.into_iter().map(|name| (name.clone(), self.policy(ix, &name))).collect()
         };
         if let Some(machine) = self.tasks.as_deref_mut().and_then(|w| w.nodes[ix as usize].owner.as_mut()) {
@@ -175,9 +175,9 @@ impl Sim {
             let mut done_at = None;
             let mut violation = None;
             {
-                let Some(world) = self.tasks.as_deref_mut() else { return };
-                let (lo, hi) = (world.config.run_ms_min, world.config.run_ms_max);
-                let node = &mut world.nodes[ix as usize];
+                let Some(model) = self.tasks.as_deref_mut() else { return };
+                let (lo, hi) = (model.config.run_ms_min, model.config.run_ms_max);
+                let node = &mut model.nodes[ix as usize];
                 let Some(output) = node.owner.as_mut().and_then(Owner::poll_output) else { return };
                 match output {
                     Output::Store { task, state, write } => {
@@ -187,15 +187,15 @@ impl Sim {
                         stored.durable |= write == Write::Sync;
                         if state.is_terminal() && !was.is_terminal() {
                             if state == TaskState::Completed {
-                                world.stats.completed += 1;
+                                model.stats.completed += 1;
                                 self.trace.record(48, self.now, u64::from(ix), task_word(&task));
                             }
-                            violation = world.oracle.finished(ix, &task, state).err();
+                            violation = model.oracle.finished(ix, &task, state).err();
                         }
                     }
                     Output::Start { task } => {
                         let run_ms = node.rng.between(lo, hi);
-                        violation = world.oracle.started(ix, &task, self.now).err();
+                        violation = model.oracle.started(ix, &task, self.now).err();
                         self.trace.record(47, self.now, u64::from(ix), task_word(&task));
                         done_at = Some((self.now + run_ms, task));
                     }
@@ -216,9 +216,9 @@ impl Sim {
     /// slot of the services it hosts, in thousandths (as `murnode`'s task runner).
     fn update_load(&mut self, ix: Ix) {
         let hosted = self.nodes[ix as usize].capsules.iter().filter(|c| c.name.starts_with("task-")).count();
-        let Some(world) = self.tasks.as_deref_mut() else { return };
-        let workers = world.config.workers * hosted;
-        let node = &mut world.nodes[ix as usize];
+        let Some(model) = self.tasks.as_deref_mut() else { return };
+        let workers = model.config.workers * hosted;
+        let node = &mut model.nodes[ix as usize];
         let load = node.owner.as_ref().map_or(0, |o| o.load_permille(workers));
         if load != node.load {
             node.load = load;

@@ -26,8 +26,9 @@ use murmur_protocol::digest::Digest;
 use murmur_protocol::pull::{Input, Output, Pull, PullConfig};
 
 use super::artifacts::{ActivePull, ArtifactEvent, ChunkRequest, REQUESTS_MAX, add_pull_stats};
+use super::driver::arm_timer;
 use super::net::Channel;
-use super::{Event, Ix, Role, Sim, arm_timer};
+use super::{Event, Ix, Role, Sim};
 use crate::check::ArtifactOracle;
 use crate::scenario::{ByzantineRole, Fault};
 
@@ -40,9 +41,9 @@ impl Sim {
     /// Starts (or resumes) node `ix`'s pull of `blob`: first its resolution (`resolves`),
     /// then the pull from the chunks on its disk.
     pub(super) fn start_pull(&mut self, ix: Ix, blob: usize) {
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        let Some(truth) = world.oracle.blob(blob) else { return };
-        let node = &mut world.nodes[ix as usize];
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let Some(truth) = model.oracle.blob(blob) else { return };
+        let node = &mut model.nodes[ix as usize];
         let held = node.store.get(&blob).map_or(0, |s| s.len());
         if held == truth.chunks.len() {
             node.wanted.remove(&blob);
@@ -55,15 +56,15 @@ impl Sim {
     /// offered the chosen manifest); the directory's other providers join at the next refresh.
     pub(super) fn begin_pull(&mut self, ix: Ix, blob: usize, holders: Vec<NodeId>) {
         let plants = self.options.plants();
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        let Some(truth) = world.oracle.blob(blob) else { return };
-        let node = &mut world.nodes[ix as usize];
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let Some(truth) = model.oracle.blob(blob) else { return };
+        let node = &mut model.nodes[ix as usize];
         if node.pulls.contains_key(&blob) {
             return;
         }
         let have: Vec<u32> = node.store.get(&blob).map(|s| s.keys().copied().collect()).unwrap_or_default();
-        let config = PullConfig { plants, ..world.config.pull_config() };
-        let chunk = world.config.chunk_bytes();
+        let config = PullConfig { plants, ..model.config.pull_config() };
+        let chunk = model.config.chunk_bytes();
         let pull = match Pull::new(config, truth.size, chunk, truth.chunks.clone(), &have) {
             Ok(pull) => pull,
             Err(err) => {
@@ -73,7 +74,7 @@ impl Sim {
         };
         node.pulls
             .insert(blob, ActivePull { pull, known: BTreeSet::new(), timer_at: None, stalled_since: None });
-        world.stats.pulls_started += 1;
+        model.stats.pulls_started += 1;
         for provider in holders {
             if let Some(active) = self.active(ix, blob) {
                 active.known.insert(provider);
@@ -85,8 +86,8 @@ impl Sim {
     /// Every pull of node `ix` reads the directory for providers again, and a wanted blob
     /// whose resolution found nothing trusted is resolved again.
     pub(super) fn refresh_pulls(&mut self, ix: Ix) {
-        let Some(world) = self.artifacts.as_deref() else { return };
-        let node = &world.nodes[ix as usize];
+        let Some(model) = self.artifacts.as_deref() else { return };
+        let node = &model.nodes[ix as usize];
         let blobs: Vec<usize> = node.pulls.keys().copied().collect();
         let again: Vec<usize> = node
             .wanted
@@ -118,15 +119,15 @@ impl Sim {
             return;
         };
         let listed = self.listed_providers(ix, &digest);
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        let refresh_ms = world.config.refresh_ms;
-        let Some(active) = world.nodes[ix as usize].pulls.get(&blob) else { return };
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let refresh_ms = model.config.refresh_ms;
+        let Some(active) = model.nodes[ix as usize].pulls.get(&blob) else { return };
         let all_dropped = !listed.is_empty() && listed.iter().all(|p| active.pull.dropped().contains(p));
         if all_dropped && active.stalled_since.is_some_and(|since| since + refresh_ms <= self.now) {
             let stats = active.pull.stats().clone();
-            add_pull_stats(&mut world.totals, &stats);
-            world.stats.pulls_rebuilt += 1;
-            world.nodes[ix as usize].pulls.remove(&blob);
+            add_pull_stats(&mut model.totals, &stats);
+            model.stats.pulls_rebuilt += 1;
+            model.nodes[ix as usize].pulls.remove(&blob);
             self.start_pull(ix, blob);
             return;
         }
@@ -163,10 +164,10 @@ impl Sim {
     /// is the digest of the bytes behind a `Chunk` input (what a `Write` would store).
     fn pull_input(&mut self, ix: Ix, blob: usize, input: Input, served: Option<Digest>) {
         let now = self.clock(ix);
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        let (in_flight_max, per_provider) = (world.config.in_flight_max, world.config.per_provider);
-        let probe = world.config.pull_config().probe;
-        let Some(active) = world.nodes[ix as usize].pulls.get_mut(&blob) else { return };
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let (in_flight_max, per_provider) = (model.config.in_flight_max, model.config.per_provider);
+        let probe = model.config.pull_config().probe;
+        let Some(active) = model.nodes[ix as usize].pulls.get_mut(&blob) else { return };
         active.pull.handle(now, input);
         let outputs: Vec<Output> = std::iter::from_fn(|| active.pull.poll_output()).collect();
         let busiest = active.known.iter().map(|p| active.pull.in_flight_to(p)).max().unwrap_or(0);
@@ -209,8 +210,8 @@ impl Sim {
                 None => self.violation(format!("node {ix}'s pull of art-{blob} wrote chunk {index} unasked")),
             },
             Output::Penalize { .. } => {
-                if let Some(world) = self.artifacts.as_deref_mut() {
-                    world.stats.penalties += 1;
+                if let Some(model) = self.artifacts.as_deref_mut() {
+                    model.stats.penalties += 1;
                 }
             }
             Output::Done => self.pull_done(ix, blob),
@@ -231,14 +232,14 @@ impl Sim {
         };
         let from_epoch = self.nodes[ix as usize].epoch;
         let timeout = self.scenario.topology.request_timeout_ms;
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        if world.requests.len() >= REQUESTS_MAX {
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        if model.requests.len() >= REQUESTS_MAX {
             self.violation(format!("chunk requests in flight exceeded their bound of {REQUESTS_MAX}"));
             return;
         }
-        world.next_req += 1;
-        let req = world.next_req;
-        world.requests.insert(req, ChunkRequest { from: ix, from_epoch, to, blob, index });
+        model.next_req += 1;
+        let req = model.next_req;
+        model.requests.insert(req, ChunkRequest { from: ix, from_epoch, to, blob, index });
         if !self.nodes[to as usize].alive() {
             let at = self.now + 2 * self.base_latency(ix, to);
             self.schedule(at, Event::Artifact(ArtifactEvent::Failure { req }));
@@ -256,14 +257,14 @@ impl Sim {
             self.nodes[to as usize].role,
             Role::Byzantine { role: ByzantineRole::CorruptProvider, .. }
         );
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        let Some(truth) = world.oracle.blob(blob) else { return };
-        let len = chunk_len(truth.size, world.config.chunk_bytes(), index);
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let Some(truth) = model.oracle.blob(blob) else { return };
+        let len = chunk_len(truth.size, model.config.chunk_bytes(), index);
         let answer = if corrupt {
-            world.stats.corrupt_served += 1;
+            model.stats.corrupt_served += 1;
             Some(Digest::of(format!("corrupt/{to}/{blob}/{index}").as_bytes()))
         } else {
-            world.nodes[to as usize].store.get(&blob).and_then(|s| s.get(&index)).copied()
+            model.nodes[to as usize].store.get(&blob).and_then(|s| s.get(&index)).copied()
         };
         let size = RESPONSE_OVERHEAD_BYTES + if answer.is_some() { len as usize } else { 0 };
         let epoch = self.nodes[from as usize].epoch;
@@ -273,8 +274,8 @@ impl Sim {
 
     /// The answer to request `req` reached its sender.
     pub(super) fn chunk_answered(&mut self, req: u64, answer: Option<Digest>) {
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        let Some(r) = world.requests.remove(&req) else { return };
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let Some(r) = model.requests.remove(&req) else { return };
         if self.nodes[r.from as usize].epoch != r.from_epoch {
             return;
         }
@@ -284,8 +285,8 @@ impl Sim {
             self.pull_input(r.from, r.blob, input, None);
             return;
         };
-        let Some(truth) = world.oracle.blob(r.blob) else { return };
-        let len = chunk_len(truth.size, world.config.chunk_bytes(), r.index);
+        let Some(truth) = model.oracle.blob(r.blob) else { return };
+        let len = chunk_len(truth.size, model.config.chunk_bytes(), r.index);
         let bad = truth.chunks.get(r.index as usize) != Some(&answer);
         let before = self.bad_chunks(r.from, r.blob);
         let input = Input::Chunk { provider, index: r.index, digest: answer, len };
@@ -315,8 +316,8 @@ impl Sim {
 
     /// Request `req` failed (dial refused, or no answer in time).
     pub(super) fn chunk_failed(&mut self, req: u64, reason: &str) {
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        let Some(r) = world.requests.remove(&req) else { return };
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let Some(r) = model.requests.remove(&req) else { return };
         if self.nodes[r.from as usize].epoch != r.from_epoch || !self.nodes[r.from as usize].alive() {
             return;
         }
@@ -333,8 +334,8 @@ impl Sim {
     /// until the directory lists it again.
     pub(super) fn provider_closed(&mut self, ix: Ix, provider: Ix) {
         let id = self.nodes[provider as usize].id;
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        let blobs: Vec<usize> = world.nodes[ix as usize]
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let blobs: Vec<usize> = model.nodes[ix as usize]
             .pulls
             .iter()
             .filter(|(_, a)| a.known.contains(&id))
@@ -352,20 +353,20 @@ impl Sim {
     /// are stored, so the oracle sees every write.
     fn store_chunk(&mut self, ix: Ix, blob: usize, index: u32, digest: Digest) {
         self.trace.record(60, self.now, u64::from(ix), ((blob as u64) << 32) | u64::from(index));
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
         let mut violations = Vec::new();
-        if let Err(what) = world.oracle.write(ix, blob, index, &digest) {
+        if let Err(what) = model.oracle.write(ix, blob, index, &digest) {
             violations.push(what);
         }
-        world.stats.chunks_written += 1;
-        let node = &mut world.nodes[ix as usize];
+        model.stats.chunks_written += 1;
+        let node = &mut model.nodes[ix as usize];
         let stored = node.store.entry(blob).or_default();
         stored.insert(index, digest);
-        let count = world.oracle.blob(blob).map_or(0, |t| t.chunks.len());
+        let count = model.oracle.blob(blob).map_or(0, |t| t.chunks.len());
         let completed = stored.len() == count && !node.complete.contains(&blob);
         if completed {
             let list: Vec<Digest> = stored.values().copied().collect();
-            if let Err(what) = world.oracle.complete(ix, blob, &list) {
+            if let Err(what) = model.oracle.complete(ix, blob, &list) {
                 violations.push(what);
             }
             node.complete.insert(blob);
@@ -380,14 +381,14 @@ impl Sim {
 
     /// Node `ix` holds `blob` whole: the pull is over.
     fn pull_done(&mut self, ix: Ix, blob: usize) {
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        let node = &mut world.nodes[ix as usize];
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let node = &mut model.nodes[ix as usize];
         if let Some(active) = node.pulls.remove(&blob) {
-            add_pull_stats(&mut world.totals, active.pull.stats());
+            add_pull_stats(&mut model.totals, active.pull.stats());
         }
         if let Some(asked) = node.wanted.remove(&blob) {
-            world.completion_ms.push(self.now.saturating_sub(asked));
-            world.stats.pulls_completed += 1;
+            model.completion_ms.push(self.now.saturating_sub(asked));
+            model.stats.pulls_completed += 1;
         }
     }
 }

@@ -24,8 +24,9 @@ use murmur_protocol::resolve::{Offers, Resolution, ResolveConfig};
 use murmur_protocol::{Envelope, NodeId};
 
 use super::artifacts::{ActiveResolve, ArtifactEvent, ResolveAsk};
+use super::driver::arm_timer;
 use super::net::Channel;
-use super::{Event, Ix, Plant, Role, Sim, arm_timer};
+use super::{Event, Ix, Plant, Role, Sim};
 use crate::scenario::{ByzantineRole, Fault};
 
 /// Bytes of a resolve ask, and of an answer (a manifest digest and a signed catalog).
@@ -52,22 +53,22 @@ impl Sim {
         let providers = self.listed_artifact_nodes(ix);
         let now = self.clock(ix);
         let plant = self.options.plant;
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        let node = &mut world.nodes[ix as usize];
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let node = &mut model.nodes[ix as usize];
         if node.pulls.contains_key(&blob) || node.resolving.contains_key(&blob) {
             return;
         }
         let (name, version) = name_of(blob);
-        let mut publishers = vec![world.publisher.public()];
+        let mut publishers = vec![model.publisher.public()];
         if plant == Some(Plant::TrustAnyOffer) {
             // The planted bug: the forger's key is trusted like the publisher's.
-            publishers.push(world.forger.public());
+            publishers.push(model.forger.public());
         }
         let offers = Offers::new(&name, &version, None, publishers);
-        let config = ResolveConfig { timeout_ms: world.config.resolve_timeout_ms, ..ResolveConfig::DEFAULT };
+        let config = ResolveConfig { timeout_ms: model.config.resolve_timeout_ms, ..ResolveConfig::DEFAULT };
         let resolution = Resolution::new(offers, providers, config, now);
         node.resolving.insert(blob, ActiveResolve { resolution, timer_at: None });
-        world.stats.resolves_started += 1;
+        model.stats.resolves_started += 1;
         self.resolve_step(ix, blob);
     }
 
@@ -83,8 +84,8 @@ impl Sim {
     fn resolve_step(&mut self, ix: Ix, blob: usize) {
         let now = self.clock(ix);
         let epoch = self.nodes[ix as usize].epoch;
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        let Some(active) = world.nodes[ix as usize].resolving.get_mut(&blob) else { return };
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let Some(active) = model.nodes[ix as usize].resolving.get_mut(&blob) else { return };
         let asks: Vec<NodeId> = std::iter::from_fn(|| active.resolution.poll_ask()).collect();
         let timer = arm_timer(&mut active.timer_at, active.resolution.poll_timeout(), now, self.now);
         let done = active.resolution.is_done();
@@ -101,16 +102,16 @@ impl Sim {
 
     /// Sends a resolve ask from `ix` to `provider`.
     fn ask(&mut self, ix: Ix, blob: usize, provider: NodeId) {
-        if let Some(world) = self.artifacts.as_deref_mut() {
-            world.stats.resolve_asks += 1;
+        if let Some(model) = self.artifacts.as_deref_mut() {
+            model.stats.resolve_asks += 1;
         }
         // Not a node of this run: the resolution hears nothing and times the ask out.
         let Some(&to) = self.index.get(&provider) else { return };
         let from_epoch = self.nodes[ix as usize].epoch;
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        world.next_req += 1;
-        let req = world.next_req;
-        world.asks.insert(req, ResolveAsk { from: ix, from_epoch, to, blob });
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        model.next_req += 1;
+        let req = model.next_req;
+        model.asks.insert(req, ResolveAsk { from: ix, from_epoch, to, blob });
         if !self.nodes[to as usize].alive() {
             let at = self.now + 2 * self.base_latency(ix, to);
             self.schedule(at, Event::Artifact(ArtifactEvent::AskFailure { req }));
@@ -127,10 +128,10 @@ impl Sim {
             self.nodes[to as usize].role,
             Role::Byzantine { role: ByzantineRole::CorruptProvider, .. }
         );
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        let genuine = |world: &super::artifacts::ArtifactWorld| match (
-            world.oracle.blob(blob),
-            world.catalogs.get(blob),
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let genuine = |model: &super::artifacts::ArtifactModel| match (
+            model.oracle.blob(blob),
+            model.catalogs.get(blob),
         ) {
             (Some(truth), Some(signature)) => {
                 Offer::Holds { manifest: truth.digest, signature: signature.clone() }
@@ -138,15 +139,15 @@ impl Sim {
             _ => Offer::Declined,
         };
         let offer = if corrupt && req % 2 == 1 {
-            world.stats.forged_offers_sent += 1;
-            match world.forged(blob) {
+            model.stats.forged_offers_sent += 1;
+            match model.forged(blob) {
                 Some((manifest, signature)) => Offer::Holds { manifest, signature },
                 None => Offer::Declined,
             }
-        } else if corrupt || world.nodes[to as usize].complete.contains(&blob) {
+        } else if corrupt || model.nodes[to as usize].complete.contains(&blob) {
             // A corrupt provider relays the genuine offer (signatures are public) half the
             // time, so it is asked for chunks at once; it serves them corrupted.
-            genuine(world)
+            genuine(model)
         } else {
             Offer::Declined
         };
@@ -157,18 +158,18 @@ impl Sim {
 
     /// The answer to ask `req` reached its sender (`None`: the ask failed).
     pub(super) fn ask_answered(&mut self, req: u64, offer: Option<Offer>) {
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        let Some(ask) = world.asks.remove(&req) else { return };
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let Some(ask) = model.asks.remove(&req) else { return };
         if self.nodes[ask.from as usize].epoch != ask.from_epoch || !self.nodes[ask.from as usize].alive() {
             return;
         }
         let provider = self.nodes[ask.to as usize].id;
-        let truth = world.oracle.blob(ask.blob).map(|t| t.digest);
+        let truth = model.oracle.blob(ask.blob).map(|t| t.digest);
         let forged = matches!(&offer, Some(Offer::Holds { manifest, .. }) if Some(*manifest) != truth);
         let now = self.clock(ask.from);
         let role = self.nodes[ask.to as usize].role;
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        let Some(active) = world.nodes[ask.from as usize].resolving.get_mut(&ask.blob) else { return };
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let Some(active) = model.nodes[ask.from as usize].resolving.get_mut(&ask.blob) else { return };
         let taken = match offer {
             Some(Offer::Holds { manifest, signature }) => {
                 active.resolution.offered(now, provider, manifest, Some(signature))
@@ -187,7 +188,7 @@ impl Sim {
         {
             // A resolution took a forged offer into account (and must refuse it: checked when
             // it ends): the corrupt provider's fault acted.
-            world.stats.forged_offers_heard += 1;
+            model.stats.forged_offers_heard += 1;
             if matches!(self.scenario.faults.get(fault), Some(Fault::Byzantine { .. })) {
                 self.effects[fault].effects += 1;
             }
@@ -198,8 +199,8 @@ impl Sim {
     pub(super) fn resolve_timer(&mut self, ix: Ix, blob: usize) {
         let now = self.clock(ix);
         let sim_now = self.now;
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        let Some(active) = world.nodes[ix as usize].resolving.get_mut(&blob) else { return };
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let Some(active) = model.nodes[ix as usize].resolving.get_mut(&blob) else { return };
         if active.timer_at != Some(sim_now) {
             return;
         }
@@ -211,23 +212,23 @@ impl Sim {
     /// Node `ix`'s resolution of `blob` is done: check its candidates, then start the pull
     /// with the providers that offered the chosen one.
     fn resolve_done(&mut self, ix: Ix, blob: usize) {
-        let Some(world) = self.artifacts.as_deref_mut() else { return };
-        let Some(active) = world.nodes[ix as usize].resolving.remove(&blob) else { return };
+        let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let Some(active) = model.nodes[ix as usize].resolving.remove(&blob) else { return };
         // Its asks still on the wire (lost, or cut off by the grace) are answered to nobody.
-        world.asks.retain(|_, a| a.from != ix || a.blob != blob);
-        world.stats.resolve_unanswered += active.resolution.unanswered() as u64;
+        model.asks.retain(|_, a| a.from != ix || a.blob != blob);
+        model.stats.resolve_unanswered += active.resolution.unanswered() as u64;
         let asked = active.resolution.asked();
         let Ok(candidates) = active.resolution.finish() else {
             // Nothing trusted offered: the node's next refresh tries again. (A resolution
             // with nobody to ask, as right after a restart with an empty directory, is not
             // counted: it tells nothing about the providers.)
             if asked > 0 {
-                world.stats.resolves_empty += 1;
+                model.stats.resolves_empty += 1;
             }
             return;
         };
         let manifests: Vec<_> = candidates.iter().map(|c| c.manifest).collect();
-        if let Err(what) = world.oracle.resolved(ix, blob, &manifests) {
+        if let Err(what) = model.oracle.resolved(ix, blob, &manifests) {
             self.violation(what);
             return;
         }

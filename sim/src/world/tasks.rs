@@ -4,9 +4,10 @@
 //! `murnode` runs: a [`TaskExchange`] (its router; in memory, a crash loses it) and an
 //! owner (`murmur_protocol::owner::Owner`, rebuilt at a restart from the node's modelled
 //! task database, which survives crashes as `murnode`'s does). This module is the workload
-//! and the task state of the world; `exchange` carries `/murmur/task/1` over the modelled
-//! network, `owner` carries out the owner's decisions, `unauthorized` is the byzantine
-//! sender. None of them decides anything the machines decide.
+//! and [`TaskModel`], the task part of the modelled world; `exchange` carries
+//! `/murmur/task/1` over the modelled network, `owner` carries out the owner's decisions,
+//! `unauthorized` is the byzantine sender. None of them decides anything the machines
+//! decide.
 //!
 //! The workload: services `task-J` hosted by a few nodes each, agents `agent-K` (sender
 //! capsules) hosted by a few nodes each with a grant signed by the scenario's authority, and
@@ -85,9 +86,10 @@ pub(super) struct NodeTasks {
     pub rng: SimRng,
 }
 
-/// Task state of the whole run.
+/// The task part of the modelled world: the task workload, every node's task state and
+/// the task oracle, for the whole run.
 #[derive(Debug)]
-pub(super) struct TaskWorld {
+pub(super) struct TaskModel {
     pub config: TaskWorkload,
     pub authorities: Vec<PublicKey>,
     authority: SecretKey,
@@ -211,7 +213,7 @@ pub(super) fn prepare(scenario: &mut Scenario, options: Options) {
     }
 }
 
-impl TaskWorld {
+impl TaskModel {
     pub(super) fn new(config: TaskWorkload, seed: u64) -> Self {
         let authority = SecretKey::from_seed(SimRng::stream(seed, "tasks/authority").bytes32());
         Self {
@@ -279,35 +281,35 @@ impl Sim {
     /// Places services and agents on the initial nodes, issues the agents' grants and
     /// schedules the workload.
     pub(super) fn tasks_populate(&mut self) {
-        let Some(world) = self.tasks.as_deref_mut() else { return };
+        let Some(model) = self.tasks.as_deref_mut() else { return };
         let n = self.nodes.len();
-        let c = world.config.clone();
+        let c = model.config.clone();
         let mut all: Vec<Ix> = (0..n as Ix).collect();
         for j in 0..c.services {
-            world.rng.shuffle(&mut all);
+            model.rng.shuffle(&mut all);
             let hosts: BTreeSet<Ix> = all.iter().take(c.hosts_per_service).copied().collect();
-            world.services.push(Service { name: format!("task-{j}"), hosts });
+            model.services.push(Service { name: format!("task-{j}"), hosts });
         }
         let (not_before, not_after) = (EPOCH.minus(DAY_MS), EPOCH.plus(30 * DAY_MS));
         for k in 0..c.agents {
-            world.rng.shuffle(&mut all);
+            model.rng.shuffle(&mut all);
             let hosts: Vec<Ix> = all.iter().take(c.hosts_per_agent).copied().collect();
             let mut services: Vec<usize> = (0..c.services).collect();
-            world.rng.shuffle(&mut services);
+            model.rng.shuffle(&mut services);
             let targets: BTreeSet<usize> = services.into_iter().take(c.grant_targets).collect();
             let names = targets.iter().map(|j| format!("task-{j}")).collect();
             let name = format!("agent-{k}");
-            let grant = world.issue(&name, k as u64 + 1, &names, not_before, not_after);
+            let grant = model.issue(&name, k as u64 + 1, &names, not_before, not_after);
             for &h in &hosts {
-                world.oracle.hosts_sender(&name, h);
+                model.oracle.hosts_sender(&name, h);
             }
-            world.agents.push(Agent { name, hosts, grant, targets });
+            model.agents.push(Agent { name, hosts, grant, targets });
         }
-        let placed: Vec<(Ix, String)> = world
+        let placed: Vec<(Ix, String)> = model
             .services
             .iter()
             .flat_map(|s| s.hosts.iter().map(|h| (*h, s.name.clone())))
-            .chain(world.agents.iter().flat_map(|a| a.hosts.iter().map(|h| (*h, a.name.clone()))))
+            .chain(model.agents.iter().flat_map(|a| a.hosts.iter().map(|h| (*h, a.name.clone()))))
             .collect();
         for (ix, name) in placed {
             self.add_capsule(ix, &name, false);
@@ -339,21 +341,21 @@ impl Sim {
             TaskEvent::Submit => self.workload_submit(),
             TaskEvent::Resubmit { node, epoch, request, pin, retry } => {
                 if self.is_current(node, epoch)
-                    && let Some(world) = self.tasks.as_deref_mut()
+                    && let Some(model) = self.tasks.as_deref_mut()
                 {
                     // A duplicate is a second send of a message whose first send has not
                     // failed (a double click, a proxy re-sending an open request): the
                     // router must recognize it. A send after a failure is a retry.
                     let task = request.task;
-                    let under_way = world.nodes[node as usize]
+                    let under_way = model.nodes[node as usize]
                         .exchange
                         .as_ref()
                         .map(TaskExchange::router)
                         .is_some_and(|r| r.is_pending(&task) || r.owner(&task).is_some());
                     if retry {
-                        world.stats.retries += 1;
+                        model.stats.retries += 1;
                     } else if under_way {
-                        world.stats.duplicates += 1;
+                        model.stats.duplicates += 1;
                     } else {
                         return;
                     }
@@ -364,10 +366,10 @@ impl Sim {
             TaskEvent::RouterTimer { node, epoch } => {
                 let now = self.now;
                 if self.is_current(node, epoch)
-                    && let Some(world) = self.tasks.as_deref_mut()
-                    && world.nodes[node as usize].timer_at == Some(now)
+                    && let Some(model) = self.tasks.as_deref_mut()
+                    && model.nodes[node as usize].timer_at == Some(now)
                 {
-                    world.nodes[node as usize].timer_at = None;
+                    model.nodes[node as usize].timer_at = None;
                     self.exchange(node, murmur_protocol::exchange::Input::Tick);
                 }
             }
@@ -395,13 +397,13 @@ impl Sim {
 
     /// One submission: from an agent under its grant, or from a client.
     fn workload_submit(&mut self) {
-        let Some(world) = self.tasks.as_deref_mut() else { return };
-        let c = &world.config;
+        let Some(model) = self.tasks.as_deref_mut() else { return };
+        let c = &model.config;
         if self.now >= c.until_s * 1000 {
             return;
         }
         let interval = c.submit_interval_ms;
-        let agent = !world.agents.is_empty() && world.rng.chance(c.agent_share);
+        let agent = !model.agents.is_empty() && model.rng.chance(c.agent_share);
         self.schedule(self.now + interval, Event::Task(TaskEvent::Submit));
         if agent {
             self.agent_send();
@@ -411,38 +413,38 @@ impl Sim {
     }
 
     fn text(&mut self) -> String {
-        let Some(world) = self.tasks.as_deref_mut() else { return String::new() };
-        let len = world.rng.between(world.config.text_bytes_min as u64, world.config.text_bytes_max as u64);
+        let Some(model) = self.tasks.as_deref_mut() else { return String::new() };
+        let len = model.rng.between(model.config.text_bytes_min as u64, model.config.text_bytes_max as u64);
         "x".repeat(len as usize)
     }
 
     fn client_send(&mut self) {
         let live = self.live_honest();
         let text = self.text();
-        let Some(world) = self.tasks.as_deref_mut() else { return };
+        let Some(model) = self.tasks.as_deref_mut() else { return };
         if live.is_empty() {
             return;
         }
-        let entry = live[world.rng.below(live.len() as u64) as usize];
-        let j = world.rng.below(world.services.len() as u64) as usize;
-        let pin = if world.rng.chance(world.config.pinned_share) && !world.services[j].hosts.is_empty() {
-            let hosts: Vec<Ix> = world.services[j].hosts.iter().copied().collect();
-            Some(hosts[world.rng.below(hosts.len() as u64) as usize])
+        let entry = live[model.rng.below(live.len() as u64) as usize];
+        let j = model.rng.below(model.services.len() as u64) as usize;
+        let pin = if model.rng.chance(model.config.pinned_share) && !model.services[j].hosts.is_empty() {
+            let hosts: Vec<Ix> = model.services[j].hosts.iter().copied().collect();
+            Some(hosts[model.rng.below(hosts.len() as u64) as usize])
         } else {
             None
         };
-        let message = world.next_message();
+        let message = model.next_message();
         let request = Submit {
             task: TaskId::derive("client", &message),
             text,
             sender: Sender::Client,
-            capsule: world.services[j].name.clone(),
+            capsule: model.services[j].name.clone(),
             context: None,
             message,
             traceparent: None,
             settle_wait_ms: 0,
         };
-        world.stats.submitted += 1;
+        model.stats.submitted += 1;
         let pin = pin.map(|p| self.nodes[p as usize].id);
         self.submit_fresh(entry, request, pin);
     }
@@ -451,40 +453,40 @@ impl Sim {
     /// `murnode`'s message router does.
     fn agent_send(&mut self) {
         let text = self.text();
-        let Some(world) = self.tasks.as_deref_mut() else { return };
-        let k = world.rng.below(world.agents.len() as u64) as usize;
+        let Some(model) = self.tasks.as_deref_mut() else { return };
+        let k = model.rng.below(model.agents.len() as u64) as usize;
         let nodes = &self.nodes;
         let hosts: Vec<Ix> =
-            world.agents[k].hosts.iter().copied().filter(|h| nodes[*h as usize].alive()).collect();
+            model.agents[k].hosts.iter().copied().filter(|h| nodes[*h as usize].alive()).collect();
         if hosts.is_empty() {
             return;
         }
-        let host = hosts[world.rng.below(hosts.len() as u64) as usize];
-        let agent = &world.agents[k];
-        let outside: Vec<usize> = (0..world.services.len()).filter(|j| !agent.targets.contains(j)).collect();
-        let j = if !outside.is_empty() && world.rng.chance(world.config.outside_share) {
-            outside[world.rng.below(outside.len() as u64) as usize]
+        let host = hosts[model.rng.below(hosts.len() as u64) as usize];
+        let agent = &model.agents[k];
+        let outside: Vec<usize> = (0..model.services.len()).filter(|j| !agent.targets.contains(j)).collect();
+        let j = if !outside.is_empty() && model.rng.chance(model.config.outside_share) {
+            outside[model.rng.below(outside.len() as u64) as usize]
         } else {
             let inside: Vec<usize> = agent.targets.iter().copied().collect();
-            inside[world.rng.below(inside.len() as u64) as usize]
+            inside[model.rng.below(inside.len() as u64) as usize]
         };
-        let service = world.services[j].name.clone();
+        let service = model.services[j].name.clone();
         let (name, grant) = (agent.name.clone(), agent.grant.clone());
         let target = PeerUrl::Mesh { capsule: service.clone(), node: None };
         let now = self.clock(host);
-        let Some(world) = self.tasks.as_deref_mut() else { return };
-        let allowed = check_outgoing(Some(&grant), &world.authorities, now, &name, None, &target).is_ok();
-        world.stats.submitted += 1;
-        if let Err(what) = world.oracle.outgoing(&name, &grant, &service, allowed) {
+        let Some(model) = self.tasks.as_deref_mut() else { return };
+        let allowed = check_outgoing(Some(&grant), &model.authorities, now, &name, None, &target).is_ok();
+        model.stats.submitted += 1;
+        if let Err(what) = model.oracle.outgoing(&name, &grant, &service, allowed) {
             self.violation(what);
             return;
         }
-        let Some(world) = self.tasks.as_deref_mut() else { return };
+        let Some(model) = self.tasks.as_deref_mut() else { return };
         if !allowed {
-            world.stats.outgoing_refused += 1;
+            model.stats.outgoing_refused += 1;
             return;
         }
-        let message = world.next_message();
+        let message = model.next_message();
         let origin = format!("{}/{name}", self.nodes[host as usize].id);
         let request = Submit {
             task: TaskId::derive(&origin, &message),
@@ -502,9 +504,9 @@ impl Sim {
     /// A new submission at `node`, perhaps sent again later with the same message id.
     fn submit_fresh(&mut self, node: Ix, request: Submit, pin: Option<NodeId>) {
         let request = Arc::new(request);
-        let Some(world) = self.tasks.as_deref_mut() else { return };
-        if world.rng.chance(world.config.duplicate_share) {
-            let at = self.now + world.rng.between(0, world.config.duplicate_within_ms);
+        let Some(model) = self.tasks.as_deref_mut() else { return };
+        if model.rng.chance(model.config.duplicate_share) {
+            let at = self.now + model.rng.between(0, model.config.duplicate_within_ms);
             let epoch = self.nodes[node as usize].epoch;
             let resubmit = TaskEvent::Resubmit { node, epoch, request: request.clone(), pin, retry: false };
             self.schedule(at, Event::Task(resubmit));
@@ -514,10 +516,10 @@ impl Sim {
 
     /// Hands a submission to the router of `node`.
     fn submit_task(&mut self, node: Ix, request: Arc<Submit>, pin: Option<NodeId>, retried: bool) {
-        let Some(world) = self.tasks.as_deref_mut() else { return };
+        let Some(model) = self.tasks.as_deref_mut() else { return };
         let task = request.task;
-        world.oracle.submitted(node, task, self.now);
-        let remembered = &mut world.nodes[node as usize].remembered;
+        model.oracle.submitted(node, task, self.now);
+        let remembered = &mut model.nodes[node as usize].remembered;
         if remembered.len() < murmur_protocol::route::PENDING_MAX {
             remembered.entry(task).or_insert(Remembered { request: request.clone(), pin, retried });
         }
@@ -529,11 +531,11 @@ impl Sim {
     /// The router of `node` gave `task` an outcome; a client may retry a failure.
     pub(super) fn resolved(&mut self, node: Ix, task: &TaskId, failed: bool) {
         let epoch = self.nodes[node as usize].epoch;
-        let Some(world) = self.tasks.as_deref_mut() else { return };
-        world.oracle.resolved(node, task);
-        let Some(remembered) = world.nodes[node as usize].remembered.remove(task) else { return };
-        if failed && !remembered.retried && world.rng.chance(world.config.retry_share) {
-            let at = self.now + world.config.retry_after_ms;
+        let Some(model) = self.tasks.as_deref_mut() else { return };
+        model.oracle.resolved(node, task);
+        let Some(remembered) = model.nodes[node as usize].remembered.remove(task) else { return };
+        if failed && !remembered.retried && model.rng.chance(model.config.retry_share) {
+            let at = self.now + model.config.retry_after_ms;
             let Remembered { request, pin, .. } = remembered;
             self.schedule(at, Event::Task(TaskEvent::Resubmit { node, epoch, request, pin, retry: true }));
         }
@@ -544,24 +546,24 @@ impl Sim {
     /// `not_hosted` and fail over.
     fn move_service(&mut self) {
         let live = self.live_honest();
-        let Some(world) = self.tasks.as_deref_mut() else { return };
-        let c = &world.config;
+        let Some(model) = self.tasks.as_deref_mut() else { return };
+        let c = &model.config;
         if self.now >= c.until_s * 1000 {
             return;
         }
         let interval = c.move_interval_ms;
-        let j = world.rng.below(world.services.len() as u64) as usize;
-        let service = &world.services[j];
+        let j = model.rng.below(model.services.len() as u64) as usize;
+        let service = &model.services[j];
         let leaving: Vec<Ix> = service.hosts.iter().copied().filter(|h| live.contains(h)).collect();
         let joining: Vec<Ix> = live.iter().copied().filter(|n| !service.hosts.contains(n)).collect();
         let mut moved = None;
         if leaving.len() >= 2 && !joining.is_empty() {
-            let from = leaving[world.rng.below(leaving.len() as u64) as usize];
-            let to = joining[world.rng.below(joining.len() as u64) as usize];
-            let service = &mut world.services[j];
+            let from = leaving[model.rng.below(leaving.len() as u64) as usize];
+            let to = joining[model.rng.below(joining.len() as u64) as usize];
+            let service = &mut model.services[j];
             service.hosts.remove(&from);
             service.hosts.insert(to);
-            world.stats.moves += 1;
+            model.stats.moves += 1;
             moved = Some((from, to, service.name.clone()));
         }
         self.schedule(self.now + interval, Event::Task(TaskEvent::Move));
@@ -586,12 +588,12 @@ impl Sim {
     /// until it holds or the bound passes.
     fn settle_check(&mut self) {
         let nodes = &self.nodes;
-        let Some(world) = self.tasks.as_deref_mut() else { return };
-        match world.oracle.unsettled(&|n| nodes.get(n as usize).is_some_and(super::Node::alive)) {
-            None => world.settled_at = Some(self.now),
+        let Some(model) = self.tasks.as_deref_mut() else { return };
+        match model.oracle.unsettled(&|n| nodes.get(n as usize).is_some_and(super::Node::alive)) {
+            None => model.settled_at = Some(self.now),
             Some(gap) => {
-                world.last_gap = gap;
-                let deadline = (self.scenario.tasks_settle_from_s() + world.config.terminal_bound_s) * 1000;
+                model.last_gap = gap;
+                let deadline = (self.scenario.tasks_settle_from_s() + model.config.terminal_bound_s) * 1000;
                 if self.now < deadline {
                     self.schedule(self.now + 1000, Event::Task(TaskEvent::Settle));
                 }
@@ -602,63 +604,63 @@ impl Sim {
     /// A node crashed (`for_good`: with its disk). Its router and everything in memory are
     /// lost; requests to it fail on their senders as connections close.
     pub(super) fn tasks_crashed(&mut self, ix: Ix, for_good: bool) {
-        let Some(world) = self.tasks.as_deref_mut() else { return };
-        let node = &mut world.nodes[ix as usize];
+        let Some(model) = self.tasks.as_deref_mut() else { return };
+        let node = &mut model.nodes[ix as usize];
         if let Some(exchange) = node.exchange.take() {
-            add_stats(&mut world.router_totals, exchange.stats());
+            add_stats(&mut model.router_totals, exchange.stats());
         }
         node.owner = None;
         if node.store.values().any(|s| !s.state.is_terminal()) {
-            world.stats.owner_crashes += 1;
+            model.stats.owner_crashes += 1;
         }
         node.timer_at = None;
         node.remembered.clear();
         node.load = 0;
         // The database keeps what was written synchronously (see `owner`).
         node.store.retain(|_, s| s.durable);
-        world.oracle.forget_submissions(ix);
+        model.oracle.forget_submissions(ix);
         if for_good {
-            world.oracle.owner_gone(ix);
+            model.oracle.owner_gone(ix);
         }
         self.connections_closed(ix);
     }
 
     /// A dead node left for good.
     pub(super) fn tasks_gone(&mut self, ix: Ix) {
-        if let Some(world) = self.tasks.as_deref_mut() {
-            world.oracle.owner_gone(ix);
+        if let Some(model) = self.tasks.as_deref_mut() {
+            model.oracle.owner_gone(ix);
         }
     }
 
     /// Judges the task side at the end: stores still hold what they accepted; returns the
     /// liveness gap if tasks never settled, and fills the metrics and exercise counts.
     pub(super) fn tasks_finish(&mut self) -> Option<String> {
-        let world = self.tasks.as_deref_mut()?;
-        let owners: Vec<Ix> = world.oracle.owners().collect();
+        let model = self.tasks.as_deref_mut()?;
+        let owners: Vec<Ix> = model.oracle.owners().collect();
         let mut lost = Vec::new();
         for owner in owners {
-            let store = &world.nodes[owner as usize].store;
-            if let Err(what) = world.oracle.check_store(owner, &|t| store.contains_key(t)) {
+            let store = &model.nodes[owner as usize].store;
+            if let Err(what) = model.oracle.check_store(owner, &|t| store.contains_key(t)) {
                 lost.push(what);
             }
         }
-        let mut totals = world.router_totals.clone();
-        for node in &world.nodes {
+        let mut totals = model.router_totals.clone();
+        for node in &model.nodes {
             if let Some(exchange) = &node.exchange {
                 add_stats(&mut totals, exchange.stats());
             }
         }
-        let s = &mut world.stats;
+        let s = &mut model.stats;
         s.failovers = totals.failovers;
         s.router_duplicates = totals.duplicates;
         s.retries_to_possible_owner = totals.retries_to_possible_owner;
-        (s.accepted, s.terminal, s.orphaned) = world.oracle.totals();
-        s.executions = world.oracle.executions();
+        (s.accepted, s.terminal, s.orphaned) = model.oracle.totals();
+        s.executions = model.oracle.executions();
         s.settled_after_ms =
-            world.settled_at.map(|at| at.saturating_sub(self.scenario.tasks_settle_from_s() * 1000));
+            model.settled_at.map(|at| at.saturating_sub(self.scenario.tasks_settle_from_s() * 1000));
         s.unauthorized = Attack::ALL
             .iter()
-            .zip(world.oracle.attack_counts())
+            .zip(model.oracle.attack_counts())
             .filter(|(_, c)| c.sent > 0)
             .map(|(a, c)| AttackMetrics {
                 flaw: a.name().into(),
@@ -668,7 +670,7 @@ impl Sim {
                 refused_intended: c.refused_intended,
             })
             .collect();
-        let mut effects: Vec<FaultEffect> = world
+        let mut effects: Vec<FaultEffect> = model
             .config
             .exercise
             .iter()
@@ -680,7 +682,7 @@ impl Sim {
             .iter()
             .any(|f| matches!(f, Fault::Byzantine { role: ByzantineRole::UnauthorizedSender, .. }));
         if senders {
-            for (attack, count) in Attack::ALL.iter().zip(world.oracle.attack_counts()) {
+            for (attack, count) in Attack::ALL.iter().zip(model.oracle.attack_counts()) {
                 effects.push(FaultEffect {
                     fault: format!(
                         "byzantine(unauthorized_sender): {} refused as {}",
@@ -691,8 +693,8 @@ impl Sim {
                 });
             }
         }
-        let gap = world.settled_at.is_none().then(|| world.last_gap.clone());
-        self.metrics.tasks = Some(world.stats.clone());
+        let gap = model.settled_at.is_none().then(|| model.last_gap.clone());
+        self.metrics.tasks = Some(model.stats.clone());
         self.effects.extend(effects);
         for what in lost {
             self.violation(what);

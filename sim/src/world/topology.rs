@@ -1,11 +1,9 @@
 //! Nodes coming and going, connections, and the gossipsub mesh over them.
 
+use murmur_protocol::limits::GOSSIP_HEARTBEAT_MS;
 use murmur_protocol::mesh::{Input, MeshNode};
 
 use super::{Event, Ix, Sim};
-
-/// gossipsub's heartbeat interval.
-pub(super) const HEARTBEAT_MS: u64 = 1000;
 
 /// gossipsub's D_lo for a mesh degree D (5 for the default D = 6).
 pub(super) fn mesh_low(degree: usize) -> usize {
@@ -60,7 +58,7 @@ impl Sim {
             .collect();
         self.handle(ix, Input::SetBootstrap { peers }, None);
         let epoch = self.nodes[i].epoch;
-        let first_beat = self.now + self.nodes[i].rng.between(1, HEARTBEAT_MS);
+        let first_beat = self.now + self.nodes[i].rng.between(1, GOSSIP_HEARTBEAT_MS);
         self.schedule(first_beat, Event::Heartbeat { node: ix, epoch });
         self.tasks_started(ix);
         self.artifacts_started(ix);

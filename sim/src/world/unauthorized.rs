@@ -8,7 +8,7 @@ use murmur_protocol::task::{Sender, Submit, TaskId};
 use murmur_protocol::{Advert, Envelope, Signed};
 use std::collections::BTreeSet;
 
-use super::tasks::{Service, TaskWorld};
+use super::tasks::{Service, TaskModel};
 use super::{EPOCH, Ix, Sim};
 use crate::check::Attack;
 
@@ -39,36 +39,36 @@ impl Sim {
         let capsule = format!("rogue-{ix}");
         self.add_capsule(ix, &capsule, false);
         let key = self.nodes[ix as usize].key.clone();
-        let Some(world) = self.tasks.as_deref_mut() else { return };
-        world.oracle.hosts_sender(&capsule, ix);
+        let Some(model) = self.tasks.as_deref_mut() else { return };
+        model.oracle.hosts_sender(&capsule, ix);
         let allowed: BTreeSet<String> = ["task-0".to_owned()].into();
         let serial = 1_000_000 + u64::from(ix);
-        let valid = world.issue(&capsule, serial, &allowed, EPOCH.minus(DAY_MS), EPOCH.plus(30 * DAY_MS));
-        let expired = world.issue(&capsule, serial, &allowed, EPOCH.minus(30 * DAY_MS), EPOCH.minus(DAY_MS));
+        let valid = model.issue(&capsule, serial, &allowed, EPOCH.minus(DAY_MS), EPOCH.plus(30 * DAY_MS));
+        let expired = model.issue(&capsule, serial, &allowed, EPOCH.minus(30 * DAY_MS), EPOCH.minus(DAY_MS));
         let mut own = Grant::new(capsule.clone(), serial, EPOCH.minus(DAY_MS), EPOCH.plus(30 * DAY_MS));
         own.network = vec!["mesh://task-*".parse().expect("a valid pattern")];
         let untrusted = Signed::sign(own, &key).expect("a valid grant signs").into_envelope();
-        let authority = *world.authorities[0].as_bytes();
+        let authority = *model.authorities[0].as_bytes();
         let forged =
             super::byzantine::with_signer(&untrusted, &authority).unwrap_or_else(|| untrusted.clone());
         let not_a_grant =
             Signed::sign(Advert::new(1, EPOCH, 90_000), &key).expect("an empty advert signs").into_envelope();
-        world.kits.insert(ix, Kit { capsule, valid, expired, untrusted, forged, not_a_grant, sent: 0 });
+        model.kits.insert(ix, Kit { capsule, valid, expired, untrusted, forged, not_a_grant, sent: 0 });
     }
 
     /// Sends the next flawed task to a live host of a service. False if nothing was sent.
     pub(super) fn send_unauthorized(&mut self, ix: Ix) -> bool {
         let id = self.nodes[ix as usize].id;
         let live: Vec<bool> = self.nodes.iter().map(super::Node::alive).collect();
-        let Some(world) = self.tasks.as_deref_mut() else { return false };
-        let Some(kit) = world.kits.get_mut(&ix) else { return false };
+        let Some(model) = self.tasks.as_deref_mut() else { return false };
+        let Some(kit) = model.kits.get_mut(&ix) else { return false };
         let attack = Attack::ALL[(kit.sent % Attack::ALL.len() as u64) as usize];
         kit.sent += 1;
         let n = kit.sent;
-        let Some((claimed, grant, services)) = flaw(world, ix, attack) else { return false };
+        let Some((claimed, grant, services)) = flaw(model, ix, attack) else { return false };
         let rng = &mut self.nodes[ix as usize].rng;
         let service = services[rng.below(services.len() as u64) as usize];
-        let hosts: Vec<Ix> = hosts_alive(&world.services[service], &live, ix);
+        let hosts: Vec<Ix> = hosts_alive(&model.services[service], &live, ix);
         if hosts.is_empty() {
             return false;
         }
@@ -78,13 +78,13 @@ impl Sim {
             task: TaskId::derive(&format!("{id}/{claimed}"), &message),
             text: "let me in".into(),
             sender: Sender::Capsule { name: claimed, grant },
-            capsule: world.services[service].name.clone(),
+            capsule: model.services[service].name.clone(),
             context: None,
             message,
             traceparent: None,
             settle_wait_ms: 0,
         };
-        world.oracle.attack_sent(request.task, attack);
+        model.oracle.attack_sent(request.task, attack);
         let provider = self.nodes[host as usize].id;
         self.send_attack(ix, provider, request, attack);
         true
@@ -92,11 +92,11 @@ impl Sim {
 }
 
 /// The claimed capsule, the grant, and the services to aim at, for one flaw.
-fn flaw(world: &TaskWorld, ix: Ix, attack: Attack) -> Option<(String, Envelope, Vec<usize>)> {
-    let kit = world.kits.get(&ix)?;
-    let all: Vec<usize> = (0..world.services.len()).collect();
+fn flaw(model: &TaskModel, ix: Ix, attack: Attack) -> Option<(String, Envelope, Vec<usize>)> {
+    let kit = model.kits.get(&ix)?;
+    let all: Vec<usize> = (0..model.services.len()).collect();
     let own = kit.capsule.clone();
-    let agent = world.agents.get(ix as usize % world.agents.len().max(1));
+    let agent = model.agents.get(ix as usize % model.agents.len().max(1));
     Some(match attack {
         Attack::NoGrant => (own, kit.not_a_grant.clone(), all),
         Attack::Untrusted => (own, kit.untrusted.clone(), all),
@@ -109,7 +109,7 @@ fn flaw(world: &TaskWorld, ix: Ix, attack: Attack) -> Option<(String, Envelope, 
             let agent = agent?;
             (agent.name.clone(), agent.grant.clone(), agent.targets.iter().copied().collect())
         }
-        Attack::OutsideTarget => (own, kit.valid.clone(), (1..world.services.len()).collect()),
+        Attack::OutsideTarget => (own, kit.valid.clone(), (1..model.services.len()).collect()),
     })
 }
 

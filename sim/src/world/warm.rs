@@ -13,9 +13,10 @@
 
 use murmur_protocol::Signed;
 use murmur_protocol::directory::{Directory, Source};
+use murmur_protocol::limits::GOSSIP_HEARTBEAT_MS;
 use murmur_protocol::mesh::{Advertised, Input, MeshNode, Resume};
 
-use super::topology::{HEARTBEAT_MS, address};
+use super::topology::address;
 use super::{Event, Ix, Sim};
 
 impl Sim {
@@ -67,7 +68,7 @@ impl Sim {
             ));
             node.down_since = None;
             self.count_live(ix, true);
-            let first_beat = self.nodes[i].rng.between(1, HEARTBEAT_MS);
+            let first_beat = self.nodes[i].rng.between(1, GOSSIP_HEARTBEAT_MS);
             let epoch = self.nodes[i].epoch;
             self.schedule(first_beat, Event::Heartbeat { node: ix, epoch });
             // Arms the node's timer (its first refresh, its periodic sync).

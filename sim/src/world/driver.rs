@@ -1,0 +1,318 @@
+//! The driver model of a node: how the world feeds a node's [`MeshNode`] and carries out
+//! what it asks for, as `murnode`'s network driver does over libp2p.
+//!
+//! Every input goes through [`Sim::handle`], which drains the machine's outputs at once and
+//! arms its one timer; this module turns those outputs into modelled traffic (publishes,
+//! anti-entropy requests and answers over request-response, dials, disconnects) and its
+//! events into what the checkers see. It decides nothing the mesh machine decides. The
+//! timer arithmetic is shared with the other protocol machines the world drives (task
+//! exchange, pulls, resolutions), so every machine's deadline is read on its node's clock
+//! the same way.
+
+use std::sync::Arc;
+
+use murmur_protocol::directory::{Refusal, Source};
+use murmur_protocol::limits::{
+    DIRECTORY_NODES_MAX, ENVELOPE_OVERHEAD_MAX, SYNC_REQUEST_BYTES_MAX, SYNC_RESPONSE_BYTES_MAX,
+};
+use murmur_protocol::mesh::{Event as MeshEvent, Input, Output, Verdict};
+use murmur_protocol::sync::{SyncRequest, SyncResponse};
+use murmur_protocol::{Millis, NodeId};
+
+use super::{Event, Ix, Node, Sim};
+
+/// What a delivery was, so the node's verdict can be acted on (gossip forwarding).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Delivery {
+    pub(super) msg: u32,
+    pub(super) from: Ix,
+}
+
+impl Sim {
+    /// Feeds one input to node `ix` and carries out its outputs.
+    pub(super) fn handle(&mut self, ix: Ix, input: Input, delivery: Option<Delivery>) {
+        let now = self.clock(ix);
+        let Some(mesh) = self.nodes[ix as usize].mesh.as_mut() else { return };
+        mesh.handle(now, input);
+        let mut outputs = Vec::new();
+        while let Some(output) = mesh.poll_output() {
+            outputs.push(output);
+        }
+        let timeout = mesh.poll_timeout();
+        let (dir_len, outputs_dropped) =
+            (mesh.directory().len(), mesh.stats().outputs_dropped + mesh.directory().stats().outputs_dropped);
+        for output in outputs {
+            self.carry_out(ix, output, delivery);
+        }
+        if dir_len > DIRECTORY_NODES_MAX {
+            self.violation(format!(
+                "node {ix} holds {dir_len} adverts, above its bound {DIRECTORY_NODES_MAX}"
+            ));
+        }
+        if outputs_dropped > 0 {
+            self.violation(format!(
+                "node {ix} dropped {outputs_dropped} outputs: its output queue bound was hit"
+            ));
+        }
+        if let Some(at) = arm_timer(&mut self.nodes[ix as usize].timer_at, timeout, now, self.now) {
+            let epoch = self.nodes[ix as usize].epoch;
+            self.schedule(at, Event::Timer { node: ix, epoch });
+        }
+    }
+
+    /// The mesh's timer fired: a tick, unless the node restarted or re-armed it since.
+    pub(super) fn mesh_timer(&mut self, ix: Ix, epoch: u32) {
+        let n = &mut self.nodes[ix as usize];
+        if n.epoch == epoch && n.alive() && n.timer_at == Some(self.now) {
+            n.timer_at = None;
+            self.handle(ix, Input::Tick, None);
+        }
+    }
+
+    /// A peer's anti-entropy request reached node `to`; its answer comes back by token.
+    pub(super) fn sync_requested(
+        &mut self,
+        to: Ix,
+        from: Ix,
+        req: u64,
+        request: Arc<SyncRequest>,
+        epoch: u32,
+    ) {
+        if self.is_current(to, epoch) {
+            let token = self.next_token();
+            self.nodes[to as usize].answering.insert(token, (from, req));
+            let from_id = self.nodes[from as usize].id;
+            // The request was sent to this node alone: no copy of a large digest.
+            let request = Arc::try_unwrap(request).unwrap_or_else(|shared| (*shared).clone());
+            self.handle(to, Input::SyncRequested { from: from_id, token, request }, None);
+        }
+    }
+
+    /// The answer to node `to`'s request `req` arrived (ignored once it timed out).
+    pub(super) fn sync_answered(
+        &mut self,
+        to: Ix,
+        from: Ix,
+        req: u64,
+        response: Arc<SyncResponse>,
+        epoch: u32,
+    ) {
+        if self.is_current(to, epoch) && self.nodes[to as usize].syncing.remove(&req).is_some() {
+            let from_id = self.nodes[from as usize].id;
+            let response = Arc::try_unwrap(response).unwrap_or_else(|shared| (*shared).clone());
+            self.handle(to, Input::SyncAnswered { from: from_id, response }, None);
+        }
+    }
+
+    /// Node `ix`'s request `req` failed (refused, oversized or unanswered), unless it was
+    /// answered first.
+    pub(super) fn sync_timed_out(&mut self, ix: Ix, req: u64, epoch: u32) {
+        if self.is_current(ix, epoch)
+            && let Some(peer) = self.nodes[ix as usize].syncing.remove(&req)
+        {
+            let peer_id = self.nodes[peer as usize].id;
+            self.handle(ix, Input::SyncFailed { peer: peer_id }, None);
+        }
+    }
+
+    /// Carries out one output of node `ix`'s mesh; `delivery` is the gossip message whose
+    /// handling produced it, if one did (an accepted message is relayed).
+    fn carry_out(&mut self, ix: Ix, output: Output, delivery: Option<Delivery>) {
+        match output {
+            Output::Publish { bytes } => self.publish(ix, &bytes),
+            Output::Report { verdict, .. } => {
+                self.trace.record(20, u64::from(ix), verdict as u64, 0);
+                if let (Verdict::Accept, Some(d)) = (verdict, delivery) {
+                    self.forward(ix, d);
+                }
+                if verdict == Verdict::Reject {
+                    self.metrics.gossip_rejected += 1;
+                }
+            }
+            Output::SendSyncRequest { peer, request } => self.send_sync_request(ix, peer, request),
+            Output::SendSyncResponse { token, response } => {
+                if let Some((to, req)) = self.nodes[ix as usize].answering.remove(&token) {
+                    let size = response
+                        .adverts
+                        .iter()
+                        .chain(&response.gone)
+                        .map(|e| e.body().len() + ENVELOPE_OVERHEAD_MAX)
+                        .sum::<usize>()
+                        + response.differ.as_ref().map_or(0, |d| d.len() * 12)
+                        + 16;
+                    if size > SYNC_RESPONSE_BYTES_MAX {
+                        // Dropped by the requester's size limit; it times out.
+                        self.violation(format!("node {ix} built a sync response of {size} bytes, above the {SYNC_RESPONSE_BYTES_MAX}-byte limit"));
+                        return;
+                    }
+                    let epoch = self.nodes[to as usize].epoch;
+                    self.send(
+                        ix,
+                        to,
+                        size,
+                        Event::SyncResponse { to, from: ix, req, response: Arc::new(response), epoch },
+                    );
+                }
+            }
+            Output::Dial { peer, .. } => {
+                if let Some(&peer) = self.index.get(&peer) {
+                    self.dial(ix, peer);
+                }
+            }
+            // The modelled network has no block list: a held peer that reconnects is closed
+            // again by the mesh itself.
+            Output::Disconnect { peer, .. } => self.turn_away(ix, peer, false),
+            Output::Block { peer, .. } => self.turn_away(ix, peer, true),
+            Output::Unblock { .. } => {}
+            Output::Event(event) => self.observe(ix, event),
+        }
+    }
+
+    /// Node `ix` closes its connection to `peer` (and holds it off, when `held`).
+    fn turn_away(&mut self, ix: Ix, peer: NodeId, held: bool) {
+        let Some(&peer) = self.index.get(&peer) else { return };
+        self.trace.record(24, u64::from(ix), u64::from(peer), u64::from(held));
+        if let (false, Some(fault)) = (self.uncertified(ix).is_some(), self.uncertified(peer)) {
+            // An honest node turned an uncertified one away: the fault acted.
+            self.effects[fault].effects += 1;
+        }
+        if held && self.nodes[peer as usize].cert.is_some() {
+            // Only a missing or invalid certificate, or junk, earns a hold.
+            self.violation(format!(
+                "node {ix} held off node {peer}, which has a valid certificate for this closed mesh"
+            ));
+        }
+        self.disconnect(ix, peer);
+    }
+
+    /// Records what node `ix`'s mesh reports having done, and checks each acceptance and
+    /// departure against the ground truth the world holds.
+    fn observe(&mut self, ix: Ix, event: MeshEvent) {
+        match event {
+            MeshEvent::AdvertAccepted { node, seq, source } => {
+                let Some(&subject) = self.index.get(&node) else {
+                    self.violation(format!(
+                        "node {ix} accepted an advert from {node}, a node that does not exist (forged)"
+                    ));
+                    return;
+                };
+                self.trace.record(21, u64::from(ix), u64::from(subject), seq);
+                if matches!(source, Source::Local) {
+                    return;
+                }
+                if self.uncertified(ix).is_none() && self.uncertified(subject).is_some() {
+                    self.violation(format!(
+                        "node {ix} admitted the advert of node {subject}, which has no certificate for this closed mesh"
+                    ));
+                    return;
+                }
+                let Some(envelope) = self.nodes[ix as usize]
+                    .mesh
+                    .as_ref()
+                    .and_then(|m| m.directory().get(&node))
+                    .map(|r| r.envelope().clone())
+                else {
+                    return;
+                };
+                let observer_now = self.clock(ix);
+                let live = self.live_honest_count();
+                if let Err(what) =
+                    self.oracle.accepted(ix, (subject, seq), &envelope, observer_now, self.now, live)
+                {
+                    self.violation(what);
+                }
+            }
+            MeshEvent::AdvertRefused { reason, .. } => {
+                self.trace.record(22, u64::from(ix), refusal_tag(&reason), 0);
+                *self.metrics.refusals.entry(reason.reason().to_owned()).or_default() += 1;
+            }
+            MeshEvent::AdvertExpired { node } => {
+                let subject = self.index.get(&node).copied().unwrap_or(Ix::MAX);
+                self.trace.record(23, u64::from(ix), u64::from(subject), 0);
+            }
+            MeshEvent::Departed { node, seq, witness, source } => {
+                let subject = self.index.get(&node).copied().unwrap_or(Ix::MAX);
+                self.trace.record(25, u64::from(ix), u64::from(subject), seq);
+                self.metrics.departures_applied += 1;
+                if subject != Ix::MAX && !self.oracle.is_genuine(subject, seq) {
+                    // A notice drops only the advert it names: one never published cannot
+                    // be held, so applying it means the directory buried a future advert.
+                    self.violation(format!(
+                        "node {ix} applied a departure notice naming node {subject}'s seq {seq}, which node {subject} never published"
+                    ));
+                }
+                if matches!(source, Source::Local) && witness == self.nodes[ix as usize].id {
+                    self.metrics.departures_declared += 1;
+                    // False: the subject is up in the life that published the advert the
+                    // witness saw (not a restart whose new advert had not reached the witness
+                    // yet). Its latest advert may be newer: one the witness, cut off by a
+                    // partition, never received.
+                    let same_life =
+                        |n: &Node| n.published.iter().any(|(at, s)| *s == seq && *at >= n.up_since);
+                    if self.nodes.get(subject as usize).is_some_and(|n| n.alive() && same_life(n)) {
+                        self.metrics.departures_false += 1;
+                    }
+                }
+            }
+            MeshEvent::Published { .. } => {}
+        }
+    }
+
+    /// Sends node `ix`'s anti-entropy request to `peer` over request-response, which fails it
+    /// at once when there is no connection or the request is over its size limit.
+    fn send_sync_request(&mut self, ix: Ix, peer: NodeId, request: SyncRequest) {
+        let req = self.next_token();
+        let Some(&to) = self.index.get(&peer) else { return };
+        if !self.nodes[ix as usize].peers.contains(&to) {
+            // Not connected: libp2p fails the request at once.
+            let epoch = self.nodes[ix as usize].epoch;
+            self.nodes[ix as usize].syncing.insert(req, to);
+            self.schedule(self.now, Event::SyncTimeout { node: ix, req, epoch });
+            return;
+        }
+        // Estimated encoded size (≈45 bytes per digest entry, 9 per summary bucket, up to 3
+        // per scope bucket): encoding a large digest for every request would dominate big
+        // runs.
+        let size = request.digest.entries().len() * 45
+            + request.summary.as_ref().map_or(0, |s| s.sums.len() * 9)
+            + request.scope.as_ref().map_or(0, |s| s.buckets.len() * 3)
+            + 64;
+        self.nodes[ix as usize].syncing.insert(req, to);
+        if size > SYNC_REQUEST_BYTES_MAX {
+            // request-response refuses an oversized request: the exchange fails.
+            self.metrics.oversized_dropped += 1;
+            let epoch = self.nodes[ix as usize].epoch;
+            self.schedule(self.now, Event::SyncTimeout { node: ix, req, epoch });
+            return;
+        }
+        let (epoch_to, epoch_me) = (self.nodes[to as usize].epoch, self.nodes[ix as usize].epoch);
+        self.send(
+            ix,
+            to,
+            size,
+            Event::SyncRequest { to, from: ix, req, request: Arc::new(request), epoch: epoch_to },
+        );
+        let timeout = self.scenario.topology.request_timeout_ms;
+        self.schedule(self.now + timeout, Event::SyncTimeout { node: ix, req, epoch: epoch_me });
+    }
+}
+
+/// Arms a protocol state machine's timer: its `deadline`, read on a node clock that shows
+/// `node_now`, as virtual time. Returns when to schedule the timer event if that comes
+/// before the one `armed` holds (which it then holds), `None` if no new event is needed.
+pub(super) fn arm_timer(
+    armed: &mut Option<u64>,
+    deadline: Option<Millis>,
+    node_now: Millis,
+    sim_now: u64,
+) -> Option<u64> {
+    let at = deadline?.0.saturating_sub(node_now.0) + sim_now;
+    armed.is_none_or(|t| at < t).then(|| {
+        *armed = Some(at);
+        at
+    })
+}
+
+fn refusal_tag(reason: &Refusal) -> u64 {
+    Refusal::REASONS.iter().position(|r| *r == reason.reason()).unwrap_or(99) as u64
+}
