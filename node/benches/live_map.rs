@@ -98,8 +98,11 @@ fn bench(c: &mut Criterion) {
     };
     let mut group = c.benchmark_group("live_map");
     for threads in [1, 4, 16] {
-        group.bench_function(format!("mutex_btreemap/{threads}_threads"), |b| b.iter(|| load(&btree, &held, threads)));
-        group.bench_function(format!("dashmap/{threads}_threads"), |b| b.iter(|| load(&dash, &held, threads)));
+        group.bench_function(format!("mutex_btreemap/{threads}_threads"), |b| {
+            b.iter(|| load(&btree, &held, threads))
+        });
+        group
+            .bench_function(format!("dashmap/{threads}_threads"), |b| b.iter(|| load(&dash, &held, threads)));
     }
     group.finish();
 }

@@ -7,10 +7,10 @@
 //! ones queued). It runs nothing: a decision to start a task is handed to its caller, the
 //! [`TaskRunner`](super::runner::TaskRunner), which owns the runtime.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use dashmap::DashMap;
 use murmur_config::clock;
 use murmur_protocol::owner::{Admitted, Output, Owner, OwnerConfig, Policy, Refusal, Refused, Write};
 use murmur_protocol::task::{Check, Submit, TaskEvent, TaskId, TaskRefusal, TaskSnapshot, TaskState};
@@ -109,7 +109,10 @@ pub struct TaskManager {
 struct Inner {
     db: TaskDb,
     owner: Mutex<Owner>,
-    live: Mutex<BTreeMap<TaskId, Arc<Live>>>,
+    /// Every task in memory, read by every request and stream: a sharded map, since one
+    /// lock over all of them was the contention point (`benches/live_map.rs`: 2.5 times
+    /// faster at 4 threads, 3.6 times at 16). Changed only under `owner`'s lock.
+    live: DashMap<TaskId, Arc<Live>>,
     /// The newest routes, newest first (for listing without reading every route).
     recent_routes: Mutex<std::collections::VecDeque<RouteRecord>>,
 }
@@ -130,7 +133,7 @@ impl TaskManager {
             inner: Arc::new(Inner {
                 db,
                 owner: Mutex::new(Owner::new(config)),
-                live: Mutex::new(BTreeMap::new()),
+                live: DashMap::new(),
                 recent_routes: Mutex::new(std::collections::VecDeque::new()),
             }),
         };
@@ -142,7 +145,7 @@ impl TaskManager {
         let recovered: Vec<(TaskId, String, TaskState, u64)> =
             records.iter().map(|r| (r.task, r.capsule.clone(), r.state, r.ticket)).collect();
         {
-            let mut live = lock(&manager.inner.live);
+            let live = &manager.inner.live;
             for record in records {
                 live.insert(record.task, Live::new(record, Some(true)));
             }
@@ -208,7 +211,7 @@ impl TaskManager {
             match admitted {
                 Ok(Admitted::New { ticket }) => {
                     record.ticket = ticket;
-                    lock(&self.inner.live).insert(submit.task, Live::new(record, None));
+                    self.inner.live.insert(submit.task, Live::new(record, None));
                 }
                 Ok(Admitted::Existing(_)) | Err(_) => {}
             }
@@ -225,7 +228,7 @@ impl TaskManager {
         let live = self.live(&submit.task).ok_or(TaskError::NotFound(submit.task))?;
         if let Err(err) = self.write(effects.writes).await {
             lock(&self.inner.owner).abandon(submit.task);
-            lock(&self.inner.live).remove(&submit.task);
+            self.inner.live.remove(&submit.task);
             live.stored.send_replace(Some(false));
             return Err(TaskError::Internal(format!("{err:#}")));
         }
@@ -301,7 +304,7 @@ impl TaskManager {
     /// state. Only the snapshot is copied (not the input text or the event log).
     #[must_use]
     pub fn list(&self, state: Option<TaskState>) -> Vec<(u64, TaskSnapshot)> {
-        let live: Vec<Arc<Live>> = lock(&self.inner.live).values().cloned().collect();
+        let live: Vec<Arc<Live>> = self.inner.live.iter().map(|entry| entry.value().clone()).collect();
         let mut found: Vec<(u64, TaskSnapshot)> = live
             .iter()
             .filter_map(|l| {
@@ -446,7 +449,7 @@ impl TaskManager {
     }
 
     pub(super) fn live(&self, task: &TaskId) -> Option<Arc<Live>> {
-        lock(&self.inner.live).get(task).cloned()
+        self.inner.live.get(task).map(|entry| entry.value().clone())
     }
 
     fn forgot_any(&self) -> bool {
@@ -484,11 +487,13 @@ impl TaskManager {
     fn apply(&self, owner: &mut Owner, task: Option<TaskId>, message: Option<String>) -> Effects {
         let now = clock::now().0;
         let mut effects = Effects::default();
-        let mut live = lock(&self.inner.live);
+        let live = &self.inner.live;
         while let Some(output) = owner.poll_output() {
             match output {
                 Output::Store { task: id, state, write } => {
-                    let Some(entry) = live.get(&id) else { continue };
+                    // A clone, not the map's guard: nothing waits on a shard while a
+                    // record is locked.
+                    let Some(entry) = live.get(&id).map(|e| e.value().clone()) else { continue };
                     let mut record = entry.record();
                     if record.state != state || state != TaskState::Submitted {
                         // Recovery fails every interrupted task with the same message.
@@ -500,8 +505,8 @@ impl TaskManager {
                     effects.writes.push((record.clone(), write));
                 }
                 Output::Start { task: id } => {
-                    if let Some(entry) = live.get(&id) {
-                        effects.starts.push(entry.clone());
+                    if let Some(entry) = live.get(&id).map(|e| e.value().clone()) {
+                        effects.starts.push(entry);
                     }
                 }
                 Output::Forget { task: id } => {
