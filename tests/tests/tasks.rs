@@ -527,3 +527,50 @@ fn a_tasks_spans_on_two_nodes_share_one_trace_id() {
     })
     .unwrap();
 }
+
+/// The network driver's mapping of libp2p's failures, through the daemon that ships: a
+/// delivery whose outcome became unknown (the owner accepted it, held the request open
+/// while the task ran, and its connection closed) fails at the entry node and is never
+/// placed on the other node that hosts the capsule, not even when the client sends the
+/// same message again: the task may be running at the first owner.
+#[test]
+fn a_delivery_lost_with_its_owner_is_never_run_elsewhere() {
+    let spin = || vec![("spin", "misbehaving_spin", "[limits]\ndeadline_ms = 30000\n".to_owned())];
+    let a = node(&config(&[], ""), &[], None);
+    let mut b = node(&config(&[], ""), &spin(), Some(&a));
+    let mut c = node(&config(&[], ""), &spin(), Some(&a));
+    wait_for(CONVERGE, "node A to know both providers of spin", || {
+        let view = a.get("/v1/capsules").ok()?;
+        let spin = view["capsules"].as_array()?.iter().find(|c| c["name"] == "spin")?.clone();
+        (spin["providers"].as_array()?.len() == 2).then_some(())
+    })
+    .unwrap();
+
+    // A blocking send: the owner accepts, then holds the request open while the task runs.
+    let send = |message_id: &'static str| {
+        let api = a.api.clone();
+        std::thread::spawn(move || {
+            let message =
+                json!({ "messageId": message_id, "role": "ROLE_USER", "parts": [{ "text": "go" }] });
+            rpc_at(&api, "SendMessage", json!({ "tenant": "spin", "message": message }), &[]).unwrap()
+        })
+    };
+    let first = send("lost-1");
+    let owner_is_b = wait_for(Duration::from_secs(10), "an owner to accept the task", || {
+        if !b.task_ids().is_empty() { Some(true) } else { (!c.task_ids().is_empty()).then_some(false) }
+    })
+    .unwrap();
+    let (owner, other) = if owner_is_b { (&mut b, &c) } else { (&mut c, &b) };
+    owner.kill();
+
+    let answer = first.join().unwrap();
+    let error = answer.get("error").unwrap_or_else(|| panic!("the placement must fail: {answer}"));
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(message.contains("not retried elsewhere"), "{answer}");
+    assert!(other.task_ids().is_empty(), "the other provider was given the task: {:?}", other.task_ids());
+
+    // The same message again: the router sends it only to the possible owner, which is down.
+    let again = send("lost-1").join().unwrap();
+    assert!(again.get("error").is_some(), "a retry must not run the task elsewhere: {again}");
+    assert!(other.task_ids().is_empty(), "the retry reached the other provider: {:?}", other.task_ids());
+}
