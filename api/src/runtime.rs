@@ -75,19 +75,10 @@ pub enum StateEffect {
     Unknown,
 }
 
-/// Where a call's resource id came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ResourceIdSource {
-    /// The tool returned a non-empty `resource_id`.
-    Declared,
-    /// Sniffed from a path-like field of the input (`path`, `file`, `file_path`,
-    /// `filepath`, `filename`), because the tool declared none.
-    Input,
-}
-
 /// One tool call as the host records it (the `metadata` channel's `state_effect` and
-/// `resource_id`, which the session trace will carry).
+/// `resource_id`, which the session trace carries). Only what the tool declared is
+/// recorded: the path-field fallback belongs to redundant-call detection
+/// ([`crate::session_trace::resource_of`]), never to the record.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCallRecord {
     pub tool: String,
@@ -96,45 +87,32 @@ pub struct ToolCallRecord {
     /// Verbatim, never parsed or normalized: two calls address the same resource exactly
     /// when these strings are byte-equal.
     pub resource_id: Option<String>,
-    pub resource_id_source: Option<ResourceIdSource>,
     pub duration_ms: u64,
 }
 
-/// Input fields a resource id is sniffed from when a tool declares none.
+/// Input fields redundant-call detection reads a resource from when a tool declares none.
 pub const PATH_FIELDS: [&str; 5] = ["path", "file", "file_path", "filepath", "filename"];
 
 impl ToolCallRecord {
-    /// Records a finished call of `tool` that returned `result`, given `input` (its
-    /// `data`, if any).
+    /// Records a finished call of `tool` that returned `result`.
     #[must_use]
-    pub fn new(tool: &str, result: &ToolResultJson, input: Option<&str>, elapsed: Duration) -> Self {
+    pub fn new(tool: &str, result: &ToolResultJson, elapsed: Duration) -> Self {
         let value = |key: &str| result.metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
         let state_effect = match value("state_effect") {
             Some("read") => StateEffect::Read,
             Some("mutate") => StateEffect::Mutate,
             _ => StateEffect::Unknown,
         };
-        let (resource_id, resource_id_source) = match value("resource_id").filter(|v| !v.is_empty()) {
-            Some(id) => (Some(id.to_owned()), Some(ResourceIdSource::Declared)),
-            None => match input.and_then(sniff_path) {
-                Some(path) => (Some(path), Some(ResourceIdSource::Input)),
-                None => (None, None),
-            },
-        };
+        // The first `resource_id` in list order; an empty one is undeclared.
+        let resource_id = value("resource_id").filter(|v| !v.is_empty()).map(str::to_owned);
         Self {
             tool: tool.to_owned(),
             status: result.status.clone(),
             state_effect,
             resource_id,
-            resource_id_source,
             duration_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
         }
     }
-}
-
-fn sniff_path(input: &str) -> Option<String> {
-    let json: serde_json::Value = serde_json::from_str(input).ok()?;
-    PATH_FIELDS.iter().find_map(|field| json.get(field)?.as_str().map(str::to_owned))
 }
 
 #[cfg(test)]
@@ -157,7 +135,6 @@ mod tests {
         let r = ToolCallRecord::new(
             "t",
             &result(&[("state_effect", "read"), ("resource_id", "sym:a"), ("resource_id", "sym:b")]),
-            None,
             Duration::ZERO,
         );
         assert_eq!(
@@ -165,19 +142,12 @@ mod tests {
             (StateEffect::Read, Some("sym:a")),
             "first resource_id wins"
         );
-        let r = ToolCallRecord::new("t", &result(&[("state_effect", "READ")]), None, Duration::ZERO);
+        let r = ToolCallRecord::new("t", &result(&[("state_effect", "READ")]), Duration::ZERO);
         assert_eq!(r.state_effect, StateEffect::Unknown, "unrecognized values mean unknown");
-        let r = ToolCallRecord::new(
-            "t",
-            &result(&[("resource_id", "")]),
-            Some(r#"{"file_path":"/a/b"}"#),
-            Duration::ZERO,
-        );
-        assert_eq!(
-            (r.resource_id.as_deref(), r.resource_id_source),
-            (Some("/a/b"), Some(ResourceIdSource::Input))
-        );
-        let r = ToolCallRecord::new("t", &result(&[]), Some("not json"), Duration::ZERO);
+        // An empty id is undeclared, and nothing is sniffed from the input into the record.
+        let r = ToolCallRecord::new("t", &result(&[("resource_id", "")]), Duration::ZERO);
+        assert_eq!(r.resource_id, None);
+        let r = ToolCallRecord::new("t", &result(&[]), Duration::ZERO);
         assert_eq!((r.state_effect, r.resource_id), (StateEffect::Unknown, None));
         assert_eq!(r.status, "passed");
     }

@@ -17,6 +17,7 @@ mod peers;
 mod pull;
 mod task;
 mod tool;
+mod trace;
 
 use std::process::ExitCode;
 
@@ -96,6 +97,14 @@ enum Command {
     ///   mur install wordcount@1.0.0 && mur send mesh://wordcount "count these words"
     #[command(disable_version_flag = true, verbatim_doc_comment)]
     Install(pull::PullArgs),
+    /// Summarise an agent session's trace.jsonl: turns, tokens, tool and shell calls, time,
+    /// and redundant reads (the same resource read again with nothing in between that could
+    /// have changed it).
+    ///
+    /// Example:
+    ///   mur trace data/work/helper/sessions/4f7c…/trace.jsonl --json
+    #[command(verbatim_doc_comment)]
+    Trace(trace::TraceArgs),
 }
 
 fn main() -> ExitCode {
@@ -116,5 +125,6 @@ fn dispatch(command: Command) -> CliResult {
         Command::Artifact(command) => artifact::run(command),
         Command::Bundle(command) => artifact::run_bundle(command),
         Command::Install(args) => pull::run(args, true),
+        Command::Trace(args) => trace::run(args),
     }
 }

@@ -70,6 +70,19 @@ pub const INSTANCES_MAX: u32 = 128;
 pub const INVOKE_DEPTH_MAX: u32 = 4;
 /// Bytes of a capsule's stdout or stderr kept per run.
 pub const CAPTURE_BYTES_MAX: usize = 64 * 1024;
+/// Inference turns per run of an agent task's loop at most: a model still calling tools
+/// after this many turns is looping, and every turn is a paid provider call.
+pub const AGENT_TURNS_MAX: u32 = 256;
+/// `reopen-task` commits per task at most: each reruns the whole loop.
+pub const AGENT_REOPENS_MAX: u32 = 16;
+/// The largest context window an agent may declare (tokens): above every model offered
+/// today, and below what the host could count per turn without becoming the bottleneck.
+pub const AGENT_CONTEXT_WINDOW_MAX: u64 = 10_000_000;
+/// `[[hooks]]` per agent: each sync hook runs at every stage of every turn.
+pub const AGENT_HOOKS_MAX: usize = 16;
+/// Bytes of a session trace `mur trace` reads into memory: a long session's records (a few
+/// hundred bytes each) fit many times over; a file larger than this is not a trace.
+pub const TRACE_FILE_BYTES_MAX: u64 = 256 * 1024 * 1024;
 /// Bytes of each shell stream returned to the guest (the runtime specification's cut).
 pub const SHELL_OUTPUT_BYTES_MAX: usize = 16 * 1024;
 /// Bytes of each shell stream kept for the full-output file; beyond this the child's

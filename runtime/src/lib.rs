@@ -374,6 +374,11 @@ impl Inner {
     }
 
     fn install(&self, manifest: CapsuleManifest) -> anyhow::Result<Arc<Installed>> {
+        anyhow::ensure!(
+            manifest.kind != CapsuleKind::Agent,
+            "capsule `{}` is an agent: its manifest is valid, but this node cannot run agents yet (the native agent loop's runner is not wired into the daemon)",
+            manifest.name
+        );
         let bytes = self.artifact_bytes(&manifest.artifact)?;
         let loaded =
             self.load(&bytes, manifest.kind).with_context(|| format!("capsule `{}`", manifest.name))?;
@@ -391,6 +396,7 @@ impl Inner {
 
     fn artifact_bytes(&self, artifact: &ArtifactRef) -> anyhow::Result<Vec<u8>> {
         match artifact {
+            ArtifactRef::ManifestOnly => anyhow::bail!("an agent has no component to load"),
             ArtifactRef::File(path) => {
                 let len = std::fs::metadata(path)
                     .with_context(|| format!("cannot read artifact {}", path.display()))?
@@ -499,7 +505,6 @@ impl Inner {
         task: Option<Arc<dyn TaskPort>>,
     ) -> Result<(ToolResult, Vec<ToolCallRecord>), RunError> {
         let name = tool.manifest.name.clone();
-        let input_json = input.data.clone();
         let mut store = self.new_store(&tool, depth, None, task);
         let started = Instant::now();
         let outcome = async {
@@ -511,12 +516,7 @@ impl Inner {
         }
         .await;
         let result = outcome.map_err(|err| self.call_error(&name, &tool, &store, &err))?;
-        let mut records = vec![ToolCallRecord::new(
-            &name,
-            &ToolResultJson::from(&result),
-            input_json.as_deref(),
-            started.elapsed(),
-        )];
+        let mut records = vec![ToolCallRecord::new(&name, &ToolResultJson::from(&result), started.elapsed())];
         records.append(&mut store.data_mut().call.records);
         Ok((result, records))
     }

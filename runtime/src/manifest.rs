@@ -3,9 +3,10 @@
 //! ```toml
 //! name = "pipeline"
 //! version = "0.1.0"
-//! kind = "capsule"                 # tool | capsule | driver | hook (agent: not yet)
+//! kind = "capsule"                 # tool | capsule | driver | hook | agent
 //! artifact = "pipeline.wasm"       # a file (relative to this manifest), or sha256:<hex>
 //!                                  # or name@version in the node's artifact store
+//!                                  # (agents have none: they are manifest-only)
 //! description = "counts words and reports them to a peer"
 //!
 //! [capabilities]
@@ -29,6 +30,24 @@
 //! workers = 4                      # tasks run at once (queue)
 //! ```
 //!
+//! An agent (`kind = "agent"`) has no `artifact`; it thinks through a driver:
+//!
+//! ```toml
+//! [inference]
+//! model = "gpt-4o-mini"
+//! driver = { artifact = "openai-driver@0.1.0" }   # a `driver` component, NAME@VERSION
+//! system_prompt = "You are terse."
+//! max_turns = 16                   # inference turns per run of a task's loop, 1..=256
+//! max_task_reopens = 1             # reopen-task commits per task, 0..=16
+//! context_window = 128000          # tokens
+//! compaction = { threshold = 0.8, model = "gpt-4o-mini" }   # fraction of the window
+//! params = { temperature = 0 }     # passed to the driver unread
+//!
+//! [[hooks]]
+//! artifact = "audit@0.1.0"         # a `hook` component, NAME@VERSION
+//! execution_mode = "sync"          # sync (in order, may commit) | async (detached)
+//! ```
+//!
 //! Unknown keys are errors; each problem names its key.
 
 use std::collections::BTreeMap;
@@ -44,7 +63,10 @@ use murmur_protocol::{AllowPattern, Digest};
 use serde::Deserialize;
 
 use murmur_config::ConfigErrors;
-use murmur_config::limits::{DEADLINE_MS_MAX, MANIFEST_ALLOW_ENTRIES_MAX, MANIFEST_BYTES_MAX, MEMORY_MB_MAX};
+use murmur_config::limits::{
+    AGENT_CONTEXT_WINDOW_MAX, AGENT_HOOKS_MAX, AGENT_REOPENS_MAX, AGENT_TURNS_MAX, DEADLINE_MS_MAX,
+    MANIFEST_ALLOW_ENTRIES_MAX, MANIFEST_BYTES_MAX, MEMORY_MB_MAX,
+};
 use murmur_store::CapsuleKind;
 
 /// The `[lifecycle]` table.
@@ -66,6 +88,8 @@ impl Default for Lifecycle {
 /// Where a capsule's component comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ArtifactRef {
+    /// None: an agent is its manifest.
+    ManifestOnly,
     /// A file on this machine.
     File(PathBuf),
     /// Content in the artifact store, by digest.
@@ -124,7 +148,60 @@ pub struct CapsuleManifest {
     pub lifecycle: Lifecycle,
     /// The capsule's grant (signed allowlist) for sending tasks across the mesh.
     pub grant: Option<murmur_protocol::Envelope>,
+    /// For `kind = "agent"`: its `[inference]` and `[[hooks]]`.
+    pub agent: Option<AgentSpec>,
 }
+
+/// An artifact named `NAME@VERSION`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamedArtifact {
+    pub name: String,
+    pub version: String,
+}
+
+impl std::fmt::Display for NamedArtifact {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}", self.name, self.version)
+    }
+}
+
+/// What an agent's manifest says about its thinking.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentSpec {
+    pub model: String,
+    /// `inference.driver.artifact`; without one every turn fails naming the key.
+    pub driver: Option<NamedArtifact>,
+    pub system_prompt: Option<String>,
+    pub max_turns: u32,
+    pub max_task_reopens: u32,
+    pub context_window: u64,
+    pub compaction_threshold: f64,
+    pub compaction_model: Option<String>,
+    /// `inference.params` as JSON, passed to the driver unread.
+    pub params: serde_json::Value,
+    pub hooks: Vec<HookSpec>,
+}
+
+/// One `[[hooks]]` entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HookSpec {
+    pub artifact: NamedArtifact,
+    pub execution_mode: ExecutionMode,
+}
+
+/// How a hook runs: in the loop, in order, able to commit its honoured arm (`sync`), or
+/// detached, observing only (`async`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutionMode {
+    #[default]
+    Sync,
+    Async,
+}
+
+// `CapsuleManifest` compares with `Eq` elsewhere; an agent's threshold is a finite number
+// in (0, 1] (checked at parse), so equality is total.
+impl Eq for AgentSpec {}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -132,7 +209,7 @@ struct Raw {
     name: String,
     version: String,
     kind: CapsuleKind,
-    artifact: String,
+    artifact: Option<String>,
     #[serde(default)]
     description: String,
     #[serde(default)]
@@ -145,6 +222,66 @@ struct Raw {
     #[serde(default)]
     lifecycle: RawLifecycle,
     grant: Option<PathBuf>,
+    inference: Option<RawInference>,
+    #[serde(default)]
+    hooks: Vec<RawHook>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawInference {
+    model: String,
+    driver: Option<RawDriver>,
+    system_prompt: Option<String>,
+    #[serde(default = "default_max_turns")]
+    max_turns: u32,
+    #[serde(default = "default_max_task_reopens")]
+    max_task_reopens: u32,
+    #[serde(default = "default_context_window")]
+    context_window: u64,
+    #[serde(default)]
+    compaction: RawCompaction,
+    #[serde(default)]
+    params: toml::Table,
+}
+
+const fn default_max_turns() -> u32 {
+    16
+}
+
+const fn default_max_task_reopens() -> u32 {
+    1
+}
+
+const fn default_context_window() -> u64 {
+    128_000
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDriver {
+    artifact: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawCompaction {
+    threshold: f64,
+    model: Option<String>,
+}
+
+impl Default for RawCompaction {
+    fn default() -> Self {
+        Self { threshold: 0.8, model: None }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHook {
+    artifact: String,
+    #[serde(default)]
+    execution_mode: ExecutionMode,
 }
 
 #[derive(Debug, Deserialize)]
@@ -226,10 +363,25 @@ impl CapsuleManifest {
         if let Err(msg) = check_version(&raw.version) {
             err("version", msg);
         }
-        let artifact = parse_artifact(&raw.artifact, base).unwrap_or_else(|msg| {
-            err("artifact", msg);
-            ArtifactRef::File(PathBuf::new())
-        });
+        let artifact = match (&raw.artifact, raw.kind) {
+            (None, CapsuleKind::Agent) => ArtifactRef::ManifestOnly,
+            (Some(_), CapsuleKind::Agent) => {
+                err("artifact", "an agent has no component of its own: remove the key, and name its driver in inference.driver.artifact".into());
+                ArtifactRef::ManifestOnly
+            }
+            (None, kind) => {
+                err(
+                    "artifact",
+                    format!("a {kind} needs its component: a file, sha256:<hex> or name@version"),
+                );
+                ArtifactRef::ManifestOnly
+            }
+            (Some(text), _) => parse_artifact(text, base).unwrap_or_else(|msg| {
+                err("artifact", msg);
+                ArtifactRef::ManifestOnly
+            }),
+        };
+        let agent = parse_agent(&raw, &mut err);
         let caps = &raw.capabilities;
         for (key, len) in [
             ("capabilities.tools", caps.tools.len()),
@@ -281,12 +433,6 @@ impl CapsuleManifest {
         if !(1..=64).contains(&raw.lifecycle.workers) {
             err("lifecycle.workers", "must be 1..=64".into());
         }
-        if raw.kind == CapsuleKind::Agent {
-            err(
-                "kind",
-                "`agent` capsules run in the native agent loop, which this node does not have yet; use tool, capsule, driver or hook".into(),
-            );
-        }
         let grant = raw.grant.as_ref().and_then(|path| {
             let path = if path.is_absolute() { path.clone() } else { base.join(path) };
             read_grant(&path).map_err(|e| err("grant", e)).ok()
@@ -320,6 +466,7 @@ impl CapsuleManifest {
                 workers: raw.lifecycle.workers,
             },
             grant,
+            agent,
         })
     }
 
@@ -343,8 +490,79 @@ impl CapsuleManifest {
             env: BTreeMap::new(),
             lifecycle: Lifecycle::default(),
             grant: None,
+            agent: None,
         }
     }
+}
+
+/// `[inference]` and `[[hooks]]`: required and allowed for agents only.
+fn parse_agent(raw: &Raw, err: &mut impl FnMut(&str, String)) -> Option<AgentSpec> {
+    if raw.kind != CapsuleKind::Agent {
+        if raw.inference.is_some() {
+            err("inference", format!("only agents think through a driver; this is a {}", raw.kind));
+        }
+        if !raw.hooks.is_empty() {
+            err("hooks", format!("only agents have lifecycle hooks; this is a {}", raw.kind));
+        }
+        return None;
+    }
+    let Some(inference) = &raw.inference else {
+        err("inference", "an agent needs an [inference] table with at least `model`".into());
+        return None;
+    };
+    if inference.model.is_empty() {
+        err("inference.model", "must name the model".into());
+    }
+    let driver = inference
+        .driver
+        .as_ref()
+        .and_then(|d| named_artifact(&d.artifact).map_err(|msg| err("inference.driver.artifact", msg)).ok());
+    if !(1..=AGENT_TURNS_MAX).contains(&inference.max_turns) {
+        err("inference.max_turns", format!("must be 1..={AGENT_TURNS_MAX}"));
+    }
+    if inference.max_task_reopens > AGENT_REOPENS_MAX {
+        err("inference.max_task_reopens", format!("must be 0..={AGENT_REOPENS_MAX}"));
+    }
+    if !(1..=AGENT_CONTEXT_WINDOW_MAX).contains(&inference.context_window) {
+        err("inference.context_window", format!("must be 1..={AGENT_CONTEXT_WINDOW_MAX} tokens"));
+    }
+    let threshold = inference.compaction.threshold;
+    if !(threshold.is_finite() && threshold > 0.0 && threshold <= 1.0) {
+        err("inference.compaction.threshold", "must be a fraction of the context window in (0, 1]".into());
+    }
+    if raw.hooks.len() > AGENT_HOOKS_MAX {
+        err("hooks", format!("has {} entries, more than {AGENT_HOOKS_MAX}", raw.hooks.len()));
+    }
+    let hooks = raw
+        .hooks
+        .iter()
+        .filter_map(|h| {
+            let artifact = named_artifact(&h.artifact).map_err(|msg| err("hooks.artifact", msg)).ok()?;
+            Some(HookSpec { artifact, execution_mode: h.execution_mode })
+        })
+        .collect();
+    // TOML values are JSON values (dates become strings).
+    let params = serde_json::to_value(&inference.params).unwrap_or(serde_json::Value::Null);
+    Some(AgentSpec {
+        model: inference.model.clone(),
+        driver,
+        system_prompt: inference.system_prompt.clone(),
+        max_turns: inference.max_turns,
+        max_task_reopens: inference.max_task_reopens,
+        context_window: inference.context_window,
+        compaction_threshold: threshold,
+        compaction_model: inference.compaction.model.clone(),
+        params: if inference.params.is_empty() { serde_json::Value::Null } else { params },
+        hooks,
+    })
+}
+
+fn named_artifact(text: &str) -> Result<NamedArtifact, String> {
+    let (name, version) =
+        text.split_once('@').ok_or_else(|| format!("`{text}` is not NAME@VERSION of an artifact"))?;
+    check_capsule_name(name)?;
+    check_version(version)?;
+    Ok(NamedArtifact { name: name.into(), version: version.into() })
 }
 
 /// Reads a grant file (a signed envelope of kind `grant`); the signature is checked where
@@ -440,6 +658,65 @@ env = { A = "b" }
         let err = parse("name = \"a\"\nversion = \"1\"\nkind = \"daemon\"\nartifact = \"x\"\n").unwrap_err();
         assert!(format!("{err:#}").contains("unknown variant `daemon`"));
         let err = parse("name = \"a\"\nversion = \"1\"\nkind = \"agent\"\nartifact = \"x\"\n").unwrap_err();
-        assert!(format!("{err:#}").contains("native agent loop"), "{err:#}");
+        let text = format!("{err:#}");
+        assert!(text.contains("`artifact`") && text.contains("`inference`"), "{text}");
+    }
+
+    #[test]
+    fn an_agent_is_its_manifest() {
+        let m = parse(
+            r#"
+name = "helper"
+version = "0.1.0"
+kind = "agent"
+[capabilities]
+tools = ["wordcount"]
+shell = { allow = ["wc"] }
+[inference]
+model = "gpt-4o-mini"
+driver = { artifact = "openai-driver@0.1.0" }
+max_turns = 8
+compaction = { threshold = 0.5, model = "small" }
+params = { temperature = 0, stop = ["x"] }
+[[hooks]]
+artifact = "audit@0.1.0"
+[[hooks]]
+artifact = "compactor@0.2.0"
+execution_mode = "async"
+"#,
+        )
+        .unwrap();
+        assert_eq!(m.artifact, ArtifactRef::ManifestOnly);
+        let agent = m.agent.unwrap();
+        assert_eq!(agent.driver.unwrap().to_string(), "openai-driver@0.1.0");
+        assert_eq!((agent.max_turns, agent.max_task_reopens, agent.context_window), (8, 1, 128_000));
+        assert_eq!((agent.compaction_threshold, agent.compaction_model.as_deref()), (0.5, Some("small")));
+        assert_eq!(agent.params, serde_json::json!({"temperature": 0, "stop": ["x"]}));
+        let modes: Vec<_> = agent.hooks.iter().map(|h| h.execution_mode).collect();
+        assert_eq!(modes, [ExecutionMode::Sync, ExecutionMode::Async]);
+    }
+
+    #[test]
+    fn agent_settings_are_checked_by_key() {
+        let err = parse(
+            "name = \"a\"\nversion = \"1\"\nkind = \"agent\"\n[inference]\nmodel = \"m\"\nmax_turns = 0\ndriver = { artifact = \"nodash\" }\ncompaction = { threshold = 1.5 }\n[[hooks]]\nartifact = \"h@1\"\nexecution_mode = \"later\"\n",
+        )
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("unknown variant `later`"), "{err:#}");
+        let err = parse(
+            "name = \"a\"\nversion = \"1\"\nkind = \"agent\"\n[inference]\nmodel = \"m\"\nmax_turns = 0\ndriver = { artifact = \"nodash\" }\ncompaction = { threshold = 1.5 }\n",
+        )
+        .unwrap_err();
+        let text = format!("{err:#}");
+        for key in
+            ["`inference.max_turns`", "`inference.driver.artifact`", "`inference.compaction.threshold`"]
+        {
+            assert!(text.contains(key), "{key} missing in {text}");
+        }
+        let err = parse(
+            "name = \"a\"\nversion = \"1\"\nkind = \"tool\"\nartifact = \"x\"\n[inference]\nmodel = \"m\"\n",
+        )
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("only agents"), "{err:#}");
     }
 }

@@ -1,6 +1,6 @@
 //! `murmur:tool-registry/invoke`: a capsule invokes an allowlisted, installed tool by name.
 //! Every call is recorded ([`murmur_api::runtime::ToolCallRecord`]: the `metadata` channel's
-//! `state_effect` and `resource_id`, which the session trace will carry).
+//! `state_effect` and `resource_id`, which the session trace carries).
 
 use wasmtime::Result;
 
