@@ -15,6 +15,7 @@
 //! stops the loop.
 
 use murmur_runtime::bindings::murmur::hook::lifecycle::HookOutput;
+use murmur_runtime::ports::HookEvent;
 
 /// One of the nine handlers of `murmur:hook/lifecycle@0.5.0`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -141,6 +142,22 @@ pub enum Verdict {
     Discard(Arm),
     /// The hook returned `Err`: log it and go on.
     Failed(String),
+}
+
+/// The handler an event is dispatched to.
+#[must_use]
+pub const fn handler_of(event: &HookEvent) -> Handler {
+    match event {
+        HookEvent::Stage(_) => Handler::Stage,
+        HookEvent::SessionStart(_) => Handler::SessionStart,
+        HookEvent::TaskStart(_) => Handler::TaskStart,
+        HookEvent::Inference(_) => Handler::Inference,
+        HookEvent::ToolCall(_) => Handler::ToolCall,
+        HookEvent::Shell(_) => Handler::Shell,
+        HookEvent::Compaction(_) => Handler::Compaction,
+        HookEvent::TaskEnd(_) => Handler::TaskEnd,
+        HookEvent::SessionEnd(_) => Handler::SessionEnd,
+    }
 }
 
 /// Judges one hook's answer to `handler`.

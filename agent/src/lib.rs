@@ -10,12 +10,16 @@
 //! - [`hooks`]: the honoured-arm table of `murmur:hook/lifecycle@0.5.0` and what becomes of
 //!   every other hook output.
 //! - [`wire`]: `murmur.inference/1`, the message format inference drivers speak.
+//! - [`runner`]: the async runner that carries out a session's outputs over the
+//!   runtime (the agent's driver, hooks, allowlisted tools and shell) and writes its
+//!   `trace.jsonl`.
 //! - the records of `trace.jsonl` are `murmur_api::session_trace` (re-exported as
 //!   [`trace`]), shared with `mur trace`.
 //!
-//! It must not know how a turn reaches a provider, how a tool runs or where a trace is
-//! written: the runner that carries out the machine's outputs over the runtime's ports
-//! does that. It knows no clock, thread or socket.
+//! The machine knows no clock, thread or socket; the runner does the I/O through the
+//! runtime. The crate must not know the task database, the network or the HTTP API: the
+//! node hands it a task and a [`TaskPort`](murmur_runtime::ports::TaskPort) and takes back
+//! how the task ended.
 //!
 //! ```
 //! use murmur_agent::session::{Input, Output, Session, Settings, TaskStart, Tokenizer};
@@ -38,6 +42,7 @@
 //! ```
 
 pub mod hooks;
+pub mod runner;
 pub mod session;
 pub use murmur_api::session_trace as trace;
 pub mod wire;

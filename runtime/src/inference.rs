@@ -1,8 +1,9 @@
 //! `murmur:runtime/inference`: one completion through the capsule's inference driver, asked
 //! of the runtime's [`InferencePort`](super::ports::InferencePort).
 //!
-//! Drivers are configured by `inference.driver.artifact` in an agent's manifest, which
-//! arrives with the native agent loop. Until then the node's port is
+//! A hook dispatched by an agent session calls that session's port (set per call by
+//! [`Runtime::call_hook`](crate::Runtime::call_hook)): the agent's own driver, counted and
+//! traced like a turn. Anywhere else the runtime's port answers, by default
 //! [`NoInference`](super::ports::NoInference): the import still links (so hooks load and
 //! run) and every call returns the error the specification prescribes, naming the missing
 //! setting.
@@ -17,7 +18,7 @@ impl inference::Host for HostState {
         &mut self,
         request: inference::InferenceRequest,
     ) -> Result<Result<inference::InferenceResponse, String>> {
-        let port = self.call.runtime.ports.inference.clone();
+        let port = self.call.inference.clone().unwrap_or_else(|| self.call.runtime.ports.inference.clone());
         let capsule = self.call.capsule.clone();
         Ok(port.complete(&capsule, request).await)
     }

@@ -30,6 +30,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod agents;
 mod artifacts;
 pub mod bindings;
 mod engine;
@@ -59,6 +60,7 @@ use wasmtime::{Engine, Store};
 use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
+pub use self::agents::{Agent, AgentHook, OfferedTool};
 pub use self::bindings::murmur::tool::run::{ToolInput, ToolResult};
 use self::engine::{CompileCache, EpochTicker};
 use self::exports::EntryPoint;
@@ -200,6 +202,7 @@ pub struct Inner {
     options: RuntimeOptions,
     loaded: Mutex<BTreeMap<Digest, Arc<Loaded>>>,
     installed: RwLock<BTreeMap<String, Arc<Installed>>>,
+    agents: RwLock<BTreeMap<String, Arc<Agent>>>,
     _ticker: EpochTicker,
 }
 
@@ -230,14 +233,35 @@ impl Runtime {
                 options,
                 loaded: Mutex::new(BTreeMap::new()),
                 installed: RwLock::new(BTreeMap::new()),
+                agents: RwLock::new(BTreeMap::new()),
                 _ticker: ticker,
             }),
         })
     }
 
-    /// Loads, checks and registers a capsule; replaces one of the same name.
+    /// Loads, checks and registers a component capsule; replaces one of the same name.
+    /// An agent manifest goes to [`Runtime::install_agent`].
     pub fn install(&self, manifest: CapsuleManifest) -> anyhow::Result<Arc<Installed>> {
         self.inner.install(manifest)
+    }
+
+    /// Registers an agent, with the driver and hooks its manifest names loaded from the
+    /// store; replaces one of the same name.
+    pub fn install_agent(&self, manifest: CapsuleManifest) -> anyhow::Result<Arc<Agent>> {
+        let name = manifest.name.clone();
+        let agent = Arc::new(self.inner.load_agent(manifest).with_context(|| format!("agent `{name}`"))?);
+        let installed = self.inner.installed();
+        anyhow::ensure!(
+            !installed.contains_key(&name),
+            "agent `{name}`: a tool or capsule of that name already runs on this node"
+        );
+        let mut agents = self.inner.agents.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !agents.contains_key(&name) && agents.len() + installed.len() >= INSTALLED_MAX {
+            anyhow::bail!("this node already runs {INSTALLED_MAX} capsules, its limit");
+        }
+        agents.insert(name.clone(), agent.clone());
+        tracing::info!(capsule = %name, kind = "agent", hooks = agent.hooks.len(), "agent installed");
+        Ok(agent)
     }
 
     /// Installs every manifest (`*.toml`, or `*/capsule.toml`) in `dir`; returns the
@@ -256,7 +280,13 @@ impl Runtime {
             .into_iter()
             .filter_map(|path| {
                 CapsuleManifest::load(&path, &self.inner.options.data_dir)
-                    .and_then(|m| self.install(m))
+                    .and_then(|m| {
+                        if m.kind == CapsuleKind::Agent {
+                            self.install_agent(m).map(drop)
+                        } else {
+                            self.install(m).map(drop)
+                        }
+                    })
                     .err()
                     .map(|e| format!("{}: {e:#}", path.display()))
             })
@@ -266,7 +296,8 @@ impl Runtime {
     /// What the node runs, for its adverts: name, version, artifact digest.
     #[must_use]
     pub fn hosted(&self) -> Vec<HostedCapsule> {
-        self.inner
+        let components = self
+            .inner
             .installed()
             .values()
             .map(|i| HostedCapsule {
@@ -274,7 +305,19 @@ impl Runtime {
                 digest: Some(i.loaded.digest),
                 version: i.manifest.version.clone(),
             })
-            .collect()
+            .collect::<Vec<_>>();
+        // An agent has no component: it is advertised by name and version alone.
+        let agents = self
+            .inner
+            .agents()
+            .values()
+            .map(|a| HostedCapsule {
+                name: a.manifest.name.clone(),
+                digest: None,
+                version: a.manifest.version.clone(),
+            })
+            .collect::<Vec<_>>();
+        components.into_iter().chain(agents).collect()
     }
 
     /// Every installed capsule.
@@ -369,6 +412,10 @@ impl Inner {
         self.installed.read().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn agents(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Arc<Agent>>> {
+        self.agents.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn get(&self, name: &str) -> Result<Arc<Installed>, RunError> {
         self.installed().get(name).cloned().ok_or_else(|| RunError::NotFound(name.into()))
     }
@@ -376,7 +423,12 @@ impl Inner {
     fn install(&self, manifest: CapsuleManifest) -> anyhow::Result<Arc<Installed>> {
         anyhow::ensure!(
             manifest.kind != CapsuleKind::Agent,
-            "capsule `{}` is an agent: its manifest is valid, but this node cannot run agents yet (the native agent loop's runner is not wired into the daemon)",
+            "capsule `{}` is an agent, which has no component to load (install it as an agent)",
+            manifest.name
+        );
+        anyhow::ensure!(
+            !self.agents().contains_key(&manifest.name),
+            "capsule `{}`: an agent of that name already runs on this node",
             manifest.name
         );
         let bytes = self.artifact_bytes(&manifest.artifact)?;
@@ -476,6 +528,7 @@ impl Inner {
                 started: Instant::now(),
                 waited: std::time::Duration::ZERO,
                 task,
+                inference: None,
             },
         };
         let mut store = Store::new(&self.engine, state);

@@ -16,6 +16,7 @@ use tokio::io::AsyncReadExt;
 use wasmtime::Result;
 
 use super::bindings::murmur::shell::execute::{self, ShellResult};
+use super::manifest::CapsuleManifest;
 use super::state::HostState;
 use murmur_config::limits::{SHELL_ARGS_MAX, SHELL_FULL_OUTPUT_BYTES_MAX, SHELL_OUTPUT_BYTES_MAX};
 use murmur_store::file::write_atomic;
@@ -28,27 +29,36 @@ impl execute::Host for HostState {
         env: Vec<(String, String)>,
     ) -> Result<Result<ShellResult, String>> {
         let manifest = &self.call.capsule.manifest;
-        if args.len() > SHELL_ARGS_MAX || env.len() > SHELL_ARGS_MAX {
-            return Ok(Err(format!(
-                "shell: at most {SHELL_ARGS_MAX} arguments and {SHELL_ARGS_MAX} environment entries"
-            )));
-        }
-        let Some(resolved) = resolve(&binary) else {
-            return Ok(Err(format!("shell: '{binary}' not found (not an executable path, nor on PATH)")));
-        };
-        let allowed = manifest
-            .capabilities
-            .shell
-            .iter()
-            .filter_map(|entry| resolve(entry))
-            .any(|entry| entry == resolved);
-        if !allowed {
-            return Ok(Err(format!("shell policy: '{binary}' not in capabilities.shell.allow")));
-        }
         let deadline = manifest.deadline.saturating_sub(self.call.started.elapsed());
-        let workdir = manifest.workdir.clone();
-        Ok(execute(&resolved, &args, &env, &workdir, deadline).await)
+        Ok(run_allowed(manifest, &binary, &args, &env, deadline).await.map(|(result, _)| result))
     }
+}
+
+/// Runs `binary` for the capsule of `manifest` if its `capabilities.shell.allow` admits
+/// it (checked before anything is spawned), within `deadline`; the result and the program
+/// that ran (canonical absolute path).
+pub(crate) async fn run_allowed(
+    manifest: &CapsuleManifest,
+    binary: &str,
+    args: &[String],
+    env: &[(String, String)],
+    deadline: std::time::Duration,
+) -> Result<(ShellResult, PathBuf), String> {
+    if args.len() > SHELL_ARGS_MAX || env.len() > SHELL_ARGS_MAX {
+        return Err(format!(
+            "shell: at most {SHELL_ARGS_MAX} arguments and {SHELL_ARGS_MAX} environment entries"
+        ));
+    }
+    let Some(resolved) = resolve(binary) else {
+        return Err(format!("shell: '{binary}' not found (not an executable path, nor on PATH)"));
+    };
+    let allowed =
+        manifest.capabilities.shell.iter().filter_map(|entry| resolve(entry)).any(|entry| entry == resolved);
+    if !allowed {
+        return Err(format!("shell policy: '{binary}' not in capabilities.shell.allow"));
+    }
+    let result = execute(&resolved, args, env, &manifest.workdir, deadline).await?;
+    Ok((result, resolved))
 }
 
 /// Resolves a binary name or path to a canonical executable path.

@@ -40,6 +40,9 @@ pub struct CallContext {
     pub(super) waited: std::time::Duration,
     /// The A2A task this call runs, when it runs one (for `request-input`).
     pub(super) task: Option<Arc<dyn super::ports::TaskPort>>,
+    /// Where this call's `run-inference` goes: the session of the agent a hook serves
+    /// (the runtime's own port, which has no driver, otherwise).
+    pub(super) inference: Option<Arc<dyn super::ports::InferencePort>>,
 }
 
 impl WasiView for HostState {

@@ -1,6 +1,7 @@
 use std::collections::VecDeque;
 
 use super::*;
+use crate::hooks::handler_of;
 use crate::wire::FinishReason;
 
 struct Words;
@@ -204,20 +205,6 @@ fn event_name(event: &Event) -> &'static str {
         Event::Shell { .. } => "shell",
         Event::Compaction { .. } => "compaction",
         Event::HookDispatchError { .. } => "hook_dispatch_error",
-    }
-}
-
-fn handler_of(event: &HookEvent) -> Handler {
-    match event {
-        HookEvent::Stage(_) => Handler::Stage,
-        HookEvent::SessionStart(_) => Handler::SessionStart,
-        HookEvent::TaskStart(_) => Handler::TaskStart,
-        HookEvent::Inference(_) => Handler::Inference,
-        HookEvent::ToolCall(_) => Handler::ToolCall,
-        HookEvent::Shell(_) => Handler::Shell,
-        HookEvent::Compaction(_) => Handler::Compaction,
-        HookEvent::TaskEnd(_) => Handler::TaskEnd,
-        HookEvent::SessionEnd(_) => Handler::SessionEnd,
     }
 }
 

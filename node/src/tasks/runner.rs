@@ -1,11 +1,14 @@
 //! Running the tasks this node owns: the [`TaskRunner`] joins the [`TaskManager`] (what
 //! the owner machine decided) and the runtime (what runs). It looks up each delivery's
-//! capsule policy in the runtime, runs every task the machine starts as a tool call, and
-//! reports each run's end back, which may start the next.
+//! capsule policy in the runtime, runs every task the machine starts (a tool call, or for
+//! an agent a session of the native agent loop), and reports each run's end back, which
+//! may start the next.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use murmur_agent::runner::{AgentRunner, TaskLink};
+use murmur_agent::session::{TaskEnd, TaskStart};
 use murmur_protocol::owner::Policy;
 use murmur_protocol::task::{Submit, TaskSnapshot, TaskState};
 use murmur_runtime::ports::{PortFuture, TaskPort};
@@ -26,13 +29,14 @@ pub use murmur_config::limits::RESULT_BYTES_MAX;
 pub struct TaskRunner {
     manager: TaskManager,
     runtime: Runtime,
+    agents: AgentRunner,
 }
 
 impl TaskRunner {
     /// A runner for `manager`'s tasks on `runtime`; runs what recovery queued again.
     #[must_use]
     pub fn start(manager: TaskManager, runtime: Runtime) -> Self {
-        let runner = Self { manager, runtime };
+        let runner = Self { manager, agents: AgentRunner::new(runtime.clone()), runtime };
         let resumed = runner.manager.resume(&|capsule| runner.policy(capsule));
         runner.run(resumed);
         runner
@@ -56,18 +60,24 @@ impl TaskRunner {
     /// every capsule that takes tasks.
     #[must_use]
     pub fn load_permille(&self) -> u16 {
-        let workers: usize = self
+        let tools: usize = self
             .runtime
             .installed()
             .iter()
             .filter(|i| i.manifest.kind.runs_as_tool())
             .map(|i| i.manifest.lifecycle.workers)
             .sum();
+        let agents: usize = self.runtime.agents().iter().map(|a| a.manifest.lifecycle.workers).sum();
+        let workers = tools + agents;
         self.manager.load_permille(workers)
     }
 
     /// How `capsule` takes tasks, from its manifest (`None`: this node does not run it).
     fn policy(&self, capsule: &str) -> Option<Policy> {
+        if let Some(agent) = self.runtime.agent(capsule) {
+            let lifecycle = &agent.manifest.lifecycle;
+            return Some(Policy { acceptance: lifecycle.task_acceptance, workers: lifecycle.workers });
+        }
         let installed = self.runtime.installed().into_iter().find(|i| i.manifest.name == capsule)?;
         if !installed.manifest.kind.runs_as_tool() {
             return Some(Policy::CLOSED);
@@ -84,7 +94,7 @@ impl TaskRunner {
 
     /// Runs one started task to its end, then runs what its freed worker takes next.
     async fn execute(self, live: Arc<Live>) {
-        let (task, capsule, input, span) = {
+        let (task, capsule, input, context, source, span) = {
             let record = live.record();
             let span = telemetry::task_span(
                 "task.run",
@@ -92,10 +102,27 @@ impl TaskRunner {
                 &record.capsule,
                 record.traceparent.as_deref(),
             );
-            (record.task, record.capsule.clone(), record.input.clone(), span)
+            // Who sent it, as hooks and the trace see it: this node's client, or the mesh.
+            let source = match &record.origin {
+                Origin::Client => "a2a".to_owned(),
+                Origin::Peer { node, .. } => format!("mesh:{node}"),
+            };
+            (record.task, record.capsule.clone(), record.input.clone(), record.context.clone(), source, span)
         };
         let link: Arc<dyn TaskPort> =
             Arc::new(InputLink { manager: self.manager.clone(), live: live.clone() });
+        if let Some(agent) = self.runtime.agent(&capsule) {
+            let start = TaskStart { task_id: task.to_string(), context_id: context, source, text: input };
+            let end = self.agents.run_task(agent, TaskLink { start, port: link }).instrument(span).await;
+            let (state, message) = match end {
+                TaskEnd::Completed(text) => (TaskState::Completed, Some(cut_result(text))),
+                TaskEnd::Failed(reason) => (TaskState::Failed, Some(cut_result(reason))),
+                TaskEnd::Canceled => (TaskState::Canceled, Some("canceled".to_owned())),
+            };
+            let next = self.manager.finished(task, state, message).await;
+            self.run(next);
+            return;
+        }
         let outcome = self
             .runtime
             .run_tool_for_task(&capsule, ToolInput { data: Some(input), log_path: None }, link)

@@ -1,0 +1,528 @@
+//! The runner: carries out a [`Session`]'s outputs over the runtime. Turns go to the
+//! agent's driver component, tool calls through the runtime's allowlisted registry, shell
+//! commands through its shell host, hooks to the agent's hook components (sync in order,
+//! async detached), trace records to `trace.jsonl`, hook faults to `logs/hook-<name>.log`.
+//!
+//! One session per task run: the session's directory is
+//! `<workdir>/sessions/<session-id>/` (its `trace.jsonl`, and what `on-inference` hooks
+//! returned as `artifact`).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use murmur_runtime::bindings::murmur::runtime::inference::{InferenceRequest, InferenceResponse};
+use murmur_runtime::manifest::ExecutionMode;
+use murmur_runtime::ports::{HookEvent, InferencePort, PortFuture, TaskPort};
+use murmur_runtime::{Agent, AgentHook, Installed, Runtime, ToolInput};
+
+use crate::hooks::{self, Verdict};
+use crate::session::{
+    CallDone, HookAnswer, Inferred, Input, Output, Session, Settings, ShellOutcome, TaskEnd, TaskStart,
+    Tokenizer, ToolOutcome,
+};
+use crate::trace::{Event, Record};
+use crate::wire::{self, Message, Role, ToolCall, ToolSpec, TurnReply, TurnRequest};
+
+/// The name under which the shell is offered to the model.
+pub const SHELL_TOOL: &str = "shell";
+
+/// Counts tokens with tiktoken: the encoding of the model's family where tiktoken knows
+/// it, `cl100k_base` otherwise.
+#[derive(Clone, Copy)]
+pub struct Tiktoken(&'static tiktoken_rs::CoreBPE);
+
+impl std::fmt::Debug for Tiktoken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tiktoken")
+    }
+}
+
+impl Tiktoken {
+    #[must_use]
+    pub fn for_model(model: &str) -> Self {
+        use tiktoken_rs::tokenizer::{Tokenizer as Family, get_tokenizer};
+        Self(match get_tokenizer(model) {
+            Some(Family::O200kBase) => tiktoken_rs::o200k_base_singleton(),
+            Some(Family::O200kHarmony) => tiktoken_rs::o200k_harmony_singleton(),
+            Some(Family::P50kBase) => tiktoken_rs::p50k_base_singleton(),
+            Some(Family::R50kBase | Family::Gpt2) => tiktoken_rs::r50k_base_singleton(),
+            Some(Family::P50kEdit) => tiktoken_rs::p50k_edit_singleton(),
+            Some(Family::Cl100kBase) | None => tiktoken_rs::cl100k_base_singleton(),
+        })
+    }
+}
+
+impl Tokenizer for Tiktoken {
+    fn count(&self, text: &str) -> u64 {
+        self.0.encode_ordinary(text).len() as u64
+    }
+}
+
+/// Runs agent tasks on a runtime. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct AgentRunner {
+    runtime: Runtime,
+}
+
+/// What the runner needs of the task it runs.
+#[derive(Clone)]
+pub struct TaskLink {
+    pub start: TaskStart,
+    /// Where a tool's `request-input` goes.
+    pub port: Arc<dyn TaskPort>,
+}
+
+impl std::fmt::Debug for TaskLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskLink").field("start", &self.start).finish_non_exhaustive()
+    }
+}
+
+impl AgentRunner {
+    #[must_use]
+    pub const fn new(runtime: Runtime) -> Self {
+        Self { runtime }
+    }
+
+    /// Runs one task of `agent` in a session of its own, to its end.
+    pub async fn run_task(&self, agent: Arc<Agent>, link: TaskLink) -> TaskEnd {
+        let session_id = uuid::Uuid::new_v4().to_string();
+        let dir = agent.manifest.workdir.join("sessions").join(&session_id);
+        let trace = match TraceFile::create(&dir) {
+            Ok(trace) => Arc::new(trace),
+            Err(error) => return TaskEnd::Failed(format!("cannot start the agent's session: {error}")),
+        };
+        let tokens = Tiktoken::for_model(&agent.spec.model);
+        let settings = self.settings(&agent);
+        let mut run = Run {
+            runtime: self.runtime.clone(),
+            agent,
+            trace,
+            tokens,
+            dir,
+            session: Session::new(settings, session_id, tokens),
+            link,
+            end: None,
+        };
+        run.drive().await
+    }
+
+    fn settings(&self, agent: &Agent) -> Settings {
+        let mut tools: Vec<ToolSpec> = self
+            .runtime
+            .offered_tools(agent)
+            .into_iter()
+            .map(|tool| ToolSpec {
+                input_schema: tool
+                    .input_schema
+                    .and_then(|schema| serde_json::from_str(&schema).ok())
+                    .unwrap_or_else(|| serde_json::json!({ "type": "object" })),
+                name: tool.name,
+                description: tool.description,
+            })
+            .collect();
+        let shell = !agent.manifest.capabilities.shell.is_empty();
+        if shell {
+            tools.push(shell_spec(&agent.manifest.capabilities.shell));
+        }
+        let mut capabilities: Vec<String> =
+            agent.manifest.capabilities.tools.iter().map(|t| format!("tools:{t}")).collect();
+        capabilities.extend(agent.manifest.capabilities.shell.iter().map(|b| format!("shell:{b}")));
+        capabilities.extend(agent.manifest.capabilities.network.iter().map(|n| format!("network:{n}")));
+        let spec = &agent.spec;
+        Settings {
+            capsule_name: agent.manifest.name.clone(),
+            capsule_version: agent.manifest.version.clone(),
+            model: spec.model.clone(),
+            system_prompt: spec.system_prompt.clone(),
+            max_turns: spec.max_turns,
+            max_task_reopens: spec.max_task_reopens,
+            context_window: spec.context_window,
+            compaction_threshold: spec.compaction_threshold,
+            compaction_model: spec.compaction_model.clone(),
+            tools,
+            shell_tool: shell.then(|| SHELL_TOOL.to_owned()),
+            capabilities,
+            params: spec.params.clone(),
+        }
+    }
+}
+
+/// The shell, as the model sees it.
+fn shell_spec(allowed: &[String]) -> ToolSpec {
+    ToolSpec {
+        name: SHELL_TOOL.into(),
+        description: format!(
+            "Runs one program with arguments (no shell syntax) in the agent's work directory and returns its exit code, stdout and stderr (each cut at 16 KiB). Allowed programs: {}.",
+            allowed.join(", ")
+        ),
+        input_schema: serde_json::json!({
+            "type": "object",
+            "properties": {
+                "program": { "type": "string", "description": "the program to run" },
+                "args": { "type": "array", "items": { "type": "string" } }
+            },
+            "required": ["program"]
+        }),
+    }
+}
+
+/// One session in progress.
+struct Run {
+    runtime: Runtime,
+    agent: Arc<Agent>,
+    trace: Arc<TraceFile>,
+    tokens: Tiktoken,
+    dir: PathBuf,
+    session: Session<Tiktoken>,
+    link: TaskLink,
+    end: Option<TaskEnd>,
+}
+
+impl Run {
+    async fn drive(&mut self) -> TaskEnd {
+        self.input(Input::StartTask(self.link.start.clone()));
+        loop {
+            let Some(output) = self.session.poll_output() else {
+                // The machine always asks for something until the session ended.
+                return self
+                    .end
+                    .take()
+                    .unwrap_or_else(|| TaskEnd::Failed("the agent session stopped early".into()));
+            };
+            match output {
+                Output::Trace(record) => self.trace.append(&record),
+                Output::HookLog { hook, line } => hook_log(&self.agent.manifest.workdir, &hook, &line),
+                Output::StoreArtifact { hook, content } => self.keep_artifact(&hook, &content),
+                Output::Dispatch(event) => {
+                    let answers = self.dispatch(event).await;
+                    self.input(Input::HooksAnswered(answers));
+                }
+                Output::Infer { request, .. } => {
+                    let answer = self.infer(request).await;
+                    self.input(Input::Inferred(answer));
+                }
+                Output::Call { call, shell, .. } => {
+                    let done = self.call(&call, shell).await;
+                    self.input(Input::CallDone(done));
+                }
+                Output::TaskEnded { end, .. } => {
+                    let status = end.status().to_owned();
+                    self.end = Some(end);
+                    self.input(Input::End { exit_status: status });
+                }
+                Output::SessionEnded => {
+                    return self.end.take().unwrap_or_else(|| {
+                        TaskEnd::Failed("the agent session ended without its task".into())
+                    });
+                }
+            }
+        }
+    }
+
+    fn input(&mut self, input: Input) {
+        if let Err(misuse) = self.session.handle(now_ms(), input) {
+            // The runner answers exactly what was asked; this is a bug, not bad input.
+            tracing::error!(capsule = %self.agent.manifest.name, %misuse, "agent runner out of step");
+        }
+    }
+
+    /// Sync hooks in order (their answers), async hooks detached (logged only).
+    async fn dispatch(&self, event: HookEvent) -> Vec<HookAnswer> {
+        let handler = hooks::handler_of(&event);
+        let mut answers = Vec::new();
+        for hook in &self.agent.hooks {
+            let port = self.inference_port(hook);
+            match hook.mode {
+                ExecutionMode::Sync => match self.runtime.call_hook(hook, event.clone(), port).await {
+                    Ok(None) => {}
+                    Ok(Some(answer)) => answers.push(HookAnswer { hook: hook.name.clone(), answer }),
+                    Err(error) => {
+                        answers.push(HookAnswer { hook: hook.name.clone(), answer: Err(error.to_string()) })
+                    }
+                },
+                ExecutionMode::Async => {
+                    let (runtime, agent, event) = (self.runtime.clone(), self.agent.clone(), event.clone());
+                    let index =
+                        self.agent.hooks.iter().position(|h| std::ptr::eq(h, hook)).unwrap_or_default();
+                    tokio::spawn(async move {
+                        let hook = &agent.hooks[index];
+                        let answer = match runtime.call_hook(hook, event, port).await {
+                            Ok(None) => return,
+                            Ok(Some(answer)) => answer,
+                            Err(error) => Err(error.to_string()),
+                        };
+                        let line = match hooks::judge(handler, answer) {
+                            Verdict::Silent => return,
+                            Verdict::Commit(output) => {
+                                let arm = hooks::Arm::of(&output).map_or("none", hooks::Arm::as_str);
+                                format!(
+                                    "hook `{}`: {handler} returned {arm}, not committed: async hooks only observe",
+                                    hook.name
+                                )
+                            }
+                            Verdict::Discard(arm) => hooks::discard_line(&hook.name, handler, arm),
+                            Verdict::Failed(error) => hooks::error_line(&hook.name, handler, &error),
+                        };
+                        hook_log(&agent.manifest.workdir, &hook.name, &line);
+                    });
+                }
+            }
+        }
+        answers
+    }
+
+    fn inference_port(&self, hook: &AgentHook) -> Arc<dyn InferencePort> {
+        Arc::new(HookInference {
+            runtime: self.runtime.clone(),
+            agent: self.agent.clone(),
+            trace: self.trace.clone(),
+            tokens: self.tokens,
+            origin: format!("hook:{}", hook.name),
+        })
+    }
+
+    async fn infer(&self, request: TurnRequest) -> Result<Inferred, String> {
+        let data = serde_json::to_string(&request).map_err(|e| format!("cannot encode the turn: {e}"))?;
+        let input_tokens = self.tokens.count(&data);
+        let (reply, continuation_id, output_tokens) =
+            drive_turn(&self.runtime, &self.agent, data, self.tokens).await?;
+        Ok(Inferred { reply, continuation_id, input_tokens, output_tokens })
+    }
+
+    async fn call(&self, call: &ToolCall, shell: bool) -> CallDone {
+        if shell {
+            return self.shell(call).await;
+        }
+        let input = ToolInput { data: Some(call.arguments.clone()), log_path: None };
+        let input_bytes = call.arguments.len() as u64;
+        match self.runtime.call_for_agent(&self.agent, &call.name, input, Some(self.link.port.clone())).await
+        {
+            Ok((result, records)) => {
+                let json = murmur_runtime::ToolResultJson::from(&result);
+                let content = json.data.clone().or(json.summary.clone()).unwrap_or_default();
+                let record = records.first();
+                CallDone::Tool(ToolOutcome {
+                    status: json.status.clone(),
+                    output_bytes: content.len() as u64,
+                    content,
+                    input_bytes,
+                    // Verbatim from the tool's metadata (absent when undeclared).
+                    state_effect: json
+                        .metadata
+                        .iter()
+                        .find(|(k, _)| k == "state_effect")
+                        .map(|(_, v)| v.clone()),
+                    resource_id: record.and_then(|r| r.resource_id.clone()),
+                })
+            }
+            Err(error) => CallDone::Tool(ToolOutcome {
+                status: "error".into(),
+                content: format!("error: {error}"),
+                input_bytes,
+                output_bytes: 0,
+                state_effect: None,
+                resource_id: None,
+            }),
+        }
+    }
+
+    async fn shell(&self, call: &ToolCall) -> CallDone {
+        let input_bytes = call.arguments.len() as u64;
+        let refused = |status: &str, content: String| {
+            CallDone::Tool(ToolOutcome {
+                status: status.into(),
+                content,
+                input_bytes,
+                output_bytes: 0,
+                state_effect: None,
+                resource_id: None,
+            })
+        };
+        let Ok(ShellArgs { program, args }) = serde_json::from_str::<ShellArgs>(&call.arguments) else {
+            return refused("error", "error: the shell takes {\"program\": \"…\", \"args\": [\"…\"]}".into());
+        };
+        match self.runtime.shell_for_agent(&self.agent, &program, &args).await {
+            Ok((result, binary)) => {
+                let content = format!(
+                    "exit code {}\nstdout:\n{}\nstderr:\n{}{}",
+                    result.exit_code,
+                    result.stdout,
+                    result.stderr,
+                    if result.truncated { "\n(output cut at 16 KiB)" } else { "" }
+                );
+                CallDone::Shell(ShellOutcome {
+                    binary: binary.display().to_string(),
+                    command: args.join(" "),
+                    exit_code: result.exit_code,
+                    stdout_bytes: result.stdout.len() as u64,
+                    stderr_bytes: result.stderr.len() as u64,
+                    stdout: result.stdout,
+                    stderr: result.stderr,
+                    content,
+                })
+            }
+            Err(error) => refused("refused", format!("error: {error}")),
+        }
+    }
+
+    /// An `on-inference` hook's `artifact`: kept in the session's directory.
+    fn keep_artifact(&self, hook: &str, content: &str) {
+        let dir = self.dir.join("artifacts");
+        let path = dir.join(format!("{}-{hook}.txt", now_ms()));
+        let written = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, content));
+        if let Err(error) = written {
+            hook_log(
+                &self.agent.manifest.workdir,
+                hook,
+                &format!("hook `{hook}`: artifact not kept: {error}"),
+            );
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct ShellArgs {
+    program: String,
+    #[serde(default)]
+    args: Vec<String>,
+}
+
+/// One driver call: the decoded reply, its continuation id, and its token count.
+async fn drive_turn(
+    runtime: &Runtime,
+    agent: &Agent,
+    data: String,
+    tokens: Tiktoken,
+) -> Result<(TurnReply, Option<String>, u64), String> {
+    let result = runtime.run_driver(agent, data).await?;
+    let json = murmur_runtime::ToolResultJson::from(&result);
+    let raw = json.data.clone().unwrap_or_default();
+    if json.status != "passed" {
+        let why =
+            json.summary.or(json.data).unwrap_or_else(|| format!("the driver reported {}", json.status));
+        return Err(why);
+    }
+    let reply = TurnReply::decode(&raw).map_err(|e| e.to_string())?;
+    let continuation_id = json.metadata.iter().find(|(k, _)| k == "continuation_id").map(|(_, v)| v.clone());
+    Ok((reply, continuation_id, tokens.count(&raw)))
+}
+
+/// A hook's `run-inference`: one completion through the agent's own driver, the same
+/// invocation as a turn; counted host-side and traced with the hook as its origin.
+struct HookInference {
+    runtime: Runtime,
+    agent: Arc<Agent>,
+    trace: Arc<TraceFile>,
+    tokens: Tiktoken,
+    origin: String,
+}
+
+impl std::fmt::Debug for HookInference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HookInference").field("origin", &self.origin).finish_non_exhaustive()
+    }
+}
+
+impl InferencePort for HookInference {
+    fn complete<'a>(
+        &'a self,
+        _capsule: &'a Installed,
+        request: InferenceRequest,
+    ) -> PortFuture<'a, Result<InferenceResponse, String>> {
+        Box::pin(async move {
+            let started = now_ms();
+            // `none` is the primary model; `some(m)` is sent as is, never replaced.
+            let model = request.model.unwrap_or_else(|| self.agent.spec.model.clone());
+            let messages: Vec<Message> = request
+                .messages
+                .into_iter()
+                .map(|m| Message {
+                    role: Role::parse_lenient(&m.role),
+                    content: m.content,
+                    tool_calls: Vec::new(),
+                    tool_call_id: None,
+                })
+                .collect();
+            let sent = u32::try_from(messages.len()).unwrap_or(u32::MAX);
+            let turn = TurnRequest {
+                format: wire::FORMAT.into(),
+                model: model.clone(),
+                system_prompt: request.system_prompt,
+                messages,
+                tools: Vec::new(),
+                continuation_id: None,
+                params: self.agent.spec.params.clone(),
+            };
+            let data = serde_json::to_string(&turn).map_err(|e| format!("cannot encode the request: {e}"))?;
+            let input_tokens = self.tokens.count(&data);
+            let outcome = drive_turn(&self.runtime, &self.agent, data, self.tokens).await;
+            let (output_tokens, decision, error) = match &outcome {
+                Ok((_, _, output)) => (*output, "final", None),
+                Err(error) => (0, "error", Some(error.clone())),
+            };
+            self.trace.append(&Record {
+                ts_ms: now_ms(),
+                event: Event::Inference {
+                    task_id: None,
+                    turn: None,
+                    model: model.clone(),
+                    input_tokens,
+                    output_tokens,
+                    decision: decision.into(),
+                    messages_sent: sent,
+                    continued: false,
+                    duration_ms: now_ms().saturating_sub(started),
+                    origin: Some(self.origin.clone()),
+                    error,
+                },
+            });
+            let (reply, _, output_tokens) = outcome?;
+            Ok(InferenceResponse { text: reply.text, model_used: model, input_tokens, output_tokens })
+        })
+    }
+}
+
+/// `trace.jsonl`, appended one whole line per write.
+struct TraceFile {
+    file: Mutex<std::fs::File>,
+}
+
+impl TraceFile {
+    fn create(dir: &Path) -> std::io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("trace.jsonl"))?;
+        Ok(Self { file: Mutex::new(file) })
+    }
+
+    fn append(&self, record: &Record) {
+        let line = record.to_line();
+        let mut file = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // One write call per record: a crash leaves whole lines (an OS crash may leave a
+        // torn last line, which `mur trace` reports by its number).
+        if let Err(error) = file.write_all(line.as_bytes()) {
+            tracing::warn!(%error, "cannot append to trace.jsonl");
+        }
+    }
+}
+
+/// Appends `line` to `<workdir>/logs/hook-<hook>.log`.
+fn hook_log(workdir: &Path, hook: &str, line: &str) {
+    let path = workdir.join("logs").join(format!("hook-{hook}.log"));
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut file| file.write_all(format!("{} {line}\n", now_ms()).as_bytes()));
+    if let Err(error) = written {
+        tracing::warn!(%error, path = %path.display(), "cannot write the hook log");
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}

@@ -1,0 +1,248 @@
+//! The agent loop with real components: the runtime, a driver and a hook built from
+//! `capsules/` (run `bash capsules/build.sh` first; `tests/run.sh` does), the `wordcount`
+//! tool and a real shell command. The driver plays a script (`capsules/fixtures`), so no
+//! provider is involved.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use murmur_agent::runner::{AgentRunner, TaskLink};
+use murmur_agent::session::{TaskEnd, TaskStart};
+use murmur_api::session_trace::{self, Event};
+use murmur_runtime::ports::{PortFuture, Ports, TaskPort};
+use murmur_runtime::{CapsuleManifest, Runtime, RuntimeOptions};
+use murmur_store::{ArtifactMeta, ArtifactStore, CapsuleKind, Platform};
+
+fn wasm(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../capsules/target/wasm32-wasip2/release")
+        .join(format!("{name}.wasm"));
+    assert!(path.is_file(), "{} is missing: run `bash capsules/build.sh`", path.display());
+    path
+}
+
+struct Node {
+    dir: tempfile::TempDir,
+    runtime: Runtime,
+}
+
+impl Node {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(ArtifactStore::open(&dir.path().join("store")).unwrap());
+        let options = RuntimeOptions { data_dir: dir.path().to_path_buf(), pooling: false };
+        let runtime = Runtime::new(options, store, Ports::standalone().unwrap()).unwrap();
+        let node = Self { dir, runtime };
+        node.stock("scripted-driver", "scripted_driver", CapsuleKind::Driver);
+        node.stock("arms-hook", "arms_hook", CapsuleKind::Hook);
+        let manifest = format!(
+            "name = \"wordcount\"\nversion = \"1.0.0\"\nkind = \"tool\"\nartifact = \"{}\"\ndescription = \"counts words\"\n",
+            wasm("wordcount").display()
+        );
+        node.runtime
+            .install(CapsuleManifest::parse(&manifest, Path::new("/"), node.dir.path()).unwrap())
+            .unwrap();
+        node
+    }
+
+    fn stock(&self, name: &str, wasm_name: &str, kind: CapsuleKind) {
+        let meta = ArtifactMeta {
+            name: name.into(),
+            version: "0.1.0".into(),
+            kind,
+            runtime: Platform::Wasm,
+            description: String::new(),
+            tags: vec![],
+            input_schema: None,
+            output_schema: None,
+        };
+        self.runtime.store().add(&meta, &std::fs::read(wasm(wasm_name)).unwrap(), None).unwrap();
+    }
+
+    /// Installs agent `helper` with `script` (the driver's replies), hook env and extras.
+    fn agent(&self, script: &serde_json::Value, hook_env: &str, extra: &str) -> Arc<murmur_runtime::Agent> {
+        let manifest = format!(
+            r#"name = "helper"
+version = "0.1.0"
+kind = "agent"
+[capabilities]
+tools = ["wordcount"]
+shell = {{ allow = ["wc"] }}
+[inference]
+model = "gpt-4o-mini"
+driver = {{ artifact = "scripted-driver@0.1.0" }}
+max_turns = 4
+{extra}
+[[hooks]]
+artifact = "arms-hook@0.1.0"
+[wasi]
+env = {{ SCRIPT = '{script}' {hook_env} }}
+"#
+        );
+        let manifest = CapsuleManifest::parse(&manifest, Path::new("/"), self.dir.path()).unwrap();
+        self.runtime.install_agent(manifest).unwrap()
+    }
+}
+
+/// A task that never asks for input.
+struct NoInput;
+
+impl TaskPort for NoInput {
+    fn request_input(&self, _prompt: String, _timeout: Duration) -> PortFuture<'_, Result<String, String>> {
+        Box::pin(async { Err("no input here".to_owned()) })
+    }
+
+    fn traceparent(&self) -> Option<String> {
+        None
+    }
+}
+
+fn link(task: &str) -> TaskLink {
+    TaskLink {
+        start: TaskStart {
+            task_id: task.into(),
+            context_id: "ctx".into(),
+            source: "a2a".into(),
+            text: "count the words".into(),
+        },
+        port: Arc::new(NoInput),
+    }
+}
+
+fn trace_of(agent: &murmur_runtime::Agent) -> Vec<(usize, session_trace::Record)> {
+    let sessions = agent.manifest.workdir.join("sessions");
+    let dir = std::fs::read_dir(&sessions).unwrap().next().unwrap().unwrap().path();
+    session_trace::parse(&std::fs::read_to_string(dir.join("trace.jsonl")).unwrap()).unwrap()
+}
+
+fn tool_call(id: &str, name: &str, arguments: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({ "finish_reason": "tool_calls", "tool_calls": [{ "id": id, "name": name, "arguments": arguments.to_string() }] })
+}
+
+#[tokio::test]
+async fn three_turns_with_a_wasm_tool_and_a_shell_command() {
+    let node = Node::new();
+    std::fs::create_dir_all(node.dir.path().join("work/helper")).unwrap();
+    std::fs::write(node.dir.path().join("work/helper/notes.txt"), "one two three\n").unwrap();
+    let script = serde_json::json!([
+        tool_call("c1", "wordcount", &serde_json::json!({ "text": "a b c d" })),
+        tool_call("c2", "shell", &serde_json::json!({ "program": "wc", "args": ["-w", "notes.txt"] })),
+        { "text": "notes.txt has 3 words", "finish_reason": "stop" },
+    ]);
+    let agent = node.agent(&script, "", "");
+    let end = AgentRunner::new(node.runtime.clone()).run_task(agent.clone(), link("t1")).await;
+    assert_eq!(end, TaskEnd::Completed("notes.txt has 3 words".into()));
+
+    let records = trace_of(&agent);
+    let events: Vec<&str> = records
+        .iter()
+        .map(|(_, r)| match &r.event {
+            Event::SessionStart { .. } => "session_start",
+            Event::TaskStart { .. } => "task_start",
+            Event::Inference { .. } => "inference",
+            Event::ToolCall { .. } => "tool_call",
+            Event::Shell { .. } => "shell",
+            Event::TaskEnd { .. } => "task_end",
+            Event::SessionEnd { .. } => "session_end",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            "session_start",
+            "task_start",
+            "inference",
+            "tool_call",
+            "inference",
+            "shell",
+            "inference",
+            "task_end",
+            "session_end"
+        ]
+    );
+    let shell = records.iter().find_map(|(_, r)| match &r.event {
+        Event::Shell { binary, command, exit_code, .. } => {
+            Some((binary.clone(), command.clone(), *exit_code))
+        }
+        _ => None,
+    });
+    let (binary, command, exit_code) = shell.unwrap();
+    assert!(binary.starts_with('/') && binary.ends_with("/wc"), "{binary}");
+    assert_eq!((command.as_str(), exit_code), ("-w notes.txt", 0));
+    let tool = records.iter().find_map(|(_, r)| match &r.event {
+        Event::ToolCall { state_effect, resource_id, status, .. } => {
+            Some((state_effect.clone(), resource_id.clone(), status.clone()))
+        }
+        _ => None,
+    });
+    let (effect, resource, status) = tool.unwrap();
+    assert_eq!((effect.as_deref(), status.as_str()), (Some("read"), "passed"));
+    assert!(resource.unwrap().starts_with("text:fnv64:"));
+    let summary = &session_trace::summarize(&records)[0];
+    assert_eq!((summary.turns, summary.tool_calls, summary.shell_calls, summary.ended), (3, 1, 1, true));
+    assert!(summary.input_tokens > 0 && summary.output_tokens > 0, "{summary:?}");
+}
+
+#[tokio::test]
+async fn max_turns_stops_a_model_that_never_stops() {
+    let node = Node::new();
+    let script = serde_json::json!([tool_call("c", "wordcount", &serde_json::json!({ "text": "again" }))]);
+    let agent = node.agent(&script, "", "");
+    let end = AgentRunner::new(node.runtime.clone()).run_task(agent, link("t1")).await;
+    let TaskEnd::Failed(reason) = end else { panic!("{end:?}") };
+    assert!(reason.contains("max_turns (4)"), "{reason}");
+}
+
+#[tokio::test]
+async fn hooks_commit_their_honoured_arm_and_log_the_rest() {
+    let node = Node::new();
+    let script = serde_json::json!([{ "text": "done", "finish_reason": "stop" }]);
+    // Every handler returns artifact; on-task-end reopens (once: max_task_reopens = 1).
+    let env = r#", HOOK_DEFAULT = "artifact:note", HOOK_ON_TASK_END = "reopen-task:check again""#;
+    let agent = node.agent(&script, env, "max_task_reopens = 1");
+    let end = AgentRunner::new(node.runtime.clone()).run_task(agent.clone(), link("t1")).await;
+    assert_eq!(end, TaskEnd::Completed("done".into()));
+    let records = trace_of(&agent);
+    let reopens = records.iter().filter(|(_, r)| matches!(r.event, Event::TaskReopen { .. })).count();
+    assert_eq!(reopens, 1);
+    // artifact is honoured only at on-inference: elsewhere it is a dispatch error.
+    let faults: Vec<String> = records
+        .iter()
+        .filter_map(|(_, r)| match &r.event {
+            Event::HookDispatchError { handler, arm, .. } => Some(format!("{handler}:{arm}")),
+            _ => None,
+        })
+        .collect();
+    assert!(faults.contains(&"on-session-start:artifact".to_owned()), "{faults:?}");
+    assert!(!faults.iter().any(|f| f.starts_with("on-inference")), "{faults:?}");
+    let log = std::fs::read_to_string(agent.manifest.workdir.join("logs/hook-arms-hook.log")).unwrap();
+    assert!(log.contains("on-task-start returned artifact"), "{log}");
+    assert!(log.contains("max_task_reopens (1) reached"), "{log}");
+}
+
+#[tokio::test]
+async fn a_hooks_run_inference_goes_through_the_agents_driver_and_is_traced() {
+    let node = Node::new();
+    // Turn 1 calls a tool; the growing history crosses a tiny window, so on-compaction
+    // fires and the hook summarises through run-inference (the script's next reply).
+    let script = serde_json::json!([
+        tool_call("c1", "wordcount", &serde_json::json!({ "text": "a b c d e f g h" })),
+        { "text": "summary of the work so far", "finish_reason": "stop" },
+    ]);
+    let env = r#", HOOK_ON_COMPACTION = "summarise""#;
+    let agent = node.agent(&script, env, "context_window = 40\ncompaction = { threshold = 0.5 }");
+    let end = AgentRunner::new(node.runtime.clone()).run_task(agent.clone(), link("t1")).await;
+    let records = trace_of(&agent);
+    let hook_calls: Vec<_> = records
+        .iter()
+        .filter_map(|(_, r)| match &r.event {
+            Event::Inference { origin: Some(origin), model, .. } => Some((origin.clone(), model.clone())),
+            _ => None,
+        })
+        .collect();
+    assert!(!hook_calls.is_empty(), "{records:?}");
+    assert_eq!(hook_calls[0], ("hook:arms-hook".to_owned(), "gpt-4o-mini".to_owned()));
+    assert!(records.iter().any(|(_, r)| matches!(r.event, Event::Compaction { .. })), "{end:?}");
+}
