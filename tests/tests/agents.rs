@@ -1,0 +1,152 @@
+//! Agents across the mesh with real processes: node C runs agent `helper` (the scripted
+//! driver and the arms hook from `capsules/fixtures`, the `wordcount` tool, the shell's
+//! `wc`); a client of node A reaches it as `mesh://helper`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use murmur_tests::{LOOPBACK, TestNode, guest, install_manifest, mur, mur_json, wait_for};
+use serde_json::{Value, json};
+
+const CONVERGE: Duration = Duration::from_secs(30);
+const CONFIG: &str = "[adverts]\nrefresh_secs = 1\nttl_secs = 4\n";
+
+fn add_artifact(data_dir: &Path, component: &str, name: &str, kind: &str) {
+    let file = guest(component);
+    let out = mur(&[
+        "artifact",
+        "add",
+        file.to_str().unwrap(),
+        "--name",
+        name,
+        "--version",
+        "0.1.0",
+        "--kind",
+        kind,
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "artifact add {name}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Node C's data dir with the agent `helper` whose driver plays `script`.
+fn agent_dir(script: &Value) -> tempfile::TempDir {
+    let dir = murmur_tests::init_data_dir_with(CONFIG);
+    add_artifact(dir.path(), "scripted_driver", "scripted-driver", "driver");
+    add_artifact(dir.path(), "arms_hook", "arms-hook", "hook");
+    install_manifest(dir.path(), "wordcount", "wordcount", "");
+    let work = dir.path().join("work/helper");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::write(work.join("notes.txt"), "one two three\n").unwrap();
+    let manifest = format!(
+        r#"name = "helper"
+version = "0.1.0"
+kind = "agent"
+description = "counts words in notes"
+[capabilities]
+tools = ["wordcount"]
+shell = {{ allow = ["wc"] }}
+[inference]
+model = "gpt-4o-mini"
+driver = {{ artifact = "scripted-driver@0.1.0" }}
+max_turns = 6
+[[hooks]]
+artifact = "arms-hook@0.1.0"
+[wasi]
+env = {{ SCRIPT = '{script}' }}
+"#
+    );
+    std::fs::write(dir.path().join("capsules/helper.toml"), manifest).unwrap();
+    dir
+}
+
+fn start(dir: tempfile::TempDir, bootstrap: Option<&TestNode>) -> TestNode {
+    let mut args: Vec<String> = LOOPBACK.iter().map(|s| (*s).to_owned()).collect();
+    if let Some(peer) = bootstrap {
+        args.push("--bootstrap".into());
+        args.push(peer.dial_addrs()[0].clone());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    TestNode::start_owned(dir, &args).expect("node starts")
+}
+
+fn call(id: &str, name: &str, arguments: &Value) -> Value {
+    json!({ "finish_reason": "tool_calls", "tool_calls": [{ "id": id, "name": name, "arguments": arguments.to_string() }] })
+}
+
+fn trace_file(node_dir: &Path) -> PathBuf {
+    let sessions = node_dir.join("work/helper/sessions");
+    let session = std::fs::read_dir(&sessions).expect("a session directory").next().unwrap().unwrap().path();
+    session.join("trace.jsonl")
+}
+
+#[test]
+fn an_agent_on_another_node_runs_its_turns_tools_and_shell() {
+    let script = json!([
+        call("c1", "wordcount", &json!({ "text": "a b c d" })),
+        call("c2", "wordcount", &json!({ "text": "a b c d" })),
+        call("c3", "shell", &json!({ "program": "wc", "args": ["-w", "notes.txt"] })),
+        { "text": "notes.txt has 3 words", "finish_reason": "stop" },
+    ]);
+    let a = TestNode::start_with(CONFIG, None).unwrap();
+    let c = start(agent_dir(&script), Some(&a));
+    let c_dir = c.ready["data_dir"].as_str().map(PathBuf::from).unwrap();
+    wait_for(CONVERGE, "node A to see the agent", || {
+        a.capsule_names().iter().any(|n| n == "helper").then_some(())
+    })
+    .unwrap();
+
+    let answer = a.send("mesh://helper", "how many words are in notes.txt?", "m-1", false).unwrap();
+    let task = &answer["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{answer}");
+    assert_eq!(task["status"]["message"]["parts"][0]["text"], "notes.txt has 3 words");
+    assert_eq!(task["metadata"]["murmur"]["owner"], c.peer_id(), "the agent ran on node C");
+
+    // mur trace reads the session back: four turns, two tool calls, one shell command,
+    // and the second identical wordcount call is a redundant read.
+    let trace = trace_file(&c_dir);
+    let summary = mur_json(&["trace", trace.to_str().unwrap(), "--json"]);
+    assert_eq!(
+        (summary["turns"].as_u64(), summary["tool_calls"].as_u64(), summary["shell_calls"].as_u64()),
+        (Some(4), Some(2), Some(1)),
+        "{summary}"
+    );
+    assert_eq!(summary["ended"], true);
+    let redundant = summary["redundant"].as_array().unwrap();
+    assert_eq!(redundant.len(), 1, "{summary}");
+    assert_eq!(
+        (redundant[0]["turn"].as_u64(), redundant[0]["resource_from"].as_str()),
+        (Some(2), Some("declared"))
+    );
+    let table = mur(&["trace", trace.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.status.success() && text.contains("redundant reads (1)") && text.contains("helper"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_model_that_never_stops_fails_at_max_turns_with_the_reason() {
+    let script = json!([call("c", "wordcount", &json!({ "text": "again" }))]);
+    let c = start(agent_dir(&script), None);
+    let answer = c.send("mesh://helper", "loop", "m-1", false).unwrap();
+    let status = &answer["result"]["task"]["status"];
+    assert_eq!(status["state"], "TASK_STATE_FAILED", "{answer}");
+    let reason = status["message"]["parts"][0]["text"].as_str().unwrap_or_default();
+    assert!(reason.contains("max_turns (6)"), "{reason}");
+}
+
+#[test]
+fn a_bad_agent_manifest_is_refused_naming_the_key() {
+    let dir = murmur_tests::init_data_dir_with(CONFIG);
+    let manifest = "name = \"broken\"\nversion = \"0.1.0\"\nkind = \"agent\"\n[inference]\nmodel = \"m\"\nmax_turns = 0\ndriver = { artifact = \"missing@1.0.0\" }\n";
+    std::fs::create_dir_all(dir.path().join("capsules")).unwrap();
+    std::fs::write(dir.path().join("capsules/broken.toml"), manifest).unwrap();
+    let mut args = vec!["run", "--data-dir", dir.path().to_str().unwrap(), "--api", "127.0.0.1:0"];
+    args.extend(LOOPBACK);
+    let out = murmur_tests::murnode(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a node with a broken capsule must not start: {stderr}");
+    assert!(stderr.contains("broken.toml") && stderr.contains("`inference.max_turns`"), "{stderr}");
+}
