@@ -93,6 +93,21 @@ impl Inner {
         let loaded = self.load(&bytes, kind)?;
         let network =
             if kind == CapsuleKind::Driver { agent.capabilities.network.clone() } else { Vec::new() };
+        let mut env = agent.env.clone();
+        if kind == CapsuleKind::Driver
+            && let Some(spec) = &agent.agent
+        {
+            // Credentials come from the node's environment, never from the artifact or
+            // the manifest itself; they are not logged.
+            for (name, var) in &spec.credentials {
+                let value = std::env::var(var).map_err(|_| {
+                    anyhow::anyhow!(
+                        "inference.credentials.{name}: the node's environment has no {var} (set it for murnode, or remove the key)"
+                    )
+                })?;
+                env.insert(name.clone(), value);
+            }
+        }
         let manifest = CapsuleManifest {
             name: artifact.name.clone(),
             version: artifact.version.clone(),
@@ -102,7 +117,7 @@ impl Inner {
             capabilities: Capabilities { tools: Vec::new(), shell: Vec::new(), network },
             memory_bytes: agent.memory_bytes,
             deadline: agent.deadline,
-            env: agent.env.clone(),
+            env,
             workdir: agent.workdir.clone(),
             lifecycle: Lifecycle::default(),
             grant: None,

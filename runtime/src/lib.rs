@@ -35,6 +35,7 @@ mod artifacts;
 pub mod bindings;
 mod engine;
 pub mod exports;
+mod http;
 mod inference;
 pub mod manifest;
 pub mod message;
@@ -196,11 +197,14 @@ pub struct Runtime {
 pub struct Inner {
     engine: Engine,
     linker: Linker<HostState>,
+    /// `linker` plus `wasi:http`: drivers only.
+    driver_linker: Linker<HostState>,
     cache: CompileCache,
     store: Arc<ArtifactStore>,
     ports: Ports,
     options: RuntimeOptions,
-    loaded: Mutex<BTreeMap<Digest, Arc<Loaded>>>,
+    /// Compiled and linked components, by digest and whether linked with `wasi:http`.
+    loaded: Mutex<BTreeMap<(Digest, bool), Arc<Loaded>>>,
     installed: RwLock<BTreeMap<String, Arc<Installed>>>,
     agents: RwLock<BTreeMap<String, Arc<Agent>>>,
     _ticker: EpochTicker,
@@ -221,12 +225,16 @@ impl Runtime {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| anyhow::anyhow!("{e:#}"))?;
         bindings::Host_::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)
             .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        let mut driver_linker = linker.clone();
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut driver_linker)
+            .map_err(|e| anyhow::anyhow!("{e:#}"))?;
         let cache = CompileCache::new(&options.data_dir.join("cache/components"), &engine);
         let ticker = EpochTicker::start(&engine);
         Ok(Self {
             inner: Arc::new(Inner {
                 engine,
                 linker,
+                driver_linker,
                 cache,
                 store,
                 ports,
@@ -480,18 +488,25 @@ impl Inner {
     /// Compiles (or finds) a component and checks its entry point for `kind`.
     fn load(&self, bytes: &[u8], kind: CapsuleKind) -> anyhow::Result<Arc<Loaded>> {
         let digest = Digest::of(bytes);
+        let http = kind == CapsuleKind::Driver;
         if let Some(loaded) =
-            self.loaded.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&digest)
+            self.loaded.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&(digest, http))
         {
             exports::resolve(&self.engine, loaded.pre.component(), kind).map_err(anyhow::Error::msg)?;
             return Ok(loaded.clone());
         }
         let component = self.cache.load(&self.engine, &digest, bytes)?;
         let entry = exports::resolve(&self.engine, &component, kind).map_err(anyhow::Error::msg)?;
-        let pre =
-            self.linker.instantiate_pre(&component).map_err(|e| anyhow::anyhow!("cannot link: {e:#}"))?;
+        let linker = if http { &self.driver_linker } else { &self.linker };
+        let pre = linker.instantiate_pre(&component).map_err(|e| {
+            let hint = if http { "" } else { " (wasi:http is linked for inference drivers only)" };
+            anyhow::anyhow!("cannot link: {e:#}{hint}")
+        })?;
         let loaded = Arc::new(Loaded { digest, pre, entry });
-        self.loaded.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(digest, loaded.clone());
+        self.loaded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert((digest, http), loaded.clone());
         Ok(loaded)
     }
 
@@ -512,9 +527,13 @@ impl Inner {
         if let Some((out, err)) = stdio {
             wasi.stdout(out).stderr(err);
         }
+        let gate =
+            http::Gate { capsule: manifest.name.clone(), allow: manifest.capabilities.network.clone() };
         let state = HostState {
             wasi: wasi.build(),
             table: ResourceTable::new(),
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            gate,
             limits: Limits {
                 memory_bytes: usize::try_from(manifest.memory_bytes).unwrap_or(usize::MAX),
                 table_elements: 100_000,

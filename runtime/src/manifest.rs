@@ -42,6 +42,7 @@
 //! context_window = 128000          # tokens
 //! compaction = { threshold = 0.8, model = "gpt-4o-mini" }   # fraction of the window
 //! params = { temperature = 0 }     # passed to the driver unread
+//! credentials = { OPENAI_API_KEY = "env:MURMUR_OPENAI_KEY" }   # driver env ← node env
 //!
 //! [[hooks]]
 //! artifact = "audit@0.1.0"         # a `hook` component, NAME@VERSION
@@ -179,6 +180,9 @@ pub struct AgentSpec {
     pub compaction_model: Option<String>,
     /// `inference.params` as JSON, passed to the driver unread.
     pub params: serde_json::Value,
+    /// `inference.credentials`: driver environment variables and the node environment
+    /// variables they are read from when the agent is installed (`NAME = "env:VAR"`).
+    pub credentials: BTreeMap<String, String>,
     pub hooks: Vec<HookSpec>,
 }
 
@@ -243,6 +247,8 @@ struct RawInference {
     compaction: RawCompaction,
     #[serde(default)]
     params: toml::Table,
+    #[serde(default)]
+    credentials: BTreeMap<String, String>,
 }
 
 const fn default_max_turns() -> u32 {
@@ -530,6 +536,23 @@ fn parse_agent(raw: &Raw, err: &mut impl FnMut(&str, String)) -> Option<AgentSpe
     if !(threshold.is_finite() && threshold > 0.0 && threshold <= 1.0) {
         err("inference.compaction.threshold", "must be a fraction of the context window in (0, 1]".into());
     }
+    let mut credentials = BTreeMap::new();
+    for (name, source) in &inference.credentials {
+        match source.strip_prefix("env:") {
+            Some(var)
+                if !var.is_empty()
+                    && !var.contains(['=', '\0'])
+                    && !name.is_empty()
+                    && !name.contains(['=', '\0']) =>
+            {
+                credentials.insert(name.clone(), var.to_owned());
+            }
+            _ => err(
+                "inference.credentials",
+                format!("`{name}` must be read from the node's environment: `{name} = \"env:VARIABLE\"`"),
+            ),
+        }
+    }
     if raw.hooks.len() > AGENT_HOOKS_MAX {
         err("hooks", format!("has {} entries, more than {AGENT_HOOKS_MAX}", raw.hooks.len()));
     }
@@ -553,6 +576,7 @@ fn parse_agent(raw: &Raw, err: &mut impl FnMut(&str, String)) -> Option<AgentSpe
         compaction_threshold: threshold,
         compaction_model: inference.compaction.model.clone(),
         params: if inference.params.is_empty() { serde_json::Value::Null } else { params },
+        credentials,
         hooks,
     })
 }

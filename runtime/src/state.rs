@@ -7,6 +7,9 @@ use std::time::Instant;
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, Result};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+use super::http::Gate;
 
 use super::bindings::murmur::hook::lifecycle;
 use super::bindings::murmur::tool::run::{self, ToolInput, ToolResult};
@@ -17,6 +20,9 @@ use murmur_api::runtime::ToolCallRecord;
 pub struct HostState {
     pub(super) wasi: WasiCtx,
     pub(super) table: ResourceTable,
+    /// `wasi:http`, linked for drivers only; its requests pass the gate.
+    pub(super) http: WasiHttpCtx,
+    pub(super) gate: Gate,
     pub(super) limits: Limits,
     pub(super) call: CallContext,
 }
@@ -43,6 +49,12 @@ pub struct CallContext {
     /// Where this call's `run-inference` goes: the session of the agent a hook serves
     /// (the runtime's own port, which has no driver, otherwise).
     pub(super) inference: Option<Arc<dyn super::ports::InferencePort>>,
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView { ctx: &mut self.http, table: &mut self.table, hooks: &mut self.gate }
+    }
 }
 
 impl WasiView for HostState {

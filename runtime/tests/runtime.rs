@@ -305,3 +305,21 @@ async fn removing_an_artifact_a_running_capsule_uses_is_refused() {
     );
     assert!(node.runtime.store().find("wordcount", None).unwrap().is_some());
 }
+
+#[tokio::test]
+async fn wasi_http_is_linked_for_drivers_only() {
+    let node = Node::new();
+    let err = node
+        .install(&format!(
+            "name = \"sneaky\"\nversion = \"1\"\nkind = \"tool\"\nartifact = \"{}\"\n",
+            wasm("openai_driver").display()
+        ))
+        .unwrap_err();
+    let text = format!("{err:#}");
+    assert!(text.contains("wasi:http") && text.contains("drivers only"), "{text}");
+    node.install(&format!(
+        "name = \"driver\"\nversion = \"1\"\nkind = \"driver\"\nartifact = \"{}\"\n",
+        wasm("openai_driver").display()
+    ))
+    .unwrap();
+}
