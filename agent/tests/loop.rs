@@ -246,3 +246,31 @@ async fn a_hooks_run_inference_goes_through_the_agents_driver_and_is_traced() {
     assert_eq!(hook_calls[0], ("hook:arms-hook".to_owned(), "gpt-4o-mini".to_owned()));
     assert!(records.iter().any(|(_, r)| matches!(r.event, Event::Compaction { .. })), "{end:?}");
 }
+
+#[tokio::test]
+async fn a_hook_built_against_an_older_lifecycle_version_does_not_load() {
+    let node = Node::new();
+    node.stock("old-hook", "old_hook", CapsuleKind::Hook);
+    let manifest = r#"name = "helper"
+version = "0.1.0"
+kind = "agent"
+[inference]
+model = "m"
+driver = { artifact = "scripted-driver@0.1.0" }
+[[hooks]]
+artifact = "old-hook@0.1.0"
+"#;
+    let manifest = CapsuleManifest::parse(manifest, Path::new("/"), node.dir.path()).unwrap();
+    let err = node.runtime.install_agent(manifest).unwrap_err();
+    let text = format!("{err:#}");
+    for expected in [
+        "hook old-hook@0.1.0",
+        "murmur:hook/lifecycle@0.5.0",
+        "murmur:hook/lifecycle@0.4.0",
+        "rebuild",
+        "mur install",
+    ] {
+        assert!(text.contains(expected), "`{expected}` missing from: {text}");
+    }
+    assert!(node.runtime.agent("helper").is_none());
+}
