@@ -35,6 +35,7 @@ fn agent_dir(script: &Value) -> tempfile::TempDir {
     add_artifact(dir.path(), "scripted_driver", "scripted-driver", "driver");
     add_artifact(dir.path(), "arms_hook", "arms-hook", "hook");
     install_manifest(dir.path(), "wordcount", "wordcount", "");
+    install_manifest(dir.path(), "ask", "ask", "");
     let work = dir.path().join("work/helper");
     std::fs::create_dir_all(&work).unwrap();
     std::fs::write(work.join("notes.txt"), "one two three\n").unwrap();
@@ -44,7 +45,7 @@ version = "0.1.0"
 kind = "agent"
 description = "counts words in notes"
 [capabilities]
-tools = ["wordcount"]
+tools = ["wordcount", "ask"]
 shell = {{ allow = ["wc"] }}
 [inference]
 model = "gpt-4o-mini"
@@ -90,7 +91,7 @@ fn an_agent_on_another_node_runs_its_turns_tools_and_shell() {
     ]);
     let a = TestNode::start_with(CONFIG, None).unwrap();
     let c = start(agent_dir(&script), Some(&a));
-    let c_dir = c.ready["data_dir"].as_str().map(PathBuf::from).unwrap();
+    let c_dir = c.data_dir.clone();
     wait_for(CONVERGE, "node A to see the agent", || {
         a.capsule_names().iter().any(|n| n == "helper").then_some(())
     })
@@ -124,6 +125,45 @@ fn an_agent_on_another_node_runs_its_turns_tools_and_shell() {
         table.status.success() && text.contains("redundant reads (1)") && text.contains("helper"),
         "{text}"
     );
+}
+
+#[test]
+fn a_tool_asking_for_input_suspends_the_agent_and_the_reply_resumes_it() {
+    let script = json!([
+        call("c1", "ask", &json!("Which branch?")),
+        { "text": "deploying main", "finish_reason": "stop" },
+    ]);
+    let a = TestNode::start_with(CONFIG, None).unwrap();
+    let c = start(agent_dir(&script), Some(&a));
+    wait_for(CONVERGE, "node A to see the agent", || {
+        a.capsule_names().iter().any(|n| n == "helper").then_some(())
+    })
+    .unwrap();
+    let asked = a.send("mesh://helper", "deploy", "m-1", true).unwrap();
+    let id = asked["result"]["task"]["id"].as_str().unwrap().to_owned();
+    let waiting = wait_for(CONVERGE, "the agent's task to ask", || {
+        let got = a.task(&id).ok()?;
+        (got["result"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED").then_some(got)
+    })
+    .unwrap();
+    let prompt = waiting["result"]["status"]["message"]["parts"][0]["text"].as_str().unwrap_or_default();
+    assert!(prompt.contains("Which branch?"), "{waiting}");
+    let reply = a
+        .rpc(
+            "SendMessage",
+            json!({ "message": { "messageId": "r-1", "role": "ROLE_USER", "taskId": id, "parts": [{ "text": "main" }] } }),
+        )
+        .unwrap();
+    assert!(reply.get("error").is_none(), "{reply}");
+    let done = wait_for(CONVERGE, "the agent to finish", || {
+        let got = a.task(&id).ok()?;
+        (got["result"]["status"]["state"] == "TASK_STATE_COMPLETED").then_some(got)
+    })
+    .unwrap();
+    assert_eq!(done["result"]["status"]["message"]["parts"][0]["text"], "deploying main", "{done}");
+    // The model saw the answer as the tool's result.
+    let trace = std::fs::read_to_string(trace_file(&c.data_dir)).unwrap();
+    assert!(trace.contains("\"tool\":\"ask\"") && trace.contains("\"status\":\"passed\""), "{trace}");
 }
 
 #[test]

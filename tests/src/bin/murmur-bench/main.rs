@@ -15,6 +15,14 @@
 //! one run; then throughput in tasks/s with 1 and 64 concurrent clients, local and mesh.
 //!
 //! ```text
+//! target/release/murmur-bench agent [--samples 300] [--out bench-agent.json]
+//! ```
+//!
+//! `agent` measures the agent loop's host-side cost of one turn (driver instantiate and
+//! call, token counting, trace records, hooks) with no hooks and with two sync hooks, and
+//! tiktoken's counting rate.
+//!
+//! ```text
 //! target/release/murmur-bench bundle [--sizes-mib 64,256] [--runs 3] [--out bench-bundle.json]
 //! ```
 //!
@@ -36,6 +44,7 @@
 //! lists it (one gossip hop, the baseline). It also reads the resident memory of an idle
 //! node and of a node holding 1,000 adverts (injected by `murmur-testpeer`).
 
+mod agent;
 mod bundle;
 mod mesh;
 mod pipe;
@@ -77,6 +86,16 @@ enum Bench {
         seconds: u64,
         /// Where to write the JSON results.
         #[arg(long, default_value = "bench-tasks.json")]
+        out: PathBuf,
+    },
+    /// The agent loop's host-side cost per turn, without and with two sync hooks, and
+    /// tokens counted per second. Needs the guests (`bash capsules/build.sh`).
+    Agent {
+        /// Measured tasks per figure.
+        #[arg(long, default_value_t = 300)]
+        samples: usize,
+        /// Where to write the JSON results.
+        #[arg(long, default_value = "bench-agent.json")]
         out: PathBuf,
     },
     /// Pull throughput between local nodes (from one and from two providers) next to
@@ -129,6 +148,7 @@ enum Bench {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Bench::Runtime { iterations, out } => runtime::run(iterations, &out)?,
+        Bench::Agent { samples, out } => agent::run(samples, &out)?,
         Bench::Tasks { samples, seconds, out } => tasks::run(samples, seconds, &out)?,
         Bench::Bundle { sizes_mib, runs, out } => bundle::run(&sizes_mib, runs, &out)?,
         Bench::Pull { sizes_mib, runs, out, pin_cores, transport } => {
