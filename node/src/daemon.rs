@@ -20,7 +20,7 @@ use murmur_api::exit::{CliError, CliResult, UsageContext};
 use murmur_api::output::print_json;
 use murmur_config::{CONFIG_FILE, Config, RawConfig, clock};
 use murmur_net::NetHandle;
-use murmur_runtime::ports::{NoHooks, NoInference, Ports};
+use murmur_runtime::ports::{NoInference, Ports};
 use murmur_runtime::{CapsuleManifest, Runtime, RuntimeOptions};
 use murmur_store::ArtifactStore;
 use murmur_store::data_dir;
@@ -113,7 +113,6 @@ pub async fn run(options: RunOptions) -> CliResult {
         artifacts: Arc::new(puller.clone()),
         messages,
         inference: Arc::new(NoInference),
-        hooks: Arc::new(NoHooks),
     };
     let runtime = start_runtime(&options, &config, store.clone(), ports)?;
     let runner = TaskRunner::start(manager.clone(), runtime.clone());

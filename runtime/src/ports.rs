@@ -1,4 +1,4 @@
-//! How the runtime reaches the world outside wasmtime: five ports, each a trait the node
+//! How the runtime reaches the world outside wasmtime: four ports, each a trait the node
 //! (or `mur`, for a component run in process) implements and hands to [`crate::Runtime::new`]
 //! once, at construction. Nothing is attached later: a runtime has every port from its first
 //! call, so no host function ever finds one missing.
@@ -8,8 +8,10 @@
 //! | [`ArtifactPort`] | `murmur:artifact-manager/manage.pull` for what the store lacks | a mesh pull, trusted as any pull |
 //! | [`MessagePort`] | `murmur:message/send`, after the sender's allowlist check | `mesh://` → the task service, direct peers → A2A over HTTP |
 //! | [`TaskPort`] | `murmur:task/task.request-input`, per call that runs a task | the task's owner record |
-//! | [`InferencePort`] | `murmur:runtime/inference.run-inference` | none yet: every call errs (the agent loop brings drivers) |
-//! | [`HookPort`] | the agent loop, at each lifecycle stage | none yet: no hook is dispatched |
+//! | [`InferencePort`] | `murmur:runtime/inference.run-inference` | outside an agent session: none (every call errs, naming the setting); a hook an agent session dispatches gets the session's own port (`murmur-agent`), set per call |
+//!
+//! Hooks are not a port: the agent loop's runner (`murmur-agent`) calls them through
+//! [`crate::Runtime::call_hook`], with a [`HookEvent`].
 //!
 //! Every future a port returns is `Send` and bounded by the caller's own deadline or
 //! timeout; a port never blocks a thread.
@@ -37,18 +39,16 @@ pub struct Ports {
     pub artifacts: Arc<dyn ArtifactPort>,
     pub messages: Arc<dyn MessagePort>,
     pub inference: Arc<dyn InferencePort>,
-    pub hooks: Arc<dyn HookPort>,
 }
 
 impl Ports {
     /// Ports for a runtime outside a node (`mur tool run FILE.wasm`, tests): artifacts only
-    /// from the store, messages only to direct peers, no inference driver, no hooks.
+    /// from the store, messages only to direct peers, no inference driver.
     pub fn standalone() -> anyhow::Result<Self> {
         Ok(Self {
             artifacts: Arc::new(StoreOnly),
             messages: Arc::new(crate::message::DirectHttp::new()?),
             inference: Arc::new(NoInference),
-            hooks: Arc::new(NoHooks),
         })
     }
 }
@@ -110,12 +110,10 @@ pub trait TaskPort: Send + Sync {
     fn traceparent(&self) -> Option<String>;
 }
 
-/// One completion through a capsule's inference driver.
-///
-/// Intended shape: the agent loop resolves the agent's `inference.driver.artifact` (a
-/// component of kind `driver`), sends it the request with `model: none` replaced by the
-/// manifest's primary model, and counts tokens host-side with tiktoken. Until then the
-/// node uses [`NoInference`], today's behaviour.
+/// One completion through a capsule's inference driver: `murmur-agent` implements it per
+/// agent session (the agent's `inference.driver.artifact`, `model: none` replaced by the
+/// manifest's primary model, tokens counted host-side with tiktoken, one trace record per
+/// call); anywhere else [`NoInference`] answers.
 pub trait InferencePort: Send + Sync + Debug {
     /// Runs `request` for `capsule`.
     fn complete<'a>(
@@ -145,7 +143,8 @@ impl InferencePort for NoInference {
     }
 }
 
-/// A lifecycle stage of an agent session, with its event (`murmur:hook/lifecycle@0.5.0`).
+/// A lifecycle stage of an agent session, with its event (`murmur:hook/lifecycle@0.5.0`):
+/// what [`crate::Runtime::call_hook`] dispatches.
 #[derive(Clone, Debug)]
 pub enum HookEvent {
     Stage(lifecycle::StageEvent),
@@ -157,35 +156,4 @@ pub enum HookEvent {
     Compaction(lifecycle::CompactionEvent),
     TaskEnd(lifecycle::TaskEndEvent),
     SessionEnd(lifecycle::SessionEndEvent),
-}
-
-/// How hooks hear an agent session's lifecycle.
-///
-/// Intended shape: the agent loop calls [`HookPort::dispatch`] at every stage with the
-/// agent's `[[hooks]]`; `sync` hooks run in order and their outputs are returned for the
-/// turn machine to apply (each stage allows only some arms: replacing the context at
-/// compaction, reopening a task at its end, …); `async` hooks run detached and their output
-/// is only logged. Until then nothing dispatches and [`NoHooks`] answers for none.
-pub trait HookPort: Send + Sync + Debug {
-    /// Runs the hooks of `capsule` for `event`; the outputs of the synchronous ones, in
-    /// order, each with the hook's name (or the error it returned).
-    fn dispatch<'a>(
-        &'a self,
-        capsule: &'a Installed,
-        event: HookEvent,
-    ) -> PortFuture<'a, Vec<(String, Result<lifecycle::HookOutput, String>)>>;
-}
-
-/// No hooks: every stage passes with no output.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct NoHooks;
-
-impl HookPort for NoHooks {
-    fn dispatch<'a>(
-        &'a self,
-        _capsule: &'a Installed,
-        _event: HookEvent,
-    ) -> PortFuture<'a, Vec<(String, Result<lifecycle::HookOutput, String>)>> {
-        Box::pin(async { Vec::new() })
-    }
 }
