@@ -109,11 +109,7 @@ pub async fn run(options: RunOptions) -> CliResult {
     let tasks = TaskService::new(manager.clone(), net.clone());
     let messages =
         NodeMessages::new(config.trust.authorities.clone(), tasks.clone()).map_err(CliError::failed)?;
-    let ports = Ports {
-        artifacts: Arc::new(puller.clone()),
-        messages,
-        inference: Arc::new(NoInference),
-    };
+    let ports = Ports { artifacts: Arc::new(puller.clone()), messages, inference: Arc::new(NoInference) };
     let runtime = start_runtime(&options, &config, store.clone(), ports)?;
     let runner = TaskRunner::start(manager.clone(), runtime.clone());
     let (stop_tx, stop_rx) = watch::channel(false);
