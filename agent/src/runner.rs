@@ -510,6 +510,7 @@ impl TraceFile {
 
 /// Appends `line` to `<workdir>/logs/hook-<hook>.log`.
 fn hook_log(workdir: &Path, hook: &str, line: &str) {
+    let line = cut(line);
     let path = workdir.join("logs").join(format!("hook-{hook}.log"));
     let written = std::fs::OpenOptions::new()
         .create(true)
@@ -519,6 +520,18 @@ fn hook_log(workdir: &Path, hook: &str, line: &str) {
     if let Err(error) = written {
         tracing::warn!(%error, path = %path.display(), "cannot write the hook log");
     }
+}
+
+/// Bytes of a driver's or hook's error text kept (in the trace, the task status and the
+/// hook log): a provider's error body can be megabytes.
+const ERROR_BYTES_MAX: usize = 4096;
+
+fn cut(text: &str) -> String {
+    if text.len() <= ERROR_BYTES_MAX {
+        return text.to_owned();
+    }
+    let end = (0..=ERROR_BYTES_MAX).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+    format!("{}… [cut: {} bytes in all]", &text[..end], text.len())
 }
 
 fn now_ms() -> u64 {

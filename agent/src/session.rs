@@ -362,10 +362,16 @@ impl<T: Tokenizer> Session<T> {
             (Phase::Call { turn, call, shell, since_ms }, Input::CallDone(done)) => {
                 self.call_done(now_ms, turn, &call, shell, since_ms, done);
             }
-            (Phase::Inference { .. } | Phase::Call { .. }, Input::Cancel) => {
+            (phase @ (Phase::Inference { .. } | Phase::Call { .. }), Input::Cancel) => {
                 if let Some(running) = &mut self.running {
                     running.canceled = true;
+                    // The call in flight is answered too (below), so no call goes unanswered.
+                    if let Phase::Call { call, .. } = phase {
+                        running.calls.push_front(call);
+                    }
                 }
+                // What the provider kept of a turn cut short is unknown: resend everything.
+                self.continuation = None;
                 self.end_loop(TaskEnd::Canceled);
             }
             (phase @ Phase::Hooks { .. }, Input::Cancel) if self.running.is_some() => {
@@ -649,22 +655,22 @@ impl<T: Tokenizer> Session<T> {
     }
 
     fn after_inference(&mut self, now_ms: u64, reply: TurnReply) {
-        if self.canceled() {
-            self.end_loop(TaskEnd::Canceled);
-            return;
-        }
         if reply.tool_calls.is_empty() {
-            self.end_loop(TaskEnd::Completed(reply.text));
+            let end = if self.canceled() { TaskEnd::Canceled } else { TaskEnd::Completed(reply.text) };
+            self.end_loop(end);
             return;
         }
         let Some(running) = &mut self.running else { return };
-        if running.turn >= self.settings.max_turns {
-            // Its calls' results could never reach a model: do not run them.
-            self.next_turn(now_ms);
-            return;
-        }
         running.calls = reply.tool_calls.into();
-        self.next_call(now_ms);
+        if running.canceled {
+            self.end_loop(TaskEnd::Canceled);
+        } else if running.turn >= self.settings.max_turns {
+            // Its calls' results could never reach a model: they are not run (and are
+            // answered as such when the loop ends).
+            self.next_turn(now_ms);
+        } else {
+            self.next_call(now_ms);
+        }
     }
 
     fn next_call(&mut self, now_ms: u64) {
@@ -771,9 +777,18 @@ impl<T: Tokenizer> Session<T> {
     /// The loop returned: fire `on-task-end`, whose `reopen-task` may run it again.
     fn end_loop(&mut self, end: TaskEnd) {
         let Some(running) = &mut self.running else { return };
-        running.calls.clear();
-        let event =
-            lifecycle::TaskEndEvent { task_id: running.task_id.clone(), exit_status: end.status().into() };
+        let unrun: Vec<ToolCall> = running.calls.drain(..).collect();
+        let task_id = running.task_id.clone();
+        // Every call the model made gets an answer, so the history stays valid for a
+        // reopened loop or a later task of the context (providers refuse unanswered calls).
+        let why = match &end {
+            TaskEnd::Canceled => "the task was canceled",
+            TaskEnd::Failed(_) | TaskEnd::Completed(_) => "the loop ended first",
+        };
+        for call in unrun {
+            self.push(Message::tool(call.id, format!("not run: {why}")));
+        }
+        let event = lifecycle::TaskEndEvent { task_id, exit_status: end.status().into() };
         self.dispatch(HookEvent::TaskEnd(event), Handler::TaskEnd, Then::Judged(end));
     }
 

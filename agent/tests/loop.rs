@@ -274,3 +274,46 @@ artifact = "old-hook@0.1.0"
     }
     assert!(node.runtime.agent("helper").is_none());
 }
+
+#[tokio::test]
+async fn the_shipped_compactor_replaces_the_history_with_a_summary_from_the_driver() {
+    let node = Node::new();
+    node.stock("compactor", "compactor", CapsuleKind::Hook);
+    let manifest = r#"name = "helper"
+version = "0.1.0"
+kind = "agent"
+[inference]
+model = "gpt-4o-mini"
+driver = { artifact = "scripted-driver@0.1.0" }
+context_window = 4
+compaction = { threshold = 0.5, model = "small-model" }
+[[hooks]]
+artifact = "compactor@0.1.0"
+[wasi]
+env = { SCRIPT = '[{"text": "done", "finish_reason": "stop"}]', SCRIPT_SUMMARY = "the user wants words counted", COMPACTOR_KEEP = "0" }
+"#;
+    let manifest = CapsuleManifest::parse(manifest, Path::new("/"), node.dir.path()).unwrap();
+    let agent = node.runtime.install_agent(manifest).unwrap();
+    // The task's text alone crosses 2 tokens: compaction fires before the first turn.
+    let end = AgentRunner::new(node.runtime.clone()).run_task(agent.clone(), link("t1")).await;
+    assert_eq!(end, TaskEnd::Completed("done".into()));
+    let records = trace_of(&agent);
+    let summary_call = records.iter().find_map(|(_, r)| match &r.event {
+        Event::Inference { origin: Some(origin), model, error, .. } => {
+            Some((origin.clone(), model.clone(), error.clone()))
+        }
+        _ => None,
+    });
+    assert_eq!(
+        summary_call,
+        Some(("hook:compactor".to_owned(), "small-model".to_owned(), None)),
+        "{records:?}"
+    );
+    let compaction = records.iter().find_map(|(_, r)| match &r.event {
+        Event::Compaction { hook, messages_before, messages_after, .. } => {
+            Some((hook.clone(), *messages_before, *messages_after))
+        }
+        _ => None,
+    });
+    assert_eq!(compaction, Some(("compactor".to_owned(), 1, 1)));
+}

@@ -231,7 +231,9 @@ pub fn resource_of(resource_id: Option<&str>, arguments: Option<&str>) -> Option
 /// whose resource (see [`resource_of`]) is byte-equal to an earlier read's, with no
 /// `mutate` or unknown-effect call to that resource in between. A mutate or unknown call
 /// with no resource, and every shell command, may have changed anything: they invalidate
-/// every earlier read. Refused calls ran nothing and change nothing.
+/// every earlier read. Refused calls ran nothing and change nothing; a read that did not
+/// pass read nothing to repeat. A compaction clears every read: the model no longer has
+/// what they returned.
 #[must_use]
 pub fn summarize(records: &[(usize, Record)]) -> Vec<Summary> {
     let mut sessions: Vec<Summary> = Vec::new();
@@ -258,8 +260,9 @@ pub fn summarize(records: &[(usize, Record)]) -> Vec<Summary> {
                 if origin.is_none() {
                     summary.turns += 1;
                 }
-                summary.input_tokens += input_tokens;
-                summary.output_tokens += output_tokens;
+                // Saturating: the numbers come from a file anyone may have written.
+                summary.input_tokens = summary.input_tokens.saturating_add(*input_tokens);
+                summary.output_tokens = summary.output_tokens.saturating_add(*output_tokens);
             }
             Event::ToolCall { task_id, turn, tool, status, state_effect, resource_id, arguments, .. } => {
                 summary.tool_calls += 1;
@@ -269,7 +272,9 @@ pub fn summarize(records: &[(usize, Record)]) -> Vec<Summary> {
                 let resource = resource_of(resource_id.as_deref(), arguments.as_deref());
                 match (state_effect.as_deref(), resource) {
                     (Some("read"), Some((resource_id, from))) => {
-                        if let Some(&first_line) = reads.get(&resource_id) {
+                        if status != "passed" {
+                            // It read nothing the model could reuse.
+                        } else if let Some(&first_line) = reads.get(&resource_id) {
                             summary.redundant.push(Redundant {
                                 line: *line,
                                 first_line,
@@ -295,7 +300,10 @@ pub fn summarize(records: &[(usize, Record)]) -> Vec<Summary> {
                 summary.shell_calls += 1;
                 reads.clear();
             }
-            Event::Compaction { .. } => summary.compactions += 1,
+            Event::Compaction { .. } => {
+                summary.compactions += 1;
+                reads.clear();
+            }
             Event::HookDispatchError { .. } => summary.hook_dispatch_errors += 1,
         }
     }
@@ -347,6 +355,27 @@ mod tests {
         assert!(detect(vec![read_a(), call(Some("weird"), None, None), read_a()]).is_empty());
         // Byte-equal only: no normalising.
         assert!(detect(vec![read_a(), call(Some("read"), Some("file:a/"), None)]).is_empty());
+    }
+
+    #[test]
+    fn failed_reads_and_compaction_leave_nothing_to_repeat() {
+        let read_a = || call(Some("read"), Some("file:a"), None);
+        let mut failed = read_a();
+        if let Event::ToolCall { status, .. } = &mut failed {
+            *status = "error".into();
+        }
+        assert!(detect(vec![failed, read_a()]).is_empty(), "a retry after a failed read is not redundant");
+        let compaction = Event::Compaction {
+            task_id: "t".into(),
+            hook: "c".into(),
+            session_tokens: 10,
+            threshold: 0.8,
+            context_window: 10,
+            messages_before: 3,
+            messages_after: 1,
+            tokens_after: 2,
+        };
+        assert!(detect(vec![read_a(), compaction, read_a()]).is_empty());
     }
 
     #[test]

@@ -19,10 +19,23 @@ pub struct Gate {
 }
 
 impl Gate {
-    /// Whether the allowlist admits `uri`.
+    /// Whether the allowlist admits `uri`. A target the peer-URL grammar refuses (user
+    /// info, `.` or `..` segments, spelled out or percent-encoded, empty segments) is never
+    /// admitted: a server would resolve it to a path the pattern did not name.
     #[must_use]
     pub fn admits(&self, uri: &http::Uri) -> bool {
         let Some(host) = uri.host() else { return false };
+        if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+            return false;
+        }
+        let trimmed = uri.path().trim_end_matches('/');
+        let dotted = |segment: &str| {
+            let decoded = segment.to_ascii_lowercase().replace("%2e", ".");
+            decoded == "." || decoded == ".."
+        };
+        if trimmed.split('/').skip(1).any(|segment| segment.is_empty() || dotted(segment)) {
+            return false;
+        }
         let secure = uri.scheme() == Some(&http::uri::Scheme::HTTPS);
         let port = uri.port_u16().unwrap_or(if secure { 443 } else { 80 });
         let host = host.to_ascii_lowercase();
@@ -75,5 +88,19 @@ mod tests {
         let g = gate(&["https://api.example.com/v1*"]);
         assert!(g.admits(&uri("https://api.example.com/v1/chat")));
         assert!(!g.admits(&uri("https://api.example.com/admin")));
+        for sneaky in [
+            "https://api.example.com/v1/../admin",
+            "https://api.example.com/v1/%2e%2E/admin",
+            "https://api.example.com/v1/./x",
+            "https://api.example.com/v1//admin",
+            "https://user@api.example.com/v1/chat",
+        ] {
+            assert!(!g.admits(&uri(sneaky)), "{sneaky}");
+        }
+        assert!(!gate(&["api.example.com:443"]).admits(&uri("https://api.example.com.evil.test/")));
+        assert!(
+            gate(&["api.example.com:443"]).admits(&uri("https://API.example.com/v1")),
+            "hosts compare lowercased"
+        );
     }
 }

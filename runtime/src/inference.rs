@@ -20,6 +20,11 @@ impl inference::Host for HostState {
     ) -> Result<Result<inference::InferenceResponse, String>> {
         let port = self.call.inference.clone().unwrap_or_else(|| self.call.runtime.ports.inference.clone());
         let capsule = self.call.capsule.clone();
-        Ok(port.complete(&capsule, request).await)
+        // The completion is the driver's time, not the hook's: like a wait for task input,
+        // it does not count toward the hook's deadline.
+        let started = std::time::Instant::now();
+        let answer = port.complete(&capsule, request).await;
+        self.call.waited += started.elapsed();
+        Ok(answer)
     }
 }

@@ -296,6 +296,69 @@ fn max_turns_stops_a_model_that_never_stops() {
 }
 
 #[test]
+fn a_reopen_after_max_turns_sends_a_history_with_every_call_answered() {
+    let replies = (0..20).map(|i| calls(vec![call(&format!("c{i}"), "wordcount")])).collect();
+    let reopen = |event: &HookEvent| match event {
+        HookEvent::TaskEnd(_) => {
+            vec![HookAnswer { hook: "again".into(), answer: Ok(HookOutput::ReopenTask("retry".into())) }]
+        }
+        _ => Vec::new(),
+    };
+    let mut h = Harness::new(settings(), replies).with_hooks(reopen);
+    h.input(Input::StartTask(task("t1", "ctx")));
+    assert_eq!(h.events().iter().filter(|e| **e == "task_reopen").count(), 1);
+    for request in h.requests() {
+        let asked: Vec<&str> =
+            request.messages.iter().flat_map(|m| m.tool_calls.iter().map(|c| c.id.as_str())).collect();
+        let answered: Vec<&str> = request.messages.iter().filter_map(|m| m.tool_call_id.as_deref()).collect();
+        assert_eq!(asked, answered, "every call is answered, in order");
+    }
+    let reopened = &h.requests()[4].messages;
+    assert!(reopened.iter().any(|m| m.content.starts_with("not run:")), "{reopened:?}");
+}
+
+#[test]
+fn a_cancel_during_a_tool_call_answers_it_and_drops_the_continuation() {
+    let mut h = Harness::new(
+        settings(),
+        vec![continuing(calls(vec![call("c1", "wordcount"), call("c2", "wordcount")]), "r1")],
+    );
+    // Stop the harness from answering the first call: cancel while it runs.
+    h.session.handle(0, Input::StartTask(task("t1", "ctx"))).unwrap();
+    let mut cancelled = false;
+    while let Some(output) = h.session.poll_output() {
+        let next = match output {
+            Output::Dispatch(_) => Some(Input::HooksAnswered(Vec::new())),
+            Output::Infer { .. } => Some(Input::Inferred(h.replies.pop_front().unwrap())),
+            Output::Call { .. } if !cancelled => {
+                cancelled = true;
+                Some(Input::Cancel)
+            }
+            Output::TaskEnded { end, .. } => {
+                assert_eq!(end, TaskEnd::Canceled);
+                None
+            }
+            _ => None,
+        };
+        if let Some(input) = next {
+            h.session.handle(1, input).unwrap();
+        }
+    }
+    let answers: Vec<(Option<String>, String)> = h
+        .session
+        .history()
+        .filter(|m| m.role == Role::Tool)
+        .map(|m| (m.tool_call_id.clone(), m.content.clone()))
+        .collect();
+    assert_eq!(answers.len(), 2, "{answers:?}");
+    assert!(answers.iter().all(|(_, text)| text == "not run: the task was canceled"));
+    // The next task of the context resends everything.
+    h.replies.push_back(answer("ok"));
+    h.input(Input::StartTask(task("t2", "ctx")));
+    assert_eq!(h.requests().last().unwrap().continuation_id, None);
+}
+
+#[test]
 fn a_cancel_mid_turn_ends_the_task_and_refuses_the_late_answer() {
     let mut h = Harness::new(settings(), vec![calls(vec![call("c1", "wordcount")])]);
     h.pause_at_turn = Some(2);

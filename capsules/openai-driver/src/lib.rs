@@ -70,21 +70,17 @@ fn turn(data: &str) -> Result<(Value, Option<String>), String> {
     }
     let choice = &answer["choices"][0];
     let message = &choice["message"];
-    let tool_calls: Vec<Value> = message["tool_calls"]
-        .as_array()
-        .map(|calls| {
-            calls
-                .iter()
-                .map(|c| {
-                    json!({
-                        "id": c["id"],
-                        "name": c["function"]["name"],
-                        "arguments": c["function"]["arguments"].as_str().unwrap_or("{}"),
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    if !message.is_object() {
+        return Err(format!("the provider answered {status} without a message in choices[0]: {}", excerpt(answer.to_string().as_bytes())));
+    }
+    let mut tool_calls = Vec::new();
+    for call in message["tool_calls"].as_array().into_iter().flatten() {
+        let (Some(id), Some(name)) = (call["id"].as_str(), call["function"]["name"].as_str()) else {
+            return Err(format!("the provider returned a tool call without an id or a function name: {call}"));
+        };
+        let arguments = call["function"]["arguments"].as_str().unwrap_or("{}");
+        tool_calls.push(json!({ "id": id, "name": name, "arguments": arguments }));
+    }
     let finish = choice["finish_reason"].as_str().unwrap_or(if tool_calls.is_empty() { "stop" } else { "tool_calls" });
     let reply = json!({
         "text": message["content"].as_str().unwrap_or_default(),
