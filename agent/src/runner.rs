@@ -17,6 +17,8 @@ use murmur_runtime::manifest::ExecutionMode;
 use murmur_runtime::ports::{HookEvent, InferencePort, PortFuture, TaskPort};
 use murmur_runtime::{Agent, AgentHook, Installed, Runtime, ToolInput};
 
+use tracing::Instrument;
+
 use crate::hooks::{self, Verdict};
 use crate::session::{
     CallDone, HookAnswer, Inferred, Input, Output, Session, Settings, ShellOutcome, TaskEnd, TaskStart,
@@ -96,6 +98,12 @@ impl AgentRunner {
         };
         let tokens = Tiktoken::for_model(&agent.spec.model);
         let settings = self.settings(&agent);
+        let span = tracing::info_span!(
+            "agent.session",
+            session_id = %session_id,
+            capsule = %agent.manifest.name,
+            task = %link.start.task_id,
+        );
         let mut run = Run {
             runtime: self.runtime.clone(),
             agent,
@@ -106,7 +114,9 @@ impl AgentRunner {
             link,
             end: None,
         };
-        run.drive().await
+        // A child of the task's span: the session, its turns and calls join the task's
+        // trace across the mesh.
+        run.drive().instrument(span).await
     }
 
     fn settings(&self, agent: &Agent) -> Settings {
@@ -200,12 +210,18 @@ impl Run {
                     let answers = self.dispatch(event).await;
                     self.input(Input::HooksAnswered(answers));
                 }
-                Output::Infer { request, .. } => {
-                    let answer = self.infer(request).await;
+                Output::Infer { turn, request } => {
+                    let span = tracing::info_span!("capsule.inference", turn, model = %request.model);
+                    let answer = self.infer(request).instrument(span).await;
                     self.input(Input::Inferred(answer));
                 }
-                Output::Call { call, shell, .. } => {
-                    let done = self.call(&call, shell).await;
+                Output::Call { turn, call, shell } => {
+                    let span = if shell {
+                        tracing::info_span!("capsule.shell", turn, call_id = %call.id)
+                    } else {
+                        tracing::info_span!("capsule.tool_call", turn, tool = %call.name, call_id = %call.id)
+                    };
+                    let done = self.call(&call, shell).instrument(span).await;
                     self.input(Input::CallDone(done));
                 }
                 Output::TaskEnded { end, .. } => {
@@ -458,7 +474,8 @@ impl InferencePort for HookInference {
             };
             let data = serde_json::to_string(&turn).map_err(|e| format!("cannot encode the request: {e}"))?;
             let input_tokens = self.tokens.count(&data);
-            let outcome = drive_turn(&self.runtime, &self.agent, data, self.tokens).await;
+            let span = tracing::info_span!("capsule.inference", origin = %self.origin, model = %model);
+            let outcome = drive_turn(&self.runtime, &self.agent, data, self.tokens).instrument(span).await;
             let (output_tokens, decision, error) = match &outcome {
                 Ok((_, _, output)) => (*output, "final", None),
                 Err(error) => (0, "error", Some(error.clone())),

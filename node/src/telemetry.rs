@@ -102,7 +102,9 @@ pub fn init(format: LogFormat) -> Telemetry {
                 telemetry.provider = Some(provider);
                 // Only our own spans: the exporter's HTTP stack must not trace itself.
                 let targets = tracing_subscriber::filter::Targets::new()
-                    .with_target("murmur_node", tracing::Level::INFO);
+                    .with_target("murmur_node", tracing::Level::INFO)
+                    // The agent loop's session, turn and tool-call spans.
+                    .with_target("murmur_agent", tracing::Level::INFO);
                 Some(tracing_opentelemetry::layer().with_tracer(tracer).with_filter(targets))
             }
             Err(err) => {

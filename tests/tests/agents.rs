@@ -190,3 +190,62 @@ fn a_bad_agent_manifest_is_refused_naming_the_key() {
     assert!(!out.status.success(), "a node with a broken capsule must not start: {stderr}");
     assert!(stderr.contains("broken.toml") && stderr.contains("`inference.max_turns`"), "{stderr}");
 }
+
+#[test]
+fn an_agents_session_turns_and_calls_join_the_tasks_trace_across_the_mesh() {
+    let collector = murmur_tests::OtlpCollector::start().unwrap();
+    let env = |service: &str| {
+        vec![
+            ("OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(), collector.endpoint.clone()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL".to_owned(), "http/json".to_owned()),
+            ("OTEL_SERVICE_NAME".to_owned(), service.to_owned()),
+            ("OTEL_BSP_SCHEDULE_DELAY".to_owned(), "100".to_owned()),
+        ]
+    };
+    let start_traced = |dir: &Path, service: &str, bootstrap: Option<&TestNode>| {
+        let mut flags: Vec<String> = LOOPBACK.iter().map(|s| (*s).to_owned()).collect();
+        if let Some(peer) = bootstrap {
+            flags.extend(["--bootstrap".to_owned(), peer.dial_addrs()[0].clone()]);
+        }
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let env = env(service);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        TestNode::start_in_env(dir, &flags, &env).unwrap()
+    };
+    let script = json!([
+        call("c1", "wordcount", &json!({ "text": "a b" })),
+        { "text": "2 words", "finish_reason": "stop" },
+    ]);
+    let a_dir = murmur_tests::init_data_dir_with(CONFIG);
+    let c_dir = agent_dir(&script);
+    let a = start_traced(a_dir.path(), "node-a", None);
+    let _c = start_traced(c_dir.path(), "node-c", Some(&a));
+    wait_for(CONVERGE, "node A to see the agent", || {
+        a.capsule_names().iter().any(|n| n == "helper").then_some(())
+    })
+    .unwrap();
+
+    let trace_id = "5cf92f3577b34da6a3ce929d0e0e4737";
+    let params = json!({ "tenant": "mesh://helper", "message": { "messageId": "t-1", "parts": [{ "text": "count" }] } });
+    let answer = murmur_tests::rpc_at(
+        &format!("{}/", a.api),
+        "SendMessage",
+        params,
+        &[("traceparent", &format!("00-{trace_id}-00f067aa0ba902b7-01"))],
+    )
+    .unwrap();
+    assert_eq!(answer["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{answer}");
+    let seen = wait_for(CONVERGE, "the agent's spans in the client's trace", || {
+        let spans = collector.spans();
+        let on = |service: &str, name: &str| {
+            spans.iter().any(|(s, n, t)| s == service && n == name && t == trace_id)
+        };
+        (on("node-a", "a2a")
+            && on("node-c", "task.run")
+            && on("node-c", "agent.session")
+            && on("node-c", "capsule.inference")
+            && on("node-c", "capsule.tool_call"))
+        .then_some(())
+    });
+    assert!(seen.is_ok(), "{seen:?}; spans: {:?}", collector.spans());
+}
