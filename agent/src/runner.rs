@@ -96,6 +96,11 @@ impl AgentRunner {
             Ok(trace) => Arc::new(trace),
             Err(error) => return TaskEnd::Failed(format!("cannot start the agent's session: {error}")),
         };
+        // Which session ran a task (`mur trace TASK_ID`); a re-run after a restart points
+        // it to the newer session.
+        if let Err(error) = index_session(&agent.manifest.workdir, &link.start.task_id, &session_id) {
+            tracing::warn!(%error, task = %link.start.task_id, "cannot index the agent session");
+        }
         let tokens = Tiktoken::for_model(&agent.spec.model);
         let settings = self.settings(&agent);
         let span = tracing::info_span!(
@@ -523,6 +528,36 @@ impl TraceFile {
             tracing::warn!(%error, "cannot append to trace.jsonl");
         }
     }
+}
+
+/// The session that ran `task_id` of the agent working in `workdir`, if any.
+#[must_use]
+pub fn session_of(workdir: &Path, task_id: &str) -> Option<(String, PathBuf)> {
+    if !plain_name(task_id) {
+        return None;
+    }
+    let session = std::fs::read_to_string(workdir.join("sessions/by-task").join(task_id)).ok()?;
+    let session = session.trim().to_owned();
+    plain_name(&session).then(|| {
+        let trace = workdir.join("sessions").join(&session).join("trace.jsonl");
+        (session, trace)
+    })
+}
+
+fn index_session(workdir: &Path, task_id: &str, session_id: &str) -> std::io::Result<()> {
+    if !plain_name(task_id) {
+        return Ok(());
+    }
+    let dir = workdir.join("sessions/by-task");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join(task_id), session_id)
+}
+
+/// A task or session id that is safe as one file name.
+fn plain_name(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 128
+        && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// Appends `line` to `<workdir>/logs/hook-<hook>.log`.

@@ -67,3 +67,13 @@ pub struct ProviderView {
     /// The provider's load, thousandths of capacity.
     pub load: u16,
 }
+
+/// `GET /v1/tasks/{id}/trace`: the session trace of an agent task this node owns.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskTraceView {
+    pub task_id: String,
+    pub capsule: String,
+    pub session_id: String,
+    /// The session's `trace.jsonl`, as written (one record per line).
+    pub trace: String,
+}

@@ -99,10 +99,11 @@ enum Command {
     Install(pull::PullArgs),
     /// Summarise an agent session's trace.jsonl: turns, tokens, tool and shell calls, time,
     /// and redundant reads (the same resource read again with nothing in between that could
-    /// have changed it).
+    /// have changed it). Give the file, or the id of an agent task (read from its owner).
     ///
-    /// Example:
+    /// Examples:
     ///   mur trace data/work/helper/sessions/4f7c…/trace.jsonl --json
+    ///   mur trace 59ba9178-6ed3-b704-ad3b-0bbf824b32d2 --node http://127.0.0.1:7878
     #[command(verbatim_doc_comment)]
     Trace(trace::TraceArgs),
 }

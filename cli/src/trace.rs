@@ -1,5 +1,6 @@
-//! `mur trace FILE`: an agent session's `trace.jsonl`, summarised — turns, tokens, tool and
-//! shell calls, time — with the reads the agent did not need (redundant-call detection).
+//! `mur trace FILE|TASK_ID`: an agent session's `trace.jsonl`, summarised — turns, tokens,
+//! tool and shell calls, time — with the reads the agent did not need (redundant-call
+//! detection). A file is read directly; a task id is asked of the node that owns the task.
 
 use std::path::PathBuf;
 
@@ -8,29 +9,34 @@ use clap::Args;
 use murmur_api::exit::{CliError, CliResult, UsageContext};
 use murmur_api::output::{Table, print_json};
 use murmur_api::session_trace::{self, Summary};
+use murmur_api::views::TaskTraceView;
+use murmur_protocol::task::TaskId;
+
+use super::client::NodeArgs;
 use murmur_config::limits::TRACE_FILE_BYTES_MAX;
 
 #[derive(Debug, Args)]
 pub struct TraceArgs {
-    /// A session's trace file (`<workdir>/sessions/<session-id>/trace.jsonl` on the node).
-    file: PathBuf,
+    /// A session's trace file (`<workdir>/sessions/<session-id>/trace.jsonl` on the node),
+    /// or the id of an agent task, read from the node that owns it (`--node`).
+    target: String,
+    #[command(flatten)]
+    node: NodeArgs,
     /// One JSON object per session instead of the table.
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(args: TraceArgs) -> CliResult {
-    let path = args.file.display();
-    let len = std::fs::metadata(&args.file).usage_context(format!("cannot read the trace {path}"))?.len();
-    if len > TRACE_FILE_BYTES_MAX {
-        return Err(CliError::usage(anyhow::anyhow!(
-            "{path} is {len} bytes, more than the {TRACE_FILE_BYTES_MAX} a session trace may be"
-        )));
-    }
-    let text = std::fs::read_to_string(&args.file)
-        .with_context(|| format!("cannot read {path} as UTF-8 text"))
-        .usage_context("a session trace is JSON lines")?;
-    let records = session_trace::parse(&text).usage_context(format!("{path} is not a session trace"))?;
+    let file = PathBuf::from(&args.target);
+    let text = if file.exists() || args.target.parse::<TaskId>().is_err() {
+        read_file(&file)?
+    } else {
+        let view: TaskTraceView = args.node.get(&format!("/v1/tasks/{}/trace", args.target))?;
+        view.trace
+    };
+    let records =
+        session_trace::parse(&text).usage_context(format!("{} is not a session trace", args.target))?;
     let sessions = session_trace::summarize(&records);
     if args.json {
         for summary in &sessions {
@@ -42,6 +48,23 @@ pub fn run(args: TraceArgs) -> CliResult {
         print_summary(summary);
     }
     Ok(())
+}
+
+fn read_file(file: &std::path::Path) -> CliResult<String> {
+    let path = file.display();
+    let len = std::fs::metadata(file)
+        .usage_context(format!(
+            "cannot read the trace {path} (give a trace file, or the id of an agent task)"
+        ))?
+        .len();
+    if len > TRACE_FILE_BYTES_MAX {
+        return Err(CliError::usage(anyhow::anyhow!(
+            "{path} is {len} bytes, more than the {TRACE_FILE_BYTES_MAX} a session trace may be"
+        )));
+    }
+    std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read {path} as UTF-8 text"))
+        .usage_context("a session trace is JSON lines")
 }
 
 fn print_summary(s: &Summary) {

@@ -12,6 +12,7 @@ pub mod artifacts;
 mod cards;
 mod metrics;
 pub mod runtime;
+mod traces;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -60,6 +61,7 @@ pub fn app(state: Arc<ApiState>) -> Router {
         .route("/v1/tools/{name}/run", post(runtime::run_tool))
         .route("/v1/capsules/{name}/run", post(runtime::run_capsule))
         .route("/v1/artifacts/pull", post(artifacts::pull))
+        .route("/v1/tasks/{id}/trace", get(traces::task_trace))
         .route("/", post(a2a::rpc_node))
         .route("/a2a", post(a2a::rpc_node))
         .route("/a2a/{capsule}", post(a2a::rpc_capsule))
