@@ -217,8 +217,12 @@ impl Run {
                 }
                 Output::Infer { turn, request } => {
                     let span = tracing::info_span!("capsule.inference", turn, model = %request.model);
-                    let answer = self.infer(request).instrument(span).await;
-                    self.input(Input::Inferred(answer));
+                    let port = self.link.port.clone();
+                    // A cancel stops the turn: the driver call in flight is dropped.
+                    tokio::select! {
+                        answer = self.infer(request).instrument(span) => self.input(Input::Inferred(answer)),
+                        () = port.canceled() => self.input(Input::Cancel),
+                    }
                 }
                 Output::Call { turn, call, shell } => {
                     let span = if shell {
@@ -226,8 +230,11 @@ impl Run {
                     } else {
                         tracing::info_span!("capsule.tool_call", turn, tool = %call.name, call_id = %call.id)
                     };
-                    let done = self.call(&call, shell).instrument(span).await;
-                    self.input(Input::CallDone(done));
+                    let port = self.link.port.clone();
+                    tokio::select! {
+                        done = self.call(&call, shell).instrument(span) => self.input(Input::CallDone(done)),
+                        () = port.canceled() => self.input(Input::Cancel),
+                    }
                 }
                 Output::TaskEnded { end, .. } => {
                     let status = end.status().to_owned();

@@ -68,11 +68,14 @@ pub struct Policy {
     pub acceptance: Acceptance,
     /// Tasks run at once (queue mode; a single-task capsule runs one).
     pub workers: usize,
+    /// Whether a `working` task may be canceled: its run can be stopped between steps
+    /// (an agent's loop, between turns and calls). A tool's single call cannot.
+    pub interruptible: bool,
 }
 
 impl Policy {
     /// A capsule that takes no tasks (not a tool, or `task_acceptance = none`).
-    pub const CLOSED: Self = Self { acceptance: Acceptance::None, workers: 0 };
+    pub const CLOSED: Self = Self { acceptance: Acceptance::None, workers: 0, interruptible: false };
 
     const fn slots(self) -> usize {
         match self.acceptance {
@@ -192,6 +195,8 @@ struct Slot {
     /// Tasks not yet terminal (admitted, queued, running, waiting for input).
     unfinished: usize,
     workers: usize,
+    /// The capsule's runs can be stopped while working ([`Policy::interruptible`]).
+    interruptible: bool,
 }
 
 /// The owner side of one node. See the [module docs](self) for the call order.
@@ -266,9 +271,11 @@ impl Owner {
     pub fn resume(&mut self, now: Millis, policy: &dyn Fn(&str) -> Option<Policy>) {
         let names: Vec<String> = self.capsules.keys().cloned().collect();
         for name in names {
-            let workers = policy(&name).map_or(1, |p| p.slots().max(1));
+            let policy = policy(&name);
+            let workers = policy.map_or(1, |p| p.slots().max(1));
             if let Some(slot) = self.capsules.get_mut(&name) {
                 slot.workers = workers;
+                slot.interruptible = policy.is_some_and(|p| p.interruptible);
             }
             self.start_ready(now, &name);
         }
@@ -311,6 +318,7 @@ impl Owner {
         let workers = policy.map_or(0, Policy::slots);
         let slot = self.capsules.entry(capsule.clone()).or_default();
         slot.workers = workers;
+        slot.interruptible = policy.is_some_and(|p| p.interruptible);
         slot.unfinished += 1;
         self.next_ticket += 1;
         let entry =
@@ -371,12 +379,19 @@ impl Owner {
         self.start_ready(now, &capsule);
     }
 
-    /// Cancels `task` if it has not started or waits for input. A waiting task's run is
-    /// released by the driver; its worker frees when the run ends ([`Owner::finished`]).
+    /// Cancels `task` if it has not started or waits for input, or works for an
+    /// interruptible capsule. A waiting or working task's run is stopped by the driver; its
+    /// worker frees when the run ends ([`Owner::finished`]).
     pub fn cancel(&mut self, now: Millis, task: TaskId) -> Result<(), Refused> {
         let entry = self.tasks.get(&task).ok_or(Refused::Unknown(task))?;
         let state = entry.state;
-        if !matches!(state, TaskState::Submitted | TaskState::InputRequired) {
+        let interruptible = self.capsules.get(&entry.capsule).is_some_and(|slot| slot.interruptible);
+        let cancelable = match state {
+            TaskState::Submitted | TaskState::InputRequired => true,
+            TaskState::Working => interruptible,
+            _ => false,
+        };
+        if !cancelable {
             return Err(Refused::WrongState { task, state });
         }
         if state == TaskState::Submitted

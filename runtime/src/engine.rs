@@ -18,6 +18,10 @@ use murmur_store::file::write_atomic;
 /// How often the epoch advances: the granularity of deadlines.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 
+/// Ticks a guest runs before it yields to the async executor (and its deadline is
+/// checked): 10 ms. A call shorter than that (most are microseconds) never yields.
+pub const YIELD_TICKS: u64 = 2;
+
 /// Bytes of each pooled linear memory kept resident between uses (reset by memset).
 pub const RESIDENT_BYTES: usize = 2 << 20;
 

@@ -138,7 +138,7 @@ impl LiveTool {
     /// Calls the tool's `run` on the live instance. After a trap the instance is unusable
     /// (wasmtime refuses to re-enter it); make a new one.
     pub async fn call(&mut self, input: ToolInput) -> Result<ToolResult, RunError> {
-        self.store.set_epoch_deadline(engine::ticks(self.tool.manifest.deadline));
+        self.store.set_epoch_deadline(engine::YIELD_TICKS);
         self.store.data_mut().call.started = Instant::now();
         self.store.data_mut().call.waited = std::time::Duration::ZERO;
         match self.func.call_async(&mut self.store, (input,)).await {
@@ -552,9 +552,9 @@ impl Inner {
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|state| &mut state.limits);
-        store.set_epoch_deadline(engine::ticks(manifest.deadline));
-        // The deadline counts running time, not time spent waiting for task input: when
-        // the epoch deadline fires after such a wait, it is extended by what is left.
+        store.set_epoch_deadline(engine::YIELD_TICKS);
+        // The deadline counts running time, not time spent waiting for task input: every
+        // few ticks the callback compares what ran with the deadline.
         let deadline = manifest.deadline;
         store.epoch_deadline_callback(move |store| {
             let call = &store.data().call;
@@ -562,7 +562,9 @@ impl Inner {
             if ran >= deadline {
                 Ok(wasmtime::UpdateDeadline::Interrupt)
             } else {
-                Ok(wasmtime::UpdateDeadline::Continue(engine::ticks(deadline - ran)))
+                // A long run yields to the executor every few ticks: other tasks go on, and
+                // whoever awaits it may drop it (a canceled agent task stops its tool call).
+                Ok(wasmtime::UpdateDeadline::Yield(engine::ticks(deadline - ran).min(engine::YIELD_TICKS)))
             }
         });
         store

@@ -108,6 +108,12 @@ pub trait TaskPort: Send + Sync {
 
     /// The task's trace context (`traceparent`), continued by messages the tool sends.
     fn traceparent(&self) -> Option<String>;
+
+    /// Resolves once the task is canceled, for runs that can stop between steps (the
+    /// agent loop); the default never resolves.
+    fn canceled(&self) -> PortFuture<'_, ()> {
+        Box::pin(std::future::pending())
+    }
 }
 
 /// One completion through a capsule's inference driver: `murmur-agent` implements it per

@@ -36,6 +36,7 @@ fn agent_dir(script: &Value) -> tempfile::TempDir {
     add_artifact(dir.path(), "arms_hook", "arms-hook", "hook");
     install_manifest(dir.path(), "wordcount", "wordcount", "");
     install_manifest(dir.path(), "ask", "ask", "");
+    install_manifest(dir.path(), "spin", "misbehaving_spin", "[limits]\ndeadline_ms = 60000\n");
     let work = dir.path().join("work/helper");
     std::fs::create_dir_all(&work).unwrap();
     std::fs::write(work.join("notes.txt"), "one two three\n").unwrap();
@@ -45,7 +46,7 @@ version = "0.1.0"
 kind = "agent"
 description = "counts words in notes"
 [capabilities]
-tools = ["wordcount", "ask"]
+tools = ["wordcount", "ask", "spin"]
 shell = {{ allow = ["wc"] }}
 [inference]
 model = "gpt-4o-mini"
@@ -164,6 +165,37 @@ fn a_tool_asking_for_input_suspends_the_agent_and_the_reply_resumes_it() {
     // The model saw the answer as the tool's result.
     let trace = std::fs::read_to_string(trace_file(&c.data_dir)).unwrap();
     assert!(trace.contains("\"tool\":\"ask\"") && trace.contains("\"status\":\"passed\""), "{trace}");
+}
+
+#[test]
+fn canceling_an_agent_mid_call_stops_its_loop_and_frees_its_worker() {
+    let script = json!([
+        call("c1", "spin", &json!("forever")),
+        { "text": "never reached", "finish_reason": "stop" },
+    ]);
+    let c = start(agent_dir(&script), None);
+    let sent = c.send("mesh://helper", "spin", "m-1", true).unwrap();
+    let id = sent["result"]["task"]["id"].as_str().unwrap().to_owned();
+    // Working: the spin tool is running inside the agent's first call.
+    wait_for(CONVERGE, "the agent to be working in its tool call", || {
+        let trace = std::fs::read_to_string(trace_file(&c.data_dir)).ok()?;
+        let got = c.task(&id).ok()?;
+        (got["result"]["status"]["state"] == "TASK_STATE_WORKING"
+            && trace.contains("\"decision\":\"tool_calls\""))
+        .then_some(())
+    })
+    .unwrap();
+    let started = std::time::Instant::now();
+    let canceled = c.rpc("CancelTask", json!({ "id": id })).unwrap();
+    assert_eq!(canceled["result"]["status"]["state"], "TASK_STATE_CANCELED", "{canceled}");
+    // The loop stops well before the tool's 60 s deadline, and says so in its trace.
+    wait_for(CONVERGE, "the session to end canceled", || {
+        let trace = std::fs::read_to_string(trace_file(&c.data_dir)).ok()?;
+        (trace.contains("\"event\":\"task_end\"") && trace.contains("\"status\":\"canceled\"")).then_some(())
+    })
+    .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
+    assert_eq!(c.task(&id).unwrap()["result"]["status"]["state"], "TASK_STATE_CANCELED");
 }
 
 #[test]

@@ -56,6 +56,20 @@ impl Live {
     pub(super) fn record(&self) -> MutexGuard<'_, TaskRecord> {
         self.record.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Resolves once the task is canceled (at once if it already is).
+    pub(super) async fn canceled(&self) {
+        let mut changed = self.changed.subscribe();
+        loop {
+            if self.record().state == TaskState::Canceled {
+                return;
+            }
+            if changed.changed().await.is_err() {
+                // The task is gone from memory: nothing will cancel it any more.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
 }
 
 /// Why a task operation failed (A2A's error kinds).

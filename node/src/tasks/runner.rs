@@ -76,14 +76,23 @@ impl TaskRunner {
     fn policy(&self, capsule: &str) -> Option<Policy> {
         if let Some(agent) = self.runtime.agent(capsule) {
             let lifecycle = &agent.manifest.lifecycle;
-            return Some(Policy { acceptance: lifecycle.task_acceptance, workers: lifecycle.workers });
+            // An agent's loop stops between turns and calls: its working tasks can be canceled.
+            return Some(Policy {
+                acceptance: lifecycle.task_acceptance,
+                workers: lifecycle.workers,
+                interruptible: true,
+            });
         }
         let installed = self.runtime.installed().into_iter().find(|i| i.manifest.name == capsule)?;
         if !installed.manifest.kind.runs_as_tool() {
             return Some(Policy::CLOSED);
         }
         let lifecycle = &installed.manifest.lifecycle;
-        Some(Policy { acceptance: lifecycle.task_acceptance, workers: lifecycle.workers })
+        Some(Policy {
+            acceptance: lifecycle.task_acceptance,
+            workers: lifecycle.workers,
+            interruptible: false,
+        })
     }
 
     fn run(&self, starts: Vec<Arc<Live>>) {
@@ -166,6 +175,10 @@ struct InputLink {
 impl TaskPort for InputLink {
     fn traceparent(&self) -> Option<String> {
         self.live.record().traceparent.clone()
+    }
+
+    fn canceled(&self) -> PortFuture<'_, ()> {
+        Box::pin(self.live.canceled())
     }
 
     fn request_input(&self, prompt: String, timeout: Duration) -> PortFuture<'_, Result<String, String>> {

@@ -2,8 +2,8 @@ use super::*;
 use crate::task::Sender;
 
 const T0: Millis = Millis(1_800_000_000_000);
-const QUEUE: Policy = Policy { acceptance: Acceptance::Queue, workers: 2 };
-const SINGLE: Policy = Policy { acceptance: Acceptance::Single, workers: 4 };
+const QUEUE: Policy = Policy { acceptance: Acceptance::Queue, workers: 2, interruptible: false };
+const SINGLE: Policy = Policy { acceptance: Acceptance::Single, workers: 4, interruptible: false };
 
 fn submit(message: &str, capsule: &str) -> Submit {
     Submit {
@@ -91,7 +91,7 @@ fn admission_follows_the_declared_policy() {
     assert!(matches!(owner.admit(T0, &submit("d", "echo"), Some(SINGLE)), Ok(Admitted::New { .. })));
     // queue: past queue_max waiting tasks, overloaded.
     let mut owner = Owner::new(OwnerConfig { queue_max: 2, ..OwnerConfig::default() });
-    let busy = Policy { acceptance: Acceptance::Queue, workers: 1 };
+    let busy = Policy { acceptance: Acceptance::Queue, workers: 1, interruptible: false };
     for m in ["e", "f", "g"] {
         accept(&mut owner, m, busy);
     }
@@ -117,7 +117,7 @@ fn workers_take_queued_tasks_in_acceptance_order() {
 #[test]
 fn cancel_input_and_reply_change_only_the_states_they_may() {
     let mut owner = Owner::new(OwnerConfig::default());
-    let one = Policy { acceptance: Acceptance::Queue, workers: 1 };
+    let one = Policy { acceptance: Acceptance::Queue, workers: 1, interruptible: false };
     let running = accept(&mut owner, "a", one);
     let queued = accept(&mut owner, "b", one);
     drain(&mut owner);
@@ -138,6 +138,7 @@ fn cancel_input_and_reply_change_only_the_states_they_may() {
     );
     owner.reply(T0, running).unwrap();
     assert!(owner.reply(T0, running).is_err(), "no second reply: it is working again");
+    assert!(owner.cancel(T0, running).is_err(), "a tool's working task cannot be canceled");
     owner.ask(T0, running).unwrap();
     owner.cancel(T0, running).unwrap();
     drain(&mut owner);
@@ -170,7 +171,7 @@ fn a_restart_fails_what_ran_and_queues_again_what_waited() {
             Output::Store { task: id("d"), state: TaskState::Failed, write: Write::Sync },
         ]
     );
-    owner.resume(T0, &|_| Some(Policy { acceptance: Acceptance::Queue, workers: 1 }));
+    owner.resume(T0, &|_| Some(Policy { acceptance: Acceptance::Queue, workers: 1, interruptible: false }));
     assert_eq!(
         drain(&mut owner),
         vec![
@@ -181,7 +182,7 @@ fn a_restart_fails_what_ran_and_queues_again_what_waited() {
     );
     assert_eq!((owner.stats().failed_on_restart, owner.stats().requeued), (2, 2));
     // New tickets continue after the recovered ones: the recovered task runs first.
-    let one = Policy { acceptance: Acceptance::Queue, workers: 1 };
+    let one = Policy { acceptance: Acceptance::Queue, workers: 1, interruptible: false };
     let task = accept(&mut owner, "f", one);
     // A recovered queue whose capsule is gone still drains (here: `gone` is not hosted).
     let mut orphaned = Owner::new(OwnerConfig::default());
@@ -247,4 +248,21 @@ fn the_volatile_accept_plant_answers_before_the_disk() {
         drain(&mut owner),
         vec![Output::Store { task: s.task, state: TaskState::Submitted, write: Write::Background }]
     );
+}
+
+#[test]
+fn an_interruptible_capsules_working_task_can_be_canceled_and_frees_its_worker_when_it_ends() {
+    let mut owner = Owner::new(OwnerConfig::default());
+    let agent = Policy { acceptance: Acceptance::Queue, workers: 1, interruptible: true };
+    let running = accept(&mut owner, "a", agent);
+    let queued = accept(&mut owner, "b", agent);
+    drain(&mut owner);
+    assert_eq!(owner.state(&running), Some(TaskState::Working));
+    owner.cancel(T0, running).unwrap();
+    assert_eq!(owner.state(&running), Some(TaskState::Canceled));
+    assert!(!drain(&mut owner).contains(&Output::Start { task: queued }), "the run still holds the worker");
+    // The stopped run reports its end: the state stays canceled, the next task starts.
+    owner.finished(T0, running, TaskState::Canceled);
+    assert_eq!(owner.state(&running), Some(TaskState::Canceled));
+    assert!(drain(&mut owner).contains(&Output::Start { task: queued }));
 }

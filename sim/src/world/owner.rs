@@ -48,7 +48,11 @@ impl Sim {
         let workers = self.tasks.as_deref()?.config.workers;
         hosted.then(|| {
             if capsule.starts_with("task-") {
-                Policy { acceptance: murmur_protocol::owner::Acceptance::Queue, workers }
+                Policy {
+                    acceptance: murmur_protocol::owner::Acceptance::Queue,
+                    workers,
+                    interruptible: false,
+                }
             } else {
                 Policy::CLOSED
             }
