@@ -5,7 +5,8 @@
 //!
 //! One session per task run: the session's directory is
 //! `<workdir>/sessions/<session-id>/` (its `trace.jsonl`, and what `on-inference` hooks
-//! returned as `artifact`).
+//! returned as `artifact`); `<workdir>/session-index/<task-id>` names the session that ran
+//! a task.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -29,6 +30,11 @@ use crate::wire::{self, Message, Role, ToolCall, ToolSpec, TurnReply, TurnReques
 
 /// The name under which the shell is offered to the model.
 pub const SHELL_TOOL: &str = "shell";
+
+/// Async hook calls running at once across the node's agents. Each is a component
+/// instance; past this, an async hook call is skipped and its log says so (async hooks
+/// only observe, so the loop loses nothing).
+pub const ASYNC_HOOK_CALLS_MAX: usize = 64;
 
 /// Counts tokens with tiktoken: the encoding of the model's family where tiktoken knows
 /// it, `cl100k_base` otherwise.
@@ -66,6 +72,7 @@ impl Tokenizer for Tiktoken {
 #[derive(Clone, Debug)]
 pub struct AgentRunner {
     runtime: Runtime,
+    async_hooks: Arc<tokio::sync::Semaphore>,
 }
 
 /// What the runner needs of the task it runs.
@@ -84,8 +91,8 @@ impl std::fmt::Debug for TaskLink {
 
 impl AgentRunner {
     #[must_use]
-    pub const fn new(runtime: Runtime) -> Self {
-        Self { runtime }
+    pub fn new(runtime: Runtime) -> Self {
+        Self { runtime, async_hooks: Arc::new(tokio::sync::Semaphore::new(ASYNC_HOOK_CALLS_MAX)) }
     }
 
     /// Runs one task of `agent` in a session of its own, to its end.
@@ -111,6 +118,7 @@ impl AgentRunner {
         );
         let mut run = Run {
             runtime: self.runtime.clone(),
+            async_hooks: self.async_hooks.clone(),
             agent,
             trace,
             tokens,
@@ -187,6 +195,7 @@ fn shell_spec(allowed: &[String]) -> ToolSpec {
 /// One session in progress.
 struct Run {
     runtime: Runtime,
+    async_hooks: Arc<tokio::sync::Semaphore>,
     agent: Arc<Agent>,
     trace: Arc<TraceFile>,
     tokens: Tiktoken,
@@ -272,10 +281,19 @@ impl Run {
                     }
                 },
                 ExecutionMode::Async => {
+                    let Ok(permit) = self.async_hooks.clone().try_acquire_owned() else {
+                        let line = format!(
+                            "hook `{}`: {handler} skipped: {ASYNC_HOOK_CALLS_MAX} async hook calls are already running on this node",
+                            hook.name
+                        );
+                        hook_log(&self.agent.manifest.workdir, &hook.name, &line);
+                        continue;
+                    };
                     let (runtime, agent, event) = (self.runtime.clone(), self.agent.clone(), event.clone());
                     let index =
                         self.agent.hooks.iter().position(|h| std::ptr::eq(h, hook)).unwrap_or_default();
                     tokio::spawn(async move {
+                        let _permit = permit;
                         let hook = &agent.hooks[index];
                         let answer = match runtime.call_hook(hook, event, port).await {
                             Ok(None) => return,
@@ -543,7 +561,7 @@ pub fn session_of(workdir: &Path, task_id: &str) -> Option<(String, PathBuf)> {
     if !plain_name(task_id) {
         return None;
     }
-    let session = std::fs::read_to_string(workdir.join("sessions/by-task").join(task_id)).ok()?;
+    let session = std::fs::read_to_string(workdir.join("session-index").join(task_id)).ok()?;
     let session = session.trim().to_owned();
     plain_name(&session).then(|| {
         let trace = workdir.join("sessions").join(&session).join("trace.jsonl");
@@ -555,7 +573,7 @@ fn index_session(workdir: &Path, task_id: &str, session_id: &str) -> std::io::Re
     if !plain_name(task_id) {
         return Ok(());
     }
-    let dir = workdir.join("sessions/by-task");
+    let dir = workdir.join("session-index");
     std::fs::create_dir_all(&dir)?;
     std::fs::write(dir.join(task_id), session_id)
 }

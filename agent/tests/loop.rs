@@ -317,3 +317,50 @@ env = { SCRIPT = '[{"text": "done", "finish_reason": "stop"}]', SCRIPT_SUMMARY =
     });
     assert_eq!(compaction, Some(("compactor".to_owned(), 1, 1)));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn async_hooks_neither_slow_the_loop_nor_write_dispatch_records() {
+    let node = Node::new();
+    let script = serde_json::json!([{ "text": "done", "finish_reason": "stop" }]);
+    let manifest = format!(
+        r#"name = "helper"
+version = "0.1.0"
+kind = "agent"
+[inference]
+model = "gpt-4o-mini"
+driver = {{ artifact = "scripted-driver@0.1.0" }}
+[[hooks]]
+artifact = "arms-hook@0.1.0"
+execution_mode = "async"
+[limits]
+deadline_ms = 30000
+[wasi]
+env = {{ SCRIPT = '{script}', HOOK_DEFAULT = "slow:6000", HOOK_ON_INFERENCE = "artifact:x" }}
+"#
+    );
+    let agent = node
+        .runtime
+        .install_agent(CapsuleManifest::parse(&manifest, Path::new("/"), node.dir.path()).unwrap())
+        .unwrap();
+    let began = std::time::Instant::now();
+    let end = AgentRunner::new(node.runtime.clone()).run_task(agent.clone(), link("t1")).await;
+    assert_eq!(end, TaskEnd::Completed("done".into()));
+    // Four stages start a hook that sleeps 6 s; the task did not wait for any of them.
+    assert!(began.elapsed() < Duration::from_secs(5), "the loop waited: {:?}", began.elapsed());
+    let records = trace_of(&agent);
+    assert!(!records.iter().any(|(_, r)| matches!(r.event, Event::HookDispatchError { .. })), "{records:?}");
+    // The async hook's on-inference answer (an honoured arm) is only logged, never committed.
+    let log = agent.manifest.workdir.join("logs/hook-arms-hook.log");
+    let logged = (0..40).find_map(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        std::fs::read_to_string(&log).ok().filter(|l| l.contains("not committed: async hooks only observe"))
+    });
+    assert!(logged.is_some(), "no log line for the async hook's artifact");
+    assert!(
+        !agent.manifest.workdir.join("sessions").read_dir().unwrap().any(|d| d
+            .unwrap()
+            .path()
+            .join("artifacts")
+            .exists())
+    );
+}
