@@ -721,6 +721,15 @@ execution_mode = "async"
     }
 
     #[test]
+    fn the_documented_example_agent_parses() {
+        let m = parse(include_str!("../../docs/examples/helper.toml")).unwrap();
+        let agent = m.agent.unwrap();
+        assert_eq!(agent.driver.unwrap().to_string(), "scripted-driver@0.1.0");
+        let script: serde_json::Value = serde_json::from_str(&m.env["SCRIPT"]).unwrap();
+        assert_eq!(script[0]["tool_calls"][0]["name"], "shell");
+    }
+
+    #[test]
     fn agent_settings_are_checked_by_key() {
         let err = parse(
             "name = \"a\"\nversion = \"1\"\nkind = \"agent\"\n[inference]\nmodel = \"m\"\nmax_turns = 0\ndriver = { artifact = \"nodash\" }\ncompaction = { threshold = 1.5 }\n[[hooks]]\nartifact = \"h@1\"\nexecution_mode = \"later\"\n",
