@@ -20,7 +20,9 @@ use murmur_runtime::{Agent, AgentHook, Installed, Runtime, ToolInput};
 
 use tracing::Instrument;
 
-use crate::hooks::{self, Verdict};
+use murmur_runtime::bindings::murmur::hook::lifecycle::{self, HookOutput};
+
+use crate::hooks::{self, Handler, Verdict};
 use crate::session::{
     CallDone, HookAnswer, Inferred, Input, Output, Session, Settings, ShellOutcome, TaskEnd, TaskStart,
     Tokenizer, ToolOutcome,
@@ -73,7 +75,14 @@ impl Tokenizer for Tiktoken {
 pub struct AgentRunner {
     runtime: Runtime,
     async_hooks: Arc<tokio::sync::Semaphore>,
+    /// Agents staged (`on-stage` dispatched), by the identity of their installed `Agent`:
+    /// once per install, before its first session.
+    staged: Arc<Mutex<std::collections::HashMap<usize, Arc<tokio::sync::OnceCell<()>>>>>,
 }
+
+/// Manifests one `write-manifests` commit may write, and bytes of each.
+pub const STAGED_MANIFESTS_MAX: usize = 64;
+pub const STAGED_MANIFEST_BYTES_MAX: usize = 64 * 1024;
 
 /// What the runner needs of the task it runs.
 #[derive(Clone)]
@@ -92,11 +101,66 @@ impl std::fmt::Debug for TaskLink {
 impl AgentRunner {
     #[must_use]
     pub fn new(runtime: Runtime) -> Self {
-        Self { runtime, async_hooks: Arc::new(tokio::sync::Semaphore::new(ASYNC_HOOK_CALLS_MAX)) }
+        Self {
+            runtime,
+            async_hooks: Arc::new(tokio::sync::Semaphore::new(ASYNC_HOOK_CALLS_MAX)),
+            staged: Arc::default(),
+        }
+    }
+
+    /// Stages `agent` once per install, before its first session: `on-stage` goes to its
+    /// sync hooks with the shell allowlist; a `write-manifests` commit writes each manifest
+    /// to `<workdir>/tools/<binary-name>/manifest.toml`. Any other arm is a line in the
+    /// hook's log (no trace: there is no session yet). Async hooks are not staged: staging
+    /// must finish before the first session, which an async hook would not.
+    pub async fn stage(&self, agent: &Arc<Agent>) {
+        let key = Arc::as_ptr(agent) as usize;
+        let cell = {
+            let mut staged = self.staged.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            // Agents replaced by a reinstall leave their entry; the map holds at most one
+            // per install, and installs are bounded by the node's capsule limit.
+            staged.entry(key).or_default().clone()
+        };
+        cell.get_or_init(|| async {
+            let event = lifecycle::StageEvent { shell_allow: agent.manifest.capabilities.shell.clone() };
+            let workdir = &agent.manifest.workdir;
+            for hook in agent.hooks.iter().filter(|h| h.mode == ExecutionMode::Sync) {
+                let port: Arc<dyn InferencePort> = Arc::new(murmur_runtime::ports::NoInference);
+                let answer = match self.runtime.call_hook(hook, HookEvent::Stage(event.clone()), port).await {
+                    Ok(None) => continue,
+                    Ok(Some(answer)) => answer,
+                    Err(error) => Err(error.to_string()),
+                };
+                match hooks::judge(Handler::Stage, answer) {
+                    Verdict::Silent => {}
+                    Verdict::Commit(HookOutput::WriteManifests(manifests)) => {
+                        if let Err(why) = write_manifests(workdir, &manifests) {
+                            hook_log(
+                                workdir,
+                                &hook.name,
+                                &format!(
+                                    "hook `{}`: on-stage write-manifests not committed: {why}",
+                                    hook.name
+                                ),
+                            );
+                        }
+                    }
+                    Verdict::Commit(_) => {}
+                    Verdict::Discard(arm) => {
+                        hook_log(workdir, &hook.name, &hooks::discard_line(&hook.name, Handler::Stage, arm))
+                    }
+                    Verdict::Failed(error) => {
+                        hook_log(workdir, &hook.name, &hooks::error_line(&hook.name, Handler::Stage, &error))
+                    }
+                }
+            }
+        })
+        .await;
     }
 
     /// Runs one task of `agent` in a session of its own, to its end.
     pub async fn run_task(&self, agent: Arc<Agent>, link: TaskLink) -> TaskEnd {
+        self.stage(&agent).await;
         let session_id = uuid::Uuid::new_v4().to_string();
         let dir = agent.manifest.workdir.join("sessions").join(&session_id);
         let trace = match TraceFile::create(&dir) {
@@ -553,6 +617,31 @@ impl TraceFile {
             tracing::warn!(%error, "cannot append to trace.jsonl");
         }
     }
+}
+
+/// Writes a `write-manifests` commit: all of it, or (on a bad entry) nothing.
+fn write_manifests(workdir: &Path, manifests: &[lifecycle::ToolManifest]) -> Result<(), String> {
+    if manifests.len() > STAGED_MANIFESTS_MAX {
+        return Err(format!("{} manifests, more than {STAGED_MANIFESTS_MAX}", manifests.len()));
+    }
+    for manifest in manifests {
+        if !plain_name(&manifest.binary_name) {
+            return Err(format!("`{}` is not a plain binary name", manifest.binary_name));
+        }
+        if manifest.content.len() > STAGED_MANIFEST_BYTES_MAX {
+            return Err(format!(
+                "the manifest of `{}` is larger than {STAGED_MANIFEST_BYTES_MAX} bytes",
+                manifest.binary_name
+            ));
+        }
+    }
+    for manifest in manifests {
+        let dir = workdir.join("tools").join(&manifest.binary_name);
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(dir.join("manifest.toml"), &manifest.content))
+            .map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
+    }
+    Ok(())
 }
 
 /// The session that ran `task_id` of the agent working in `workdir`, if any.

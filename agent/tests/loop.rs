@@ -364,3 +364,30 @@ env = {{ SCRIPT = '{script}', HOOK_DEFAULT = "slow:6000", HOOK_ON_INFERENCE = "a
             .exists())
     );
 }
+
+#[tokio::test]
+async fn on_stage_runs_once_before_the_first_session_and_commits_write_manifests() {
+    let node = Node::new();
+    let script = serde_json::json!([{ "text": "done", "finish_reason": "stop" }]);
+    let agent = node.agent(&script, r#", HOOK_ON_STAGE = "write-manifests:binary = 'wc'""#, "");
+    let runner = AgentRunner::new(node.runtime.clone());
+    assert_eq!(runner.run_task(agent.clone(), link("t1")).await, TaskEnd::Completed("done".into()));
+    let written = std::fs::read_to_string(agent.manifest.workdir.join("tools/x/manifest.toml")).unwrap();
+    assert_eq!(written, "binary = 'wc'");
+
+    // Another arm from on-stage: a log line, never a trace record (no session yet); and
+    // staging happens once however many tasks run.
+    let other = Node::new();
+    let agent = other.agent(&script, r#", HOOK_ON_STAGE = "reopen-task:again""#, "");
+    let runner = AgentRunner::new(other.runtime.clone());
+    for task in ["t1", "t2"] {
+        assert_eq!(runner.run_task(agent.clone(), link(task)).await, TaskEnd::Completed("done".into()));
+    }
+    let log = std::fs::read_to_string(agent.manifest.workdir.join("logs/hook-arms-hook.log")).unwrap();
+    assert_eq!(log.matches("on-stage returned reopen-task").count(), 1, "{log}");
+    let sessions = agent.manifest.workdir.join("sessions");
+    for session in std::fs::read_dir(sessions).unwrap() {
+        let trace = std::fs::read_to_string(session.unwrap().path().join("trace.jsonl")).unwrap();
+        assert!(!trace.contains("on-stage"), "{trace}");
+    }
+}

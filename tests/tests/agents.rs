@@ -76,6 +76,12 @@ fn call(id: &str, name: &str, arguments: &Value) -> Value {
     json!({ "finish_reason": "tool_calls", "tool_calls": [{ "id": id, "name": name, "arguments": arguments.to_string() }] })
 }
 
+/// The first session's trace, once there is one (for polling).
+fn trace_text(node_dir: &Path) -> Option<String> {
+    let session = std::fs::read_dir(node_dir.join("work/helper/sessions")).ok()?.next()?.ok()?.path();
+    std::fs::read_to_string(session.join("trace.jsonl")).ok()
+}
+
 fn trace_file(node_dir: &Path) -> PathBuf {
     let sessions = node_dir.join("work/helper/sessions");
     let session = std::fs::read_dir(&sessions).expect("a session directory").next().unwrap().unwrap().path();
@@ -178,7 +184,7 @@ fn canceling_an_agent_mid_call_stops_its_loop_and_frees_its_worker() {
     let id = sent["result"]["task"]["id"].as_str().unwrap().to_owned();
     // Working: the spin tool is running inside the agent's first call.
     wait_for(CONVERGE, "the agent to be working in its tool call", || {
-        let trace = std::fs::read_to_string(trace_file(&c.data_dir)).ok()?;
+        let trace = trace_text(&c.data_dir)?;
         let got = c.task(&id).ok()?;
         (got["result"]["status"]["state"] == "TASK_STATE_WORKING"
             && trace.contains("\"decision\":\"tool_calls\""))
@@ -190,7 +196,7 @@ fn canceling_an_agent_mid_call_stops_its_loop_and_frees_its_worker() {
     assert_eq!(canceled["result"]["status"]["state"], "TASK_STATE_CANCELED", "{canceled}");
     // The loop stops well before the tool's 60 s deadline, and says so in its trace.
     wait_for(CONVERGE, "the session to end canceled", || {
-        let trace = std::fs::read_to_string(trace_file(&c.data_dir)).ok()?;
+        let trace = trace_text(&c.data_dir)?;
         (trace.contains("\"event\":\"task_end\"") && trace.contains("\"status\":\"canceled\"")).then_some(())
     })
     .unwrap();
