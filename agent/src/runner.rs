@@ -334,7 +334,7 @@ impl Run {
     async fn dispatch(&self, event: HookEvent) -> Vec<HookAnswer> {
         let handler = hooks::handler_of(&event);
         let mut answers = Vec::new();
-        for hook in &self.agent.hooks {
+        for (index, hook) in self.agent.hooks.iter().enumerate() {
             let port = self.inference_port(hook);
             match hook.mode {
                 ExecutionMode::Sync => match self.runtime.call_hook(hook, event.clone(), port).await {
@@ -354,8 +354,6 @@ impl Run {
                         continue;
                     };
                     let (runtime, agent, event) = (self.runtime.clone(), self.agent.clone(), event.clone());
-                    let index =
-                        self.agent.hooks.iter().position(|h| std::ptr::eq(h, hook)).unwrap_or_default();
                     tokio::spawn(async move {
                         let _permit = permit;
                         let hook = &agent.hooks[index];

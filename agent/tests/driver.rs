@@ -3,28 +3,19 @@
 //! and the provider's socket is the shipping code (runner, runtime, `wasi:http` gate,
 //! driver component). Run `bash capsules/build.sh` first; `tests/run.sh` does.
 
+mod common;
+
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
+use common::{NoInput, Node};
 use murmur_agent::runner::{AgentRunner, TaskLink};
 use murmur_agent::session::{TaskEnd, TaskStart};
-use murmur_runtime::ports::{PortFuture, Ports, TaskPort};
-use murmur_runtime::{CapsuleManifest, Runtime, RuntimeOptions};
-use murmur_store::{ArtifactMeta, ArtifactStore, CapsuleKind, Platform};
+use murmur_store::CapsuleKind;
 use serde_json::{Value, json};
-
-fn wasm(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../capsules/target/wasm32-wasip2/release")
-        .join(format!("{name}.wasm"));
-    assert!(path.is_file(), "{} is missing: run `bash capsules/build.sh`", path.display());
-    path
-}
 
 /// What the provider saw: the `Authorization` header and the JSON body of each request.
 type Seen = Arc<Mutex<Vec<(Option<String>, Value)>>>;
@@ -79,36 +70,18 @@ fn completion(id: &str, content: Option<&str>, tool_calls: &[(&str, &str, Value)
     json!({ "id": id, "object": "chat.completion", "choices": [{ "index": 0, "message": message, "finish_reason": finish }] })
 }
 
-struct Node {
-    dir: tempfile::TempDir,
-    runtime: Runtime,
+/// A node with the shipped OpenAI driver in its store.
+fn driver_node() -> Node {
+    let node = Node::new();
+    node.stock("openai-driver", "openai_driver", CapsuleKind::Driver);
+    node
 }
 
-impl Node {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(ArtifactStore::open(&dir.path().join("store")).unwrap());
-        let options = RuntimeOptions { data_dir: dir.path().to_path_buf(), pooling: false };
-        let runtime = Runtime::new(options, store, Ports::standalone().unwrap()).unwrap();
-        let meta = ArtifactMeta {
-            name: "openai-driver".into(),
-            version: "0.1.0".into(),
-            kind: CapsuleKind::Driver,
-            runtime: Platform::Wasm,
-            description: String::new(),
-            tags: vec![],
-            input_schema: None,
-            output_schema: None,
-        };
-        runtime.store().add(&meta, &std::fs::read(wasm("openai_driver")).unwrap(), None).unwrap();
-        let tool = format!(
-            "name = \"wordcount\"\nversion = \"1.0.0\"\nkind = \"tool\"\nartifact = \"{}\"\ndescription = \"counts words\"\n",
-            wasm("wordcount").display()
-        );
-        runtime.install(CapsuleManifest::parse(&tool, Path::new("/"), dir.path()).unwrap()).unwrap();
-        Self { dir, runtime }
-    }
+trait ProviderAgent {
+    fn agent(&self, base: &str, allow: &str, driver_env: &str) -> Arc<murmur_runtime::Agent>;
+}
 
+impl ProviderAgent for Node {
     /// Agent `helper` whose driver reaches `base`, allowed `allow`; the API key is read
     /// from the node's environment: `CARGO_PKG_NAME`, which the test runner always sets.
     fn agent(&self, base: &str, allow: &str, driver_env: &str) -> Arc<murmur_runtime::Agent> {
@@ -129,20 +102,7 @@ params = {{ temperature = 0 }}
 env = {{ OPENAI_BASE_URL = "{base}" {driver_env} }}
 "#
         );
-        let manifest = CapsuleManifest::parse(&manifest, Path::new("/"), self.dir.path()).unwrap();
-        self.runtime.install_agent(manifest).unwrap()
-    }
-}
-
-struct NoInput;
-
-impl TaskPort for NoInput {
-    fn request_input(&self, _: String, _: Duration) -> PortFuture<'_, Result<String, String>> {
-        Box::pin(async { Err("no input here".to_owned()) })
-    }
-
-    fn traceparent(&self) -> Option<String> {
-        None
+        self.install_agent(&manifest)
     }
 }
 
@@ -165,7 +125,7 @@ async fn the_openai_driver_calls_tools_through_a_chat_completions_provider() {
         completion("r2", Some("3 words"), &[]),
     ])
     .await;
-    let node = Node::new();
+    let node = driver_node();
     let base = format!("http://127.0.0.1:{}/v1", provider.port);
     let agent = node.agent(&base, &format!("127.0.0.1:{}", provider.port), "");
     let end = AgentRunner::new(node.runtime.clone()).run_task(agent, link("t1", "ctx")).await;
@@ -202,7 +162,7 @@ async fn continuation_sends_only_the_delta_and_never_crosses_contexts() {
         completion("resp-3", Some("fresh"), &[]),
     ])
     .await;
-    let node = Node::new();
+    let node = driver_node();
     let base = format!("http://127.0.0.1:{}/v1", provider.port);
     let agent = node.agent(
         &base,
@@ -239,7 +199,7 @@ async fn a_host_outside_the_allowlist_is_refused_before_any_connection() {
     let forbidden = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     forbidden.set_nonblocking(true).unwrap();
     let port = forbidden.local_addr().unwrap().port();
-    let node = Node::new();
+    let node = driver_node();
     let agent =
         node.agent(&format!("http://127.0.0.1:{port}/v1"), &format!("127.0.0.1:{}", provider.port), "");
     let end = AgentRunner::new(node.runtime.clone()).run_task(agent, link("t1", "ctx")).await;

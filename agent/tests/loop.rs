@@ -3,63 +3,33 @@
 //! tool and a real shell command. The driver plays a script (`capsules/fixtures`), so no
 //! provider is involved.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{NoInput, Node};
 use murmur_agent::runner::{AgentRunner, TaskLink};
 use murmur_agent::session::{TaskEnd, TaskStart};
 use murmur_api::session_trace::{self, Event};
-use murmur_runtime::ports::{PortFuture, Ports, TaskPort};
-use murmur_runtime::{CapsuleManifest, Runtime, RuntimeOptions};
-use murmur_store::{ArtifactMeta, ArtifactStore, CapsuleKind, Platform};
+use murmur_runtime::CapsuleManifest;
+use murmur_store::CapsuleKind;
 
-fn wasm(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../capsules/target/wasm32-wasip2/release")
-        .join(format!("{name}.wasm"));
-    assert!(path.is_file(), "{} is missing: run `bash capsules/build.sh`", path.display());
-    path
+/// A node with the scripted driver and the arms hook in its store.
+fn scripted_node() -> Node {
+    let node = Node::new();
+    node.stock("scripted-driver", "scripted_driver", CapsuleKind::Driver);
+    node.stock("arms-hook", "arms_hook", CapsuleKind::Hook);
+    node
 }
 
-struct Node {
-    dir: tempfile::TempDir,
-    runtime: Runtime,
+/// Agent `helper` on a scripted node.
+trait ScriptedAgent {
+    fn agent(&self, script: &serde_json::Value, hook_env: &str, extra: &str) -> Arc<murmur_runtime::Agent>;
 }
 
-impl Node {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(ArtifactStore::open(&dir.path().join("store")).unwrap());
-        let options = RuntimeOptions { data_dir: dir.path().to_path_buf(), pooling: false };
-        let runtime = Runtime::new(options, store, Ports::standalone().unwrap()).unwrap();
-        let node = Self { dir, runtime };
-        node.stock("scripted-driver", "scripted_driver", CapsuleKind::Driver);
-        node.stock("arms-hook", "arms_hook", CapsuleKind::Hook);
-        let manifest = format!(
-            "name = \"wordcount\"\nversion = \"1.0.0\"\nkind = \"tool\"\nartifact = \"{}\"\ndescription = \"counts words\"\n",
-            wasm("wordcount").display()
-        );
-        node.runtime
-            .install(CapsuleManifest::parse(&manifest, Path::new("/"), node.dir.path()).unwrap())
-            .unwrap();
-        node
-    }
-
-    fn stock(&self, name: &str, wasm_name: &str, kind: CapsuleKind) {
-        let meta = ArtifactMeta {
-            name: name.into(),
-            version: "0.1.0".into(),
-            kind,
-            runtime: Platform::Wasm,
-            description: String::new(),
-            tags: vec![],
-            input_schema: None,
-            output_schema: None,
-        };
-        self.runtime.store().add(&meta, &std::fs::read(wasm(wasm_name)).unwrap(), None).unwrap();
-    }
-
+impl ScriptedAgent for Node {
     /// Installs agent `helper` with `script` (the driver's replies), hook env and extras.
     fn agent(&self, script: &serde_json::Value, hook_env: &str, extra: &str) -> Arc<murmur_runtime::Agent> {
         let manifest = format!(
@@ -80,21 +50,7 @@ artifact = "arms-hook@0.1.0"
 env = {{ SCRIPT = '{script}' {hook_env} }}
 "#
         );
-        let manifest = CapsuleManifest::parse(&manifest, Path::new("/"), self.dir.path()).unwrap();
-        self.runtime.install_agent(manifest).unwrap()
-    }
-}
-
-/// A task that never asks for input.
-struct NoInput;
-
-impl TaskPort for NoInput {
-    fn request_input(&self, _prompt: String, _timeout: Duration) -> PortFuture<'_, Result<String, String>> {
-        Box::pin(async { Err("no input here".to_owned()) })
-    }
-
-    fn traceparent(&self) -> Option<String> {
-        None
+        self.install_agent(&manifest)
     }
 }
 
@@ -122,7 +78,7 @@ fn tool_call(id: &str, name: &str, arguments: &serde_json::Value) -> serde_json:
 
 #[tokio::test]
 async fn three_turns_with_a_wasm_tool_and_a_shell_command() {
-    let node = Node::new();
+    let node = scripted_node();
     std::fs::create_dir_all(node.dir.path().join("work/helper")).unwrap();
     std::fs::write(node.dir.path().join("work/helper/notes.txt"), "one two three\n").unwrap();
     let script = serde_json::json!([
@@ -187,7 +143,7 @@ async fn three_turns_with_a_wasm_tool_and_a_shell_command() {
 
 #[tokio::test]
 async fn max_turns_stops_a_model_that_never_stops() {
-    let node = Node::new();
+    let node = scripted_node();
     let script = serde_json::json!([tool_call("c", "wordcount", &serde_json::json!({ "text": "again" }))]);
     let agent = node.agent(&script, "", "");
     let end = AgentRunner::new(node.runtime.clone()).run_task(agent, link("t1")).await;
@@ -197,7 +153,7 @@ async fn max_turns_stops_a_model_that_never_stops() {
 
 #[tokio::test]
 async fn hooks_commit_their_honoured_arm_and_log_the_rest() {
-    let node = Node::new();
+    let node = scripted_node();
     let script = serde_json::json!([{ "text": "done", "finish_reason": "stop" }]);
     // Every handler returns artifact; on-task-end reopens (once: max_task_reopens = 1).
     let env = r#", HOOK_DEFAULT = "artifact:note", HOOK_ON_TASK_END = "reopen-task:check again""#;
@@ -224,7 +180,7 @@ async fn hooks_commit_their_honoured_arm_and_log_the_rest() {
 
 #[tokio::test]
 async fn a_hooks_run_inference_goes_through_the_agents_driver_and_is_traced() {
-    let node = Node::new();
+    let node = scripted_node();
     // Turn 1 calls a tool; the growing history crosses a tiny window, so on-compaction
     // fires and the hook summarises through run-inference (the script's next reply).
     let script = serde_json::json!([
@@ -249,7 +205,7 @@ async fn a_hooks_run_inference_goes_through_the_agents_driver_and_is_traced() {
 
 #[tokio::test]
 async fn a_hook_built_against_an_older_lifecycle_version_does_not_load() {
-    let node = Node::new();
+    let node = scripted_node();
     node.stock("old-hook", "old_hook", CapsuleKind::Hook);
     let manifest = r#"name = "helper"
 version = "0.1.0"
@@ -277,7 +233,7 @@ artifact = "old-hook@0.1.0"
 
 #[tokio::test]
 async fn the_shipped_compactor_replaces_the_history_with_a_summary_from_the_driver() {
-    let node = Node::new();
+    let node = scripted_node();
     node.stock("compactor", "compactor", CapsuleKind::Hook);
     let manifest = r#"name = "helper"
 version = "0.1.0"
@@ -320,7 +276,7 @@ env = { SCRIPT = '[{"text": "done", "finish_reason": "stop"}]', SCRIPT_SUMMARY =
 
 #[tokio::test(flavor = "multi_thread")]
 async fn async_hooks_neither_slow_the_loop_nor_write_dispatch_records() {
-    let node = Node::new();
+    let node = scripted_node();
     let script = serde_json::json!([{ "text": "done", "finish_reason": "stop" }]);
     let manifest = format!(
         r#"name = "helper"
@@ -367,7 +323,7 @@ env = {{ SCRIPT = '{script}', HOOK_DEFAULT = "slow:6000", HOOK_ON_INFERENCE = "a
 
 #[tokio::test]
 async fn on_stage_runs_once_before_the_first_session_and_commits_write_manifests() {
-    let node = Node::new();
+    let node = scripted_node();
     let script = serde_json::json!([{ "text": "done", "finish_reason": "stop" }]);
     let agent = node.agent(&script, r#", HOOK_ON_STAGE = "write-manifests:binary = 'wc'""#, "");
     let runner = AgentRunner::new(node.runtime.clone());
@@ -377,7 +333,7 @@ async fn on_stage_runs_once_before_the_first_session_and_commits_write_manifests
 
     // Another arm from on-stage: a log line, never a trace record (no session yet); and
     // staging happens once however many tasks run.
-    let other = Node::new();
+    let other = scripted_node();
     let agent = other.agent(&script, r#", HOOK_ON_STAGE = "reopen-task:again""#, "");
     let runner = AgentRunner::new(other.runtime.clone());
     for task in ["t1", "t2"] {

@@ -22,16 +22,10 @@ use murmur_store::{ArtifactMeta, ArtifactStore, CapsuleKind, Platform};
 use serde::Serialize;
 use serde_json::json;
 
+use crate::{Figure, summarize};
+
 /// Turns after the first in the long task.
 const EXTRA_TURNS: usize = 16;
-
-#[derive(Debug, Serialize)]
-struct Figure {
-    name: String,
-    samples: usize,
-    p50_us: f64,
-    p99_us: f64,
-}
 
 #[derive(Debug, Serialize)]
 struct Report {
@@ -108,16 +102,6 @@ async fn time_task(
     let micros = began.elapsed().as_secs_f64() * 1e6;
     anyhow::ensure!(end == TaskEnd::Completed("done".into()), "the benchmark task ended {end:?}");
     Ok(micros)
-}
-
-fn summarize(name: &str, mut micros: Vec<f64>) -> Figure {
-    micros.sort_by(f64::total_cmp);
-    Figure {
-        name: name.into(),
-        samples: micros.len(),
-        p50_us: crate::percentile(&micros, 50.0),
-        p99_us: crate::percentile(&micros, 99.0),
-    }
 }
 
 pub fn run(samples: usize, out: &Path) -> anyhow::Result<()> {

@@ -159,6 +159,25 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A distribution of single-operation timings, in µs.
+#[derive(Debug, serde::Serialize)]
+struct Figure {
+    name: String,
+    samples: usize,
+    p50_us: f64,
+    p99_us: f64,
+}
+
+fn summarize(name: &str, mut micros: Vec<f64>) -> Figure {
+    micros.sort_by(f64::total_cmp);
+    Figure {
+        name: name.into(),
+        samples: micros.len(),
+        p50_us: percentile(&micros, 50.0),
+        p99_us: percentile(&micros, 99.0),
+    }
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
     sorted[rank.min(sorted.len() - 1)]

@@ -7,25 +7,8 @@ use std::time::Instant;
 use murmur_runtime::ports::Ports;
 use murmur_runtime::{CapsuleManifest, Runtime, RuntimeOptions, ToolInput};
 use murmur_store::ArtifactStore;
-use serde::Serialize;
 
-#[derive(Debug, Serialize)]
-struct Figure {
-    name: String,
-    samples: usize,
-    p50_us: f64,
-    p99_us: f64,
-}
-
-fn summarize(name: &str, mut micros: Vec<f64>) -> Figure {
-    micros.sort_by(f64::total_cmp);
-    Figure {
-        name: name.into(),
-        samples: micros.len(),
-        p50_us: crate::percentile(&micros, 50.0),
-        p99_us: crate::percentile(&micros, 99.0),
-    }
-}
+use crate::summarize;
 
 fn runtime(dir: &Path, pooling: bool) -> anyhow::Result<Runtime> {
     let store = Arc::new(ArtifactStore::open(&dir.join("store"))?);
