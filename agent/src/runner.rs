@@ -3,10 +3,11 @@
 //! commands through its shell host, hooks to the agent's hook components (sync in order,
 //! async detached), trace records to `trace.jsonl`, hook faults to `logs/hook-<name>.log`.
 //!
-//! One session per task run: the session's directory is
-//! `<workdir>/sessions/<session-id>/` (its `trace.jsonl`, and what `on-inference` hooks
-//! returned as `artifact`); `<workdir>/session-index/<task-id>` names the session that ran
-//! a task.
+//! A session is one capsule launch ([`AgentSession`]): one task for `task_acceptance`
+//! none or single, the tasks one queue worker takes in a row for `queue`. Its directory is
+//! `<workdir>/sessions/<session-id>/` (its `trace.jsonl`);
+//! `<workdir>/session-index/<task-id>` names the session that ran a task. What
+//! `on-inference` hooks return as `artifact` goes to the node's artifact store.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -79,6 +80,12 @@ pub struct AgentRunner {
     /// once per install, before its first session.
     staged: Arc<Mutex<std::collections::HashMap<usize, Arc<tokio::sync::OnceCell<()>>>>>,
 }
+
+/// `on-inference` artifacts one session may store: a hook that returns one every turn
+/// fills the store no faster than the session's turns, and no session stores more.
+pub const SESSION_ARTIFACTS_MAX: usize = 256;
+/// Bytes of one `on-inference` artifact (a report or a summary, not a dataset).
+pub const HOOK_ARTIFACT_BYTES_MAX: usize = 1024 * 1024;
 
 /// Manifests one `write-manifests` commit may write, and bytes of each.
 pub const STAGED_MANIFESTS_MAX: usize = 64;
@@ -158,42 +165,41 @@ impl AgentRunner {
         .await;
     }
 
-    /// Runs one task of `agent` in a session of its own, to its end.
+    /// Runs one task of `agent` in a session of its own, to its end (the session ends
+    /// with it, `exit`).
     pub async fn run_task(&self, agent: Arc<Agent>, link: TaskLink) -> TaskEnd {
+        let mut session = match self.open(agent).await {
+            Ok(session) => session,
+            Err(why) => return TaskEnd::Failed(why),
+        };
+        let end = session.run_task(link).await;
+        session.close("exit").await;
+        end
+    }
+
+    /// Opens a session of `agent` (one capsule launch): stages the agent if this is its
+    /// first, draws the session's UUID and creates its trace. The session then runs the
+    /// tasks it is given one after another ([`AgentSession::run_task`]) until it is closed.
+    pub async fn open(&self, agent: Arc<Agent>) -> Result<AgentSession, String> {
         self.stage(&agent).await;
         let session_id = uuid::Uuid::new_v4().to_string();
         let dir = agent.manifest.workdir.join("sessions").join(&session_id);
-        let trace = match TraceFile::create(&dir) {
-            Ok(trace) => Arc::new(trace),
-            Err(error) => return TaskEnd::Failed(format!("cannot start the agent's session: {error}")),
-        };
-        // Which session ran a task (`mur trace TASK_ID`); a re-run after a restart points
-        // it to the newer session.
-        if let Err(error) = index_session(&agent.manifest.workdir, &link.start.task_id, &session_id) {
-            tracing::warn!(%error, task = %link.start.task_id, "cannot index the agent session");
-        }
+        let trace = TraceFile::create(&dir).map_err(|e| format!("cannot start the agent's session: {e}"))?;
         let tokens = Tiktoken::for_model(&agent.spec.model);
         let settings = self.settings(&agent);
-        let span = tracing::info_span!(
-            "agent.session",
-            session_id = %session_id,
-            capsule = %agent.manifest.name,
-            task = %link.start.task_id,
-        );
-        let mut run = Run {
-            runtime: self.runtime.clone(),
-            async_hooks: self.async_hooks.clone(),
-            agent,
-            trace,
-            tokens,
-            dir,
-            session: Session::new(settings, session_id, tokens),
-            link,
-            end: None,
-        };
-        // A child of the task's span: the session, its turns and calls join the task's
-        // trace across the mesh.
-        run.drive().instrument(span).await
+        Ok(AgentSession {
+            run: Run {
+                runtime: self.runtime.clone(),
+                async_hooks: self.async_hooks.clone(),
+                agent,
+                trace: Arc::new(trace),
+                tokens,
+                session: Session::new(settings, session_id, tokens),
+                link: None,
+                end: None,
+                artifacts: 0,
+            },
+        })
     }
 
     fn settings(&self, agent: &Agent) -> Settings {
@@ -263,34 +269,89 @@ struct Run {
     agent: Arc<Agent>,
     trace: Arc<TraceFile>,
     tokens: Tiktoken,
-    dir: PathBuf,
     session: Session<Tiktoken>,
-    link: TaskLink,
+    /// The task running, if one is.
+    link: Option<TaskLink>,
     end: Option<TaskEnd>,
+    /// `on-inference` artifacts stored this session.
+    artifacts: usize,
+}
+
+/// An open agent session: the tasks one capsule launch runs, one after another, under one
+/// `session-id` and one `trace.jsonl`. Closing it fires `on-session-end`.
+pub struct AgentSession {
+    run: Run,
+}
+
+impl std::fmt::Debug for AgentSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentSession").field("session_id", &self.id()).finish_non_exhaustive()
+    }
+}
+
+impl AgentSession {
+    /// The session's UUID, the same in every hook event and trace record of it.
+    #[must_use]
+    pub fn id(&self) -> &str {
+        self.run.session.session_id()
+    }
+
+    /// Runs one task to its end (`on-task-end` and any reopen included); the session stays
+    /// open for the next.
+    pub async fn run_task(&mut self, link: TaskLink) -> TaskEnd {
+        let run = &mut self.run;
+        // Which session ran a task (`mur trace TASK_ID`); a re-run after a restart points
+        // it to the newer session.
+        let workdir = &run.agent.manifest.workdir;
+        if let Err(error) = index_session(workdir, &link.start.task_id, run.session.session_id()) {
+            tracing::warn!(%error, task = %link.start.task_id, "cannot index the agent session");
+        }
+        let span = tracing::info_span!(
+            "agent.session",
+            session_id = %run.session.session_id(),
+            capsule = %run.agent.manifest.name,
+            task = %link.start.task_id,
+        );
+        let start = link.start.clone();
+        run.link = Some(link);
+        run.end = None;
+        run.input(Input::StartTask(start));
+        // A child of the task's span: the session's work for this task, its turns and
+        // calls join the task's trace across the mesh.
+        run.drive().instrument(span).await;
+        run.link = None;
+        run.end.take().unwrap_or_else(|| TaskEnd::Failed("the agent session stopped early".into()))
+    }
+
+    /// Ends the session (`on-session-end` with `exit_status`, then its trace record).
+    pub async fn close(mut self, exit_status: &str) {
+        let run = &mut self.run;
+        run.input(Input::End { exit_status: exit_status.to_owned() });
+        run.drive().await;
+    }
 }
 
 impl Run {
-    async fn drive(&mut self) -> TaskEnd {
-        self.input(Input::StartTask(self.link.start.clone()));
+    /// Carries out the machine's outputs until it waits for a task or has ended.
+    async fn drive(&mut self) {
         loop {
             let Some(output) = self.session.poll_output() else {
-                // The machine always asks for something until the session ended.
-                return self
-                    .end
-                    .take()
-                    .unwrap_or_else(|| TaskEnd::Failed("the agent session stopped early".into()));
+                // Nothing asked: the task ended (the session idles) or the session did.
+                return;
             };
             match output {
                 Output::Trace(record) => self.trace.append(&record),
                 Output::HookLog { hook, line } => hook_log(&self.agent.manifest.workdir, &hook, &line),
-                Output::StoreArtifact { hook, content } => self.keep_artifact(&hook, &content),
+                Output::StoreArtifact { task_id, turn, hook, content } => {
+                    self.keep_artifact(task_id, turn, hook, content).await;
+                }
                 Output::Dispatch(event) => {
                     let answers = self.dispatch(event).await;
                     self.input(Input::HooksAnswered(answers));
                 }
                 Output::Infer { turn, request } => {
                     let span = tracing::info_span!("capsule.inference", turn, model = %request.model);
-                    let port = self.link.port.clone();
+                    let port = self.port();
                     // A cancel stops the turn: the driver call in flight is dropped.
                     tokio::select! {
                         answer = self.infer(request).instrument(span) => self.input(Input::Inferred(answer)),
@@ -303,23 +364,23 @@ impl Run {
                     } else {
                         tracing::info_span!("capsule.tool_call", turn, tool = %call.name, call_id = %call.id)
                     };
-                    let port = self.link.port.clone();
+                    let port = self.port();
                     tokio::select! {
                         done = self.call(&call, shell).instrument(span) => self.input(Input::CallDone(done)),
                         () = port.canceled() => self.input(Input::Cancel),
                     }
                 }
-                Output::TaskEnded { end, .. } => {
-                    let status = end.status().to_owned();
-                    self.end = Some(end);
-                    self.input(Input::End { exit_status: status });
-                }
-                Output::SessionEnded => {
-                    return self.end.take().unwrap_or_else(|| {
-                        TaskEnd::Failed("the agent session ended without its task".into())
-                    });
-                }
+                Output::TaskEnded { end, .. } => self.end = Some(end),
+                Output::SessionEnded => return,
             }
+        }
+    }
+
+    /// The running task's port (a task that never asks for input between tasks).
+    fn port(&self) -> Arc<dyn TaskPort> {
+        match &self.link {
+            Some(link) => link.port.clone(),
+            None => Arc::new(NoTask),
         }
     }
 
@@ -406,8 +467,7 @@ impl Run {
         }
         let input = ToolInput { data: Some(call.arguments.clone()), log_path: None };
         let input_bytes = call.arguments.len() as u64;
-        match self.runtime.call_for_agent(&self.agent, &call.name, input, Some(self.link.port.clone())).await
-        {
+        match self.runtime.call_for_agent(&self.agent, &call.name, input, Some(self.port())).await {
             Ok((result, records)) => {
                 let json = murmur_runtime::ToolResultJson::from(&result);
                 let content = json.data.clone().or(json.summary.clone()).unwrap_or_default();
@@ -476,18 +536,76 @@ impl Run {
         }
     }
 
-    /// An `on-inference` hook's `artifact`: kept in the session's directory.
-    fn keep_artifact(&self, hook: &str, content: &str) {
-        let dir = self.dir.join("artifacts");
-        let path = dir.join(format!("{}-{hook}.txt", now_ms()));
-        let written = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, content));
-        if let Err(error) = written {
-            hook_log(
-                &self.agent.manifest.workdir,
-                hook,
-                &format!("hook `{hook}`: artifact not kept: {error}"),
-            );
+    /// An `on-inference` hook's `artifact`: stored in the node's artifact store as a
+    /// `data` artifact `<agent>.<hook>@<session-id>.<n>` (the session's n-th), traced with
+    /// its digest. Past [`SESSION_ARTIFACTS_MAX`] or [`HOOK_ARTIFACT_BYTES_MAX`], or when
+    /// the store refuses it, the hook's log says why and nothing is stored.
+    async fn keep_artifact(&mut self, task_id: String, turn: u32, hook: String, content: String) {
+        let workdir = self.agent.manifest.workdir.clone();
+        let refuse = |why: String| {
+            hook_log(&workdir, &hook, &format!("hook `{hook}`: on-inference artifact not stored: {why}"))
+        };
+        if self.artifacts >= SESSION_ARTIFACTS_MAX {
+            return refuse(format!("this session already stored {SESSION_ARTIFACTS_MAX} artifacts"));
         }
+        if content.len() > HOOK_ARTIFACT_BYTES_MAX {
+            return refuse(format!("{} bytes, more than {HOOK_ARTIFACT_BYTES_MAX}", content.len()));
+        }
+        self.artifacts += 1;
+        let session_id = self.session.session_id().to_owned();
+        let mut name = format!("{}.{hook}", self.agent.manifest.name);
+        // Both parts are capsule names, so any prefix keeps the grammar.
+        name.truncate(murmur_protocol::limits::CAPSULE_NAME_LEN_MAX);
+        let meta = murmur_store::ArtifactMeta {
+            name,
+            version: format!("{session_id}.{}", self.artifacts),
+            kind: murmur_store::CapsuleKind::Data,
+            runtime: murmur_store::Platform::Native,
+            description: format!(
+                "what hook `{hook}` of agent `{}` returned at on-inference, turn {turn} of task {task_id}",
+                self.agent.manifest.name
+            ),
+            tags: vec!["hook-artifact".into(), format!("session:{session_id}")],
+            input_schema: None,
+            output_schema: None,
+        };
+        let bytes = content.len() as u64;
+        let store = self.runtime.store().clone();
+        // The store fsyncs what it writes: off the executor.
+        let added = tokio::task::spawn_blocking(move || store.add(&meta, content.as_bytes(), None)).await;
+        match added {
+            Ok(Ok(stored)) => self.trace.append(&Record {
+                ts_ms: now_ms(),
+                event: Event::Artifact {
+                    task_id,
+                    turn,
+                    hook,
+                    name: stored.meta.name,
+                    version: stored.meta.version,
+                    digest: stored.content.to_string(),
+                    bytes,
+                },
+            }),
+            Ok(Err(error)) => refuse(format!("{error:#}")),
+            Err(error) => refuse(error.to_string()),
+        }
+    }
+}
+
+/// The port between tasks: nothing asks for input and nothing cancels.
+struct NoTask;
+
+impl TaskPort for NoTask {
+    fn request_input(
+        &self,
+        _prompt: String,
+        _timeout: std::time::Duration,
+    ) -> PortFuture<'_, Result<String, String>> {
+        Box::pin(async { Err("no task is running in this agent session".to_owned()) })
+    }
+
+    fn traceparent(&self) -> Option<String> {
+        None
     }
 }
 

@@ -175,8 +175,9 @@ pub enum Output {
     Trace(Record),
     /// Append a line to `workdir/logs/hook-<hook>.log`.
     HookLog { hook: String, line: String },
-    /// An `on-inference` hook's `artifact`: store it in the node's store.
-    StoreArtifact { hook: String, content: String },
+    /// An `on-inference` hook's `artifact` (from the reply of `turn` of `task_id`): store
+    /// it in the node's store.
+    StoreArtifact { task_id: String, turn: u32, hook: String, content: String },
     /// The task is over.
     TaskEnded { task_id: String, end: TaskEnd },
     /// The session is over; nothing more will come.
@@ -485,9 +486,12 @@ impl<T: Tokenizer> Session<T> {
                 }
             }
             Then::AfterInference(reply) => {
+                let (task_id, turn) =
+                    self.running.as_ref().map_or((String::new(), 0), |r| (r.task_id.clone(), r.turn));
                 for (hook, output) in committed {
                     if let HookOutput::Artifact(content) = output {
-                        self.outputs.push_back(Output::StoreArtifact { hook, content });
+                        let task_id = task_id.clone();
+                        self.outputs.push_back(Output::StoreArtifact { task_id, turn, hook, content });
                     }
                 }
                 self.after_inference(now_ms, reply);

@@ -79,12 +79,30 @@ fn driver_node() -> Node {
 
 trait ProviderAgent {
     fn agent(&self, base: &str, allow: &str, driver_env: &str) -> Arc<murmur_runtime::Agent>;
+    fn agent_keyed(
+        &self,
+        base: &str,
+        allow: &str,
+        driver_env: &str,
+        key: &str,
+    ) -> anyhow::Result<Arc<murmur_runtime::Agent>>;
 }
 
 impl ProviderAgent for Node {
     /// Agent `helper` whose driver reaches `base`, allowed `allow`; the API key is read
     /// from the node's environment: `CARGO_PKG_NAME`, which the test runner always sets.
     fn agent(&self, base: &str, allow: &str, driver_env: &str) -> Arc<murmur_runtime::Agent> {
+        self.agent_keyed(base, allow, driver_env, "env:CARGO_PKG_NAME").unwrap()
+    }
+
+    /// [`ProviderAgent::agent`] with the API key read from `key` (`env:…` or `config:…`).
+    fn agent_keyed(
+        &self,
+        base: &str,
+        allow: &str,
+        driver_env: &str,
+        key: &str,
+    ) -> anyhow::Result<Arc<murmur_runtime::Agent>> {
         let manifest = format!(
             r#"name = "helper"
 version = "0.1.0"
@@ -96,13 +114,13 @@ network = {{ allow = ["{allow}"] }}
 model = "gpt-4o-mini"
 system_prompt = "Be brief."
 driver = {{ artifact = "openai-driver@0.1.0" }}
-credentials = {{ OPENAI_API_KEY = "env:CARGO_PKG_NAME" }}
+credentials = {{ OPENAI_API_KEY = "{key}" }}
 params = {{ temperature = 0 }}
 [wasi]
 env = {{ OPENAI_BASE_URL = "{base}" {driver_env} }}
 "#
         );
-        self.install_agent(&manifest)
+        self.try_install_agent(&manifest)
     }
 }
 
@@ -169,13 +187,12 @@ async fn continuation_sends_only_the_delta_and_never_crosses_contexts() {
         &format!("127.0.0.1:{}", provider.port),
         r#", OPENAI_CONTINUATION = "previous_response_id""#,
     );
-    let runner = AgentRunner::new(node.runtime.clone());
-    assert_eq!(
-        runner.run_task(agent.clone(), link("t1", "ctx-a")).await,
-        TaskEnd::Completed("3 words".into())
-    );
-    // A task of another context (another session here) starts over.
-    assert_eq!(runner.run_task(agent, link("t2", "ctx-b")).await, TaskEnd::Completed("fresh".into()));
+    // One session (a queue worker's), two contexts.
+    let mut session = AgentRunner::new(node.runtime.clone()).open(agent).await.unwrap();
+    assert_eq!(session.run_task(link("t1", "ctx-a")).await, TaskEnd::Completed("3 words".into()));
+    // A task of another context in the same session starts over, whatever the driver holds.
+    assert_eq!(session.run_task(link("t2", "ctx-b")).await, TaskEnd::Completed("fresh".into()));
+    session.close("idle").await;
 
     let seen = provider.requests();
     let non_system = |body: &Value| -> Vec<Value> {
@@ -211,4 +228,23 @@ async fn a_host_outside_the_allowlist_is_refused_before_any_connection() {
         "the forbidden socket saw a connection: {accepted:?}"
     );
     assert!(provider.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_drivers_key_can_come_from_the_node_config() {
+    let provider = Provider::start(vec![completion("r1", Some("hi"), &[])]).await;
+    let credentials = [("openai".to_owned(), murmur_config::Credential::Value("sk-from-config".into()))]
+        .into_iter()
+        .collect();
+    let node = Node::with_credentials(credentials);
+    node.stock("openai-driver", "openai_driver", CapsuleKind::Driver);
+    let base = format!("http://127.0.0.1:{}/v1", provider.port);
+    let allow = format!("127.0.0.1:{}", provider.port);
+    let agent = node.agent_keyed(&base, &allow, "", "config:openai").unwrap();
+    let end = AgentRunner::new(node.runtime.clone()).run_task(agent, link("t1", "ctx")).await;
+    assert_eq!(end, TaskEnd::Completed("hi".into()));
+    assert_eq!(provider.requests()[0].0.as_deref(), Some("Bearer sk-from-config"));
+    // A key the config lacks stops the install, naming it.
+    let err = node.agent_keyed(&base, &allow, "", "config:missing").unwrap_err();
+    assert!(format!("{err:#}").contains("no [credentials] entry `missing`"), "{err:#}");
 }

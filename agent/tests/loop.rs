@@ -176,6 +176,67 @@ async fn hooks_commit_their_honoured_arm_and_log_the_rest() {
     let log = std::fs::read_to_string(agent.manifest.workdir.join("logs/hook-arms-hook.log")).unwrap();
     assert!(log.contains("on-task-start returned artifact"), "{log}");
     assert!(log.contains("max_task_reopens (1) reached"), "{log}");
+    // The honoured on-inference artifacts (one per turn: the first run and the reopen) are
+    // `data` artifacts in the node's store, each traced with its digest.
+    let traced: Vec<(String, String, String)> = records
+        .iter()
+        .filter_map(|(_, r)| match &r.event {
+            Event::Artifact { name, version, digest, .. } => {
+                Some((name.clone(), version.clone(), digest.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(traced.len(), 2, "{records:?}");
+    let stored: Vec<_> = node
+        .runtime
+        .store()
+        .list()
+        .unwrap()
+        .into_iter()
+        .filter(|s| s.meta.kind == CapsuleKind::Data)
+        .collect();
+    assert_eq!(stored.len(), 2);
+    for (name, version, digest) in &traced {
+        let found = node.runtime.store().find(name, Some(version)).unwrap().expect("stored");
+        assert_eq!(
+            (found.meta.name.as_str(), found.content.to_string()),
+            ("helper.arms-hook", digest.clone())
+        );
+        assert_eq!(node.runtime.store().content(&found).unwrap(), b"note");
+    }
+}
+
+#[tokio::test]
+async fn one_session_runs_several_tasks_under_one_id() {
+    let node = scripted_node();
+    let script = serde_json::json!([{ "text": "done", "finish_reason": "stop" }]);
+    let agent = node.agent(&script, r#", HOOK_ON_SESSION_START = "artifact:x""#, "");
+    let runner = AgentRunner::new(node.runtime.clone());
+    let mut session = runner.open(agent.clone()).await.unwrap();
+    for task in ["t1", "t2"] {
+        assert_eq!(session.run_task(link(task)).await, TaskEnd::Completed("done".into()));
+    }
+    let id = session.id().to_owned();
+    session.close("idle").await;
+    let records = trace_of(&agent);
+    let count = |name: &str| {
+        records.iter().filter(|(_, r)| serde_json::to_value(r).unwrap()["event"] == name).count()
+    };
+    assert_eq!(
+        (count("session_start"), count("task_start"), count("task_end"), count("session_end")),
+        (1, 2, 2, 1)
+    );
+    // on-session-start fired once for the two tasks (its discarded arm, traced once).
+    assert_eq!(count("hook_dispatch_error"), 1, "{records:?}");
+    assert!(matches!(&records[0].1.event, Event::SessionStart { session_id, .. } if *session_id == id));
+    assert!(
+        matches!(&records.last().unwrap().1.event, Event::SessionEnd { exit_status, .. } if exit_status == "idle")
+    );
+    for task in ["t1", "t2"] {
+        let (session, _) = murmur_agent::runner::session_of(&agent.manifest.workdir, task).unwrap();
+        assert_eq!(session, id);
+    }
 }
 
 #[tokio::test]
@@ -312,13 +373,8 @@ env = {{ SCRIPT = '{script}', HOOK_DEFAULT = "slow:6000", HOOK_ON_INFERENCE = "a
         std::fs::read_to_string(&log).ok().filter(|l| l.contains("not committed: async hooks only observe"))
     });
     assert!(logged.is_some(), "no log line for the async hook's artifact");
-    assert!(
-        !agent.manifest.workdir.join("sessions").read_dir().unwrap().any(|d| d
-            .unwrap()
-            .path()
-            .join("artifacts")
-            .exists())
-    );
+    let stored = node.runtime.store().list().unwrap();
+    assert!(!stored.iter().any(|s| s.meta.kind == CapsuleKind::Data), "an async hook's artifact was stored");
 }
 
 #[tokio::test]

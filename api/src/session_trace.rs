@@ -130,6 +130,17 @@ pub enum Event {
         messages_after: u32,
         tokens_after: u64,
     },
+    /// An `on-inference` hook's `artifact` commit, stored in the node's artifact store as a
+    /// `data` artifact `name@version` whose content has `digest`.
+    Artifact {
+        task_id: String,
+        turn: u32,
+        hook: String,
+        name: String,
+        version: String,
+        digest: String,
+        bytes: u64,
+    },
     /// A hook returned an arm its handler does not honour; it was discarded.
     HookDispatchError {
         hook: String,
@@ -192,6 +203,9 @@ pub struct Summary {
     pub shell_calls: u32,
     pub compactions: u32,
     pub hook_dispatch_errors: u32,
+    /// `on-inference` artifacts stored in the node's store.
+    #[serde(default)]
+    pub artifacts: u32,
     /// From the first record to the last.
     pub duration_ms: u64,
     /// Whether the file ends with the session's end (a crashed or running session does not).
@@ -305,6 +319,7 @@ pub fn summarize(records: &[(usize, Record)]) -> Vec<Summary> {
                 reads.clear();
             }
             Event::HookDispatchError { .. } => summary.hook_dispatch_errors += 1,
+            Event::Artifact { .. } => summary.artifacts += 1,
         }
     }
     sessions

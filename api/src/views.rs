@@ -77,3 +77,59 @@ pub struct TaskTraceView {
     /// The session's `trace.jsonl`, as written (one record per line).
     pub trace: String,
 }
+
+/// `GET /v1/agents`: every agent (brain) of the mesh.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentsView {
+    pub agents: Vec<AgentView>,
+}
+
+/// One agent, as its node reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentView {
+    pub name: String,
+    /// The peer id of the node that runs it.
+    pub node: String,
+    /// It runs on the node that answered.
+    pub local: bool,
+    /// A file name or `NAME@VERSION` (empty when its node did not answer).
+    pub brain: String,
+    /// `rhai`, `js`, `wasm`.
+    pub language: String,
+    /// `starting`, `running`, `restarting`, `failed`, `stopped`, or `unknown` (its node did
+    /// not answer: `error` says why).
+    pub state: String,
+    pub restarts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `POST /v1/agents/{name}/messages`: a message from this node's clients (`mur`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentMessageRequest {
+    pub text: String,
+}
+
+/// One line of an agent's log (`GET /v1/agents/{name}/logs`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentLogLine {
+    pub ts_ms: u64,
+    pub level: String,
+    /// `brain` (its own `log`) or `host` (the node about its runs).
+    pub source: String,
+    pub message: String,
+}
+
+/// `GET /v1/agents/{name}/memory`: what an agent keeps.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentMemoryView {
+    pub agent: String,
+    pub entries: Vec<AgentMemoryEntry>,
+}
+
+/// One key of an agent's memory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentMemoryEntry {
+    pub key: String,
+    pub value: String,
+}

@@ -1,5 +1,6 @@
 //! How `mur` reaches a node's API: `--node URL`, else `$MURMUR_NODE`, else the local node;
-//! with `--token` (or `$MURMUR_TOKEN`) as a bearer token for a node on another machine.
+//! with a bearer token for a node on another machine from `--token-file PATH`, else
+//! `$MURMUR_TOKEN`. Never from the command line, where `ps` shows it to every user.
 
 use std::time::Duration;
 
@@ -19,9 +20,13 @@ pub struct NodeArgs {
     /// The node's API URL.
     #[arg(long = "node", env = "MURMUR_NODE", value_name = "URL", default_value = DEFAULT_NODE_URL, global = true)]
     pub url: String,
-    /// Bearer token for a node that is not on this machine (one of its `api.tokens`).
-    #[arg(long = "token", env = "MURMUR_TOKEN", value_name = "TOKEN", hide_env_values = true, global = true)]
-    pub token: Option<String>,
+    /// A file holding the bearer token for a node that is not on this machine (one of its
+    /// `api.tokens`; the file's first line). Without it, `$MURMUR_TOKEN` is used.
+    #[arg(long = "token-file", value_name = "PATH", global = true)]
+    pub token_file: Option<std::path::PathBuf>,
+    /// Refused: a token on the command line is visible to every user through `ps`.
+    #[arg(long = "token", value_name = "TOKEN", hide = true, global = true)]
+    pub token_in_argv: Option<String>,
 }
 
 impl NodeArgs {
@@ -29,10 +34,10 @@ impl NodeArgs {
     /// takes), and the bearer token when one is given.
     pub fn client(&self, timeout: Option<Duration>) -> CliResult<reqwest::blocking::Client> {
         let mut headers = reqwest::header::HeaderMap::new();
-        if let Some(token) = &self.token {
+        if let Some(token) = &self.token()? {
             let mut value =
                 reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
-                    CliError::usage(anyhow::anyhow!("--token: a token is visible ASCII characters"))
+                    CliError::usage(anyhow::anyhow!("the bearer token must be visible ASCII characters"))
                 })?;
             value.set_sensitive(true);
             headers.insert(reqwest::header::AUTHORIZATION, value);
@@ -42,6 +47,33 @@ impl NodeArgs {
             .default_headers(headers)
             .build()
             .map_err(CliError::failed)
+    }
+
+    /// The bearer token: `--token-file`, else `$MURMUR_TOKEN`, else none.
+    fn token(&self) -> CliResult<Option<String>> {
+        if self.token_in_argv.is_some() {
+            return Err(CliError::usage(anyhow::anyhow!(
+                "--token would show the token to every user of this machine (ps); put it in a file for --token-file PATH (mode 0600), or in $MURMUR_TOKEN"
+            )));
+        }
+        let Some(path) = &self.token_file else {
+            return Ok(std::env::var("MURMUR_TOKEN").ok().filter(|t| !t.is_empty()));
+        };
+        let text =
+            murmur_store::file::read_bounded(path, murmur_config::limits::CREDENTIAL_BYTES_MAX as usize)
+                .with_context(|| format!("--token-file {}", path.display()))
+                .map_err(CliError::usage)?;
+        let text = String::from_utf8(text).map_err(|_| {
+            CliError::usage(anyhow::anyhow!("--token-file {}: not UTF-8 text", path.display()))
+        })?;
+        let token = text.lines().next().unwrap_or_default().trim().to_owned();
+        if token.is_empty() {
+            return Err(CliError::usage(anyhow::anyhow!(
+                "--token-file {}: the file is empty",
+                path.display()
+            )));
+        }
+        Ok(Some(token))
     }
 
     /// GETs `path` and decodes the JSON answer; an error document becomes the error text.
@@ -62,9 +94,33 @@ impl NodeArgs {
         body: &serde_json::Value,
         on_line: &mut dyn FnMut(serde_json::Value) -> CliResult,
     ) -> CliResult {
+        self.lines(reqwest::Method::POST, path, Some(body), on_line)
+    }
+
+    /// GETs `path` and hands each line of the streamed answer (JSON lines) to `on_line`,
+    /// waiting as long as the node keeps the stream open.
+    pub fn get_lines(
+        &self,
+        path: &str,
+        on_line: &mut dyn FnMut(serde_json::Value) -> CliResult,
+    ) -> CliResult {
+        self.lines(reqwest::Method::GET, path, None, on_line)
+    }
+
+    fn lines(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        on_line: &mut dyn FnMut(serde_json::Value) -> CliResult,
+    ) -> CliResult {
         use std::io::BufRead;
         let url = format!("{}{path}", self.url.trim_end_matches('/'));
-        let response = self.client(None)?.post(&url).json(body).send().map_err(|err| {
+        let mut request = self.client(None)?.request(method, &url);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().map_err(|err| {
             CliError::failed(anyhow::anyhow!(
                 "cannot reach the node at {} ({err}); is murnode running? (set --node or MURMUR_NODE)",
                 self.url

@@ -6,6 +6,7 @@
 //! (`murmur-store`), never on libp2p or axum; with the default `wasm` feature it also links
 //! the runtime, so `mur tool run FILE.wasm` runs a component in process.
 
+mod agent;
 mod artifact;
 mod capsule;
 mod cert;
@@ -40,6 +41,11 @@ use murmur_api::exit::{self, CliResult};
 ///   mur send mesh://ask "Which branch?" --stream
 ///   mur task ls --state input-required
 ///   mur send mesh://ask "main" --reply-to TASK_ID
+///
+/// Talk to long-running agents (brains) anywhere in the mesh:
+///   mur agent ls
+///   mur agent send planner "summarise today"
+///   mur agent logs planner --follow
 ///
 /// Move artifacts into a network with no connection to ours (on a USB stick):
 ///   mur artifact add wordcount.wasm --name wordcount --version 1.0.0 --kind tool
@@ -106,6 +112,9 @@ enum Command {
     ///   mur trace 59ba9178-6ed3-b704-ad3b-0bbf824b32d2 --node http://127.0.0.1:7878
     #[command(verbatim_doc_comment)]
     Trace(trace::TraceArgs),
+    /// Long-running agents (brains) of the mesh: list, message, logs, memory.
+    #[command(subcommand)]
+    Agent(agent::AgentCommand),
 }
 
 fn main() -> ExitCode {
@@ -127,5 +136,6 @@ fn dispatch(command: Command) -> CliResult {
         Command::Bundle(command) => artifact::run_bundle(command),
         Command::Install(args) => pull::run(args, true),
         Command::Trace(args) => trace::run(args),
+        Command::Agent(command) => agent::run(command),
     }
 }

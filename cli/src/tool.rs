@@ -111,7 +111,7 @@ fn run_locally(path: &Path, input: ToolInputJson) -> CliResult<ToolRun> {
     runtime_threads.block_on(async {
         let store = Arc::new(ArtifactStore::open(&data_dir.join("store")).map_err(CliError::failed)?);
         let runtime = Runtime::new(
-            RuntimeOptions { data_dir: data_dir.clone(), pooling: false },
+            RuntimeOptions::new(data_dir.clone(), false),
             store,
             Ports::standalone().map_err(CliError::failed)?,
         )

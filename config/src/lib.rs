@@ -61,6 +61,120 @@ pub struct RawConfig {
     pub runtime: RawRuntime,
     pub capsules: Vec<RawCapsule>,
     pub pins: Vec<RawPin>,
+    /// `[credentials]`: `KEY = "VALUE"` or `KEY = { file = "PATH" }`.
+    pub credentials: std::collections::BTreeMap<String, RawCredential>,
+    /// `[[agents]]`: the long-running brains this node runs.
+    pub agents: Vec<RawAgent>,
+}
+
+/// One `[[agents]]` entry as written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAgent {
+    pub name: String,
+    /// A file (relative to the data directory) or `NAME@VERSION` of a `brain` artifact.
+    pub brain: String,
+    pub language: Option<String>,
+    #[serde(default = "default_recv_timeout_secs")]
+    pub recv_timeout_secs: u64,
+    #[serde(default = "default_inbox")]
+    pub inbox: usize,
+    #[serde(default = "default_busy_ms")]
+    pub busy_ms: u64,
+    #[serde(default = "default_brain_memory_mb")]
+    pub memory_mb: u64,
+    #[serde(default = "default_grace_secs")]
+    pub grace_secs: u64,
+}
+
+const fn default_recv_timeout_secs() -> u64 {
+    60
+}
+const fn default_inbox() -> usize {
+    256
+}
+const fn default_busy_ms() -> u64 {
+    5000
+}
+const fn default_brain_memory_mb() -> u64 {
+    64
+}
+const fn default_grace_secs() -> u64 {
+    5
+}
+
+/// Where an agent's brain is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BrainRef {
+    /// A file (absolute).
+    File(PathBuf),
+    /// A `brain` artifact of the node's store.
+    Stored { name: String, version: String },
+}
+
+/// A validated `[[agents]]` entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentEntry {
+    pub name: String,
+    pub brain: BrainRef,
+    /// `rhai`, `js` or `wasm` when the config says.
+    pub language: Option<String>,
+    pub recv_timeout: Duration,
+    pub inbox_max: usize,
+    pub busy: Duration,
+    pub memory_bytes: u64,
+    pub grace: Duration,
+}
+
+/// One `[credentials]` entry as written: the secret itself, or a file that holds it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawCredential {
+    Value(String),
+    File { file: String },
+}
+
+/// A secret an agent's driver may be given by name (`inference.credentials`
+/// `NAME = "config:KEY"`): a value from the config, or a file read when the agent is
+/// installed. Its `Debug` never shows a value.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credential {
+    Value(String),
+    /// An absolute path.
+    File(PathBuf),
+}
+
+impl fmt::Debug for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Value(_) => f.write_str("Credential(<redacted>)"),
+            Self::File(path) => write!(f, "Credential(file {})", path.display()),
+        }
+    }
+}
+
+impl Credential {
+    /// The secret: the value, or the file's text without its trailing newline.
+    pub fn read(&self) -> Result<String, String> {
+        match self {
+            Self::Value(value) => Ok(value.clone()),
+            Self::File(path) => {
+                let len = std::fs::metadata(path)
+                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+                    .len();
+                if len > limits::CREDENTIAL_BYTES_MAX {
+                    return Err(format!(
+                        "{} is {len} bytes, more than {} (a credential is a key, not a document)",
+                        path.display(),
+                        limits::CREDENTIAL_BYTES_MAX
+                    ));
+                }
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                Ok(text.trim_end_matches(['\n', '\r']).to_owned())
+            }
+        }
+    }
 }
 
 /// A pinned artifact: `[[pins]] artifact = "NAME@VERSION"`, `replicas = R`.
@@ -91,13 +205,105 @@ pub struct RawApi {
     pub listen: String,
     /// Clients on loopback may call without a token.
     pub loopback_open: bool,
-    /// Bearer tokens accepted from any client (`Authorization: Bearer TOKEN`).
-    pub tokens: Vec<String>,
+    /// Bearer tokens accepted from any client (`Authorization: Bearer TOKEN`): a string
+    /// (a client with every scope), or `{ name, token | token_file, scopes }`.
+    pub tokens: Vec<RawToken>,
+    /// Host names (beyond IP addresses and `localhost`) clients may reach the API by.
+    pub hosts: Vec<String>,
+    /// Web origins (`https://dash.example:8443`) whose pages may call the API.
+    pub origins: Vec<String>,
+    /// The URL clients reach the API at (`https://node1.example:7420`), for the URLs in
+    /// agent cards; default `http://` and the listen address.
+    pub public_url: Option<String>,
 }
 
 impl Default for RawApi {
     fn default() -> Self {
-        Self { listen: DEFAULT_API_LISTEN.into(), loopback_open: true, tokens: Vec::new() }
+        Self {
+            listen: DEFAULT_API_LISTEN.into(),
+            loopback_open: true,
+            tokens: Vec::new(),
+            hosts: Vec::new(),
+            origins: Vec::new(),
+            public_url: None,
+        }
+    }
+}
+
+/// One `api.tokens` entry as written.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum RawToken {
+    /// The token itself: a client named `token-N` (its place in the list) with every scope.
+    Plain(String),
+    /// A named client with its scopes, the token in the config or in a file (relative to
+    /// the data directory, its first line).
+    Scoped(RawScopedToken),
+}
+
+/// `{ name, token | token_file, scopes }`.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawScopedToken {
+    pub name: String,
+    pub token: Option<String>,
+    pub token_file: Option<String>,
+    pub scopes: Vec<Scope>,
+}
+
+/// What an API client may do. `admin` includes `send`, which includes `read`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Look: peers, the directory, metrics, tasks and their events, agents, traces.
+    Read,
+    /// Act: send tasks and agent messages, run tools and capsules, cancel and reply.
+    Send,
+    /// Change the node: pull and install artifacts.
+    Admin,
+}
+
+impl Scope {
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Send => "send",
+            Self::Admin => "admin",
+        }
+    }
+}
+
+/// A client the API admits: who it is and the widest scope it holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiClient {
+    /// `local` for this machine's clients without a token, else the token's name.
+    pub name: String,
+    pub scope: Scope,
+}
+
+impl ApiClient {
+    /// Whether it may do what `needed` covers.
+    #[must_use]
+    pub fn may(&self, needed: Scope) -> bool {
+        self.scope >= needed
+    }
+}
+
+/// A configured token. Its `Debug` never shows the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiToken {
+    pub name: String,
+    pub secret: String,
+    pub scope: Scope,
+}
+
+impl fmt::Debug for ApiToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApiToken")
+            .field("name", &self.name)
+            .field("scope", &self.scope)
+            .finish_non_exhaustive()
     }
 }
 
@@ -106,24 +312,41 @@ impl Default for RawApi {
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct ClientPolicy {
     pub loopback_open: bool,
-    pub tokens: Vec<String>,
+    pub tokens: Vec<ApiToken>,
+    /// Host names (lowercase, without port) the API answers to beyond IP literals and
+    /// `localhost`: what keeps a DNS-rebinding page out.
+    pub hosts: Vec<String>,
+    /// Origins (`scheme://host[:port]`, lowercase) whose pages may call the API; no other
+    /// page may.
+    pub origins: Vec<String>,
+    /// `api.public_url` without a trailing `/`.
+    pub public_url: Option<String>,
 }
 
 impl ClientPolicy {
     /// Whether a client at `peer` presenting `bearer` may call.
     #[must_use]
     pub fn admits(&self, peer: std::net::IpAddr, bearer: Option<&str>) -> bool {
-        if self.loopback_open && peer.is_loopback() {
-            return true;
-        }
+        self.client(peer, bearer).is_some()
+    }
+
+    /// The client at `peer` presenting `bearer`, if admitted: a token's holder (its name
+    /// and scope), else, on loopback when `api.loopback_open`, `local` with every scope.
+    #[must_use]
+    pub fn client(&self, peer: std::net::IpAddr, bearer: Option<&str>) -> Option<ApiClient> {
         // Compare every token in full, so timing says nothing about which prefix matched.
-        bearer.is_some_and(|given| {
-            self.tokens.iter().fold(false, |found, token| {
-                let same = token.len() == given.len()
-                    && token.bytes().zip(given.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
-                found | same
+        let held = bearer.and_then(|given| {
+            self.tokens.iter().fold(None, |found, token| {
+                let same = token.secret.len() == given.len()
+                    && token.secret.bytes().zip(given.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+                if same { Some(token) } else { found }
             })
-        })
+        });
+        if let Some(token) = held {
+            return Some(ApiClient { name: token.name.clone(), scope: token.scope });
+        }
+        (self.loopback_open && peer.is_loopback())
+            .then(|| ApiClient { name: "local".into(), scope: Scope::Admin })
     }
 }
 
@@ -193,11 +416,17 @@ pub struct RawRuntime {
     pub capsules_dir: String,
     pub manifests: Vec<String>,
     pub pooling: bool,
+    pub audience: murmur_protocol::owner::Audience,
 }
 
 impl Default for RawRuntime {
     fn default() -> Self {
-        Self { capsules_dir: "capsules".into(), manifests: Vec::new(), pooling: true }
+        Self {
+            capsules_dir: "capsules".into(),
+            manifests: Vec::new(),
+            pooling: true,
+            audience: murmur_protocol::owner::Audience::default(),
+        }
     }
 }
 
@@ -222,6 +451,10 @@ pub struct Config {
     pub capsules: Vec<HostedCapsule>,
     /// Artifacts kept on at least R nodes.
     pub pins: Vec<Pin>,
+    /// `[credentials]`, by key.
+    pub credentials: std::collections::BTreeMap<String, Credential>,
+    /// `[[agents]]`, in file order.
+    pub agents: Vec<AgentEntry>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -231,6 +464,8 @@ pub struct RuntimeConfig {
     /// Further manifests this node runs (absolute paths).
     pub manifests: Vec<PathBuf>,
     pub pooling: bool,
+    /// Whose tasks its capsules take, unless a manifest says (`lifecycle.audience`).
+    pub audience: murmur_protocol::owner::Audience,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -266,6 +501,82 @@ pub struct TrustConfig {
     pub cert: PathBuf,
 }
 
+/// The tokens of `api.tokens`, each checked (a bad entry is reported through `err`).
+fn api_tokens(raw: &[RawToken], data_dir: &Path, err: &mut impl FnMut(&str, String)) -> Vec<ApiToken> {
+    let mut tokens: Vec<ApiToken> = Vec::new();
+    for (i, entry) in raw.iter().enumerate() {
+        let (name, secret, scope) = match entry {
+            RawToken::Plain(secret) => (format!("token-{}", i + 1), secret.clone(), Scope::Admin),
+            RawToken::Scoped(RawScopedToken { name, token, token_file, scopes }) => {
+                let secret = match (token, token_file) {
+                    (Some(token), None) => token.clone(),
+                    (None, Some(file)) => {
+                        let path = data_dir.join(file);
+                        match std::fs::read(&path) {
+                            Ok(bytes) if bytes.len() as u64 <= limits::CREDENTIAL_BYTES_MAX => {
+                                String::from_utf8_lossy(&bytes)
+                                    .lines()
+                                    .next()
+                                    .unwrap_or_default()
+                                    .trim()
+                                    .to_owned()
+                            }
+                            Ok(_) => {
+                                err(
+                                    "api.tokens",
+                                    format!(
+                                        "`{name}`: {} is larger than a token file may be",
+                                        path.display()
+                                    ),
+                                );
+                                continue;
+                            }
+                            Err(e) => {
+                                err(
+                                    "api.tokens",
+                                    format!("`{name}`: cannot read token_file {}: {e}", path.display()),
+                                );
+                                continue;
+                            }
+                        }
+                    }
+                    _ => {
+                        err("api.tokens", format!("`{name}`: give exactly one of token and token_file"));
+                        continue;
+                    }
+                };
+                let Some(scope) = scopes.iter().copied().max() else {
+                    err("api.tokens", format!("`{name}`: scopes is empty (read, send or admin)"));
+                    continue;
+                };
+                (name.clone(), secret, scope)
+            }
+        };
+        let name_ok = !name.is_empty()
+            && name.len() <= 32
+            && name != "local"
+            && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+        if !name_ok {
+            err("api.tokens", format!("`{name}`: a client name is 1 to 32 of a-z 0-9 - _ (and not `local`)"));
+        } else if tokens.iter().any(|t| t.name == name) {
+            err("api.tokens", format!("`{name}` appears twice"));
+        } else if secret.len() < 16 || secret.len() > 256 || !secret.bytes().all(|b| b.is_ascii_graphic()) {
+            err("api.tokens", format!("`{name}`: a token must be 16 to 256 visible ASCII characters"));
+        } else if tokens.iter().any(|t| t.secret == secret) {
+            err(
+                "api.tokens",
+                format!(
+                    "`{name}`: the same token as `{}`",
+                    tokens.iter().find(|t| t.secret == secret).map_or("", |t| t.name.as_str())
+                ),
+            );
+        } else {
+            tokens.push(ApiToken { name, secret, scope });
+        }
+    }
+    tokens
+}
+
 /// Every rule the configuration broke, each naming its key.
 #[derive(Debug, PartialEq, Eq)]
 pub struct ConfigErrors(pub Vec<String>);
@@ -291,6 +602,42 @@ impl RawConfig {
             .map_err(|err| ConfigErrors(vec![err.to_string().trim_end().replace('\n', "\n    ")]))
     }
 
+    /// The security posture this configuration sets up, in one sentence per aspect (what
+    /// `murnode init` reports; see the trust guide's "Postures").
+    #[must_use]
+    pub fn posture(&self) -> Vec<String> {
+        use murmur_protocol::owner::Audience;
+        let mesh = if self.trust.closed {
+            "a closed mesh: only nodes with a certificate from trust.authorities are admitted".to_owned()
+        } else if self.network.mdns {
+            "an open mesh: any murnode on this LAN (mDNS) or reaching a bootstrap peer may join".to_owned()
+        } else {
+            "an open mesh without mDNS: any murnode reaching a bootstrap peer may join".to_owned()
+        };
+        let audience = match self.runtime.audience {
+            Audience::Local => {
+                "capsules take tasks only from this node's own clients and capsules (runtime.audience = local)"
+            }
+            Audience::Granted => {
+                "capsules take tasks from this node's clients, and from capsules of other nodes holding a grant signed by trust.authorities (runtime.audience = granted); clients of other nodes are refused"
+            }
+            Audience::Mesh => {
+                "capsules take tasks from the clients of every node of the mesh (runtime.audience = mesh)"
+            }
+        };
+        let grants = if self.trust.authorities.is_empty() {
+            "trust.authorities is empty: no grant verifies, so no capsule of another node gets in"
+        } else {
+            "grants signed by trust.authorities admit other nodes' capsules to what they allow"
+        };
+        let api = if self.api.tokens.is_empty() {
+            "the API answers clients on this machine only (no api.tokens)"
+        } else {
+            "the API answers this machine's clients and holders of api.tokens"
+        };
+        vec![mesh, audience.to_owned(), grants.to_owned(), api.to_owned()]
+    }
+
     /// Reads the file at `path`.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)
@@ -310,17 +657,36 @@ impl Config {
             SocketAddr::from(([127, 0, 0, 1], 0))
         });
 
+        for host in &raw.api.hosts {
+            if host.is_empty()
+                || host.len() > 253
+                || !host.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+            {
+                err("api.hosts", format!("`{host}` is not a host name (letters, digits, `-`, `.`; no port)"));
+            }
+        }
+        for origin in &raw.api.origins {
+            let ok = ["http://", "https://"].iter().any(|s| origin.starts_with(s))
+                && !origin.trim_start_matches("https://").trim_start_matches("http://").contains(['/', ' '])
+                && origin.len() <= 300;
+            if !ok {
+                err(
+                    "api.origins",
+                    format!("`{origin}` is not an origin like https://dash.example:8443 (no path)"),
+                );
+            }
+        }
+        if let Some(url) = &raw.api.public_url
+            && (!(url.starts_with("http://") || url.starts_with("https://"))
+                || url.len() > 300
+                || !url.bytes().all(|b| b.is_ascii_graphic()))
+        {
+            err("api.public_url", format!("`{url}` is not an http(s) URL"));
+        }
         if raw.api.tokens.len() > API_TOKENS_MAX {
             err("api.tokens", format!("has {} entries, more than {API_TOKENS_MAX}", raw.api.tokens.len()));
         }
-        if raw
-            .api
-            .tokens
-            .iter()
-            .any(|t| t.len() < 16 || t.len() > 256 || !t.bytes().all(|b| b.is_ascii_graphic()))
-        {
-            err("api.tokens", "each token must be 16 to 256 visible ASCII characters".into());
-        }
+        let tokens = api_tokens(&raw.api.tokens, data_dir, &mut err);
 
         let net = &raw.network;
         if net.listen.len() > LISTEN_ADDRS_MAX {
@@ -436,12 +802,102 @@ impl Config {
             pins.push(Pin { name: name.into(), version: version.into(), replicas: pin.replicas });
         }
 
+        if raw.credentials.len() > limits::CREDENTIALS_MAX {
+            err(
+                "credentials",
+                format!("has {} entries, more than {}", raw.credentials.len(), limits::CREDENTIALS_MAX),
+            );
+        }
+        let mut credentials = std::collections::BTreeMap::new();
+        for (key, credential) in &raw.credentials {
+            if !credential_key(key) {
+                err(&format!("credentials.{key}"), "a key is 1 to 64 of A-Z, a-z, 0-9, `_`, `-`, `.`".into());
+                continue;
+            }
+            let credential = match credential {
+                RawCredential::Value(value) if value.len() as u64 > limits::CREDENTIAL_BYTES_MAX => {
+                    err(
+                        &format!("credentials.{key}"),
+                        format!("is longer than {} bytes", limits::CREDENTIAL_BYTES_MAX),
+                    );
+                    continue;
+                }
+                RawCredential::Value(value) => Credential::Value(value.clone()),
+                RawCredential::File { file } => Credential::File(data_dir.join(file)),
+            };
+            credentials.insert(key.clone(), credential);
+        }
+
+        if raw.agents.len() > murmur_protocol::limits::ADVERT_AGENTS_MAX {
+            err(
+                "agents",
+                format!(
+                    "lists {} agents, more than {}",
+                    raw.agents.len(),
+                    murmur_protocol::limits::ADVERT_AGENTS_MAX
+                ),
+            );
+        }
+        let mut agents: Vec<AgentEntry> = Vec::new();
+        for (i, agent) in raw.agents.iter().enumerate() {
+            let key = format!("agents[{i}]");
+            if let Err(msg) = murmur_protocol::agent::check_agent_name(&agent.name) {
+                err(&format!("{key}.name"), msg);
+            }
+            if agents.iter().any(|a| a.name == agent.name) {
+                err(&format!("{key}.name"), format!("agent `{}` is configured twice", agent.name));
+            }
+            let brain = match brain_ref(&agent.brain, data_dir) {
+                Ok(brain) => brain,
+                Err(msg) => {
+                    err(&format!("{key}.brain"), msg);
+                    continue;
+                }
+            };
+            if let Some(language) = &agent.language
+                && !["rhai", "js", "wasm"].contains(&language.as_str())
+            {
+                err(&format!("{key}.language"), format!("`{language}` is not one of rhai, js, wasm"));
+            }
+            let mut range = |field: &str, value: u64, low: u64, high: u64| {
+                if !(low..=high).contains(&value) {
+                    err(&format!("{key}.{field}"), format!("is {value} but must be {low}..={high}"));
+                }
+            };
+            range("recv_timeout_secs", agent.recv_timeout_secs, 1, 86_400);
+            range("inbox", agent.inbox as u64, 1, 65_536);
+            range("busy_ms", agent.busy_ms, 10, 600_000);
+            range("memory_mb", agent.memory_mb, 1, 4096);
+            range("grace_secs", agent.grace_secs, 0, 300);
+            agents.push(AgentEntry {
+                name: agent.name.clone(),
+                brain,
+                language: agent.language.clone(),
+                recv_timeout: Duration::from_secs(agent.recv_timeout_secs),
+                inbox_max: agent.inbox,
+                busy: Duration::from_millis(agent.busy_ms),
+                memory_bytes: agent.memory_mb << 20,
+                grace: Duration::from_secs(agent.grace_secs),
+            });
+        }
+
         if !errors.is_empty() {
             return Err(ConfigErrors(errors));
         }
         Ok(Self {
             api_listen,
-            api_policy: ClientPolicy { loopback_open: raw.api.loopback_open, tokens: raw.api.tokens.clone() },
+            api_policy: ClientPolicy {
+                loopback_open: raw.api.loopback_open,
+                tokens,
+                hosts: raw.api.hosts.iter().map(|h| h.to_ascii_lowercase()).collect(),
+                origins: raw
+                    .api
+                    .origins
+                    .iter()
+                    .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
+                    .collect(),
+                public_url: raw.api.public_url.as_ref().map(|u| u.trim_end_matches('/').to_owned()),
+            },
             network: NetworkConfig {
                 listen,
                 bootstrap,
@@ -467,11 +923,39 @@ impl Config {
                 capsules_dir: data_dir.join(&raw.runtime.capsules_dir),
                 manifests: raw.runtime.manifests.iter().map(|m| data_dir.join(m)).collect(),
                 pooling: raw.runtime.pooling,
+                audience: raw.runtime.audience,
             },
             capsules,
             pins,
+            credentials,
+            agents,
         })
     }
+}
+
+/// Reads `brain = "…"`: a file (it has a `/` or a brain's file extension; relative to the
+/// data directory) or `NAME@VERSION` of a `brain` artifact.
+fn brain_ref(text: &str, data_dir: &Path) -> Result<BrainRef, String> {
+    let looks_like_file =
+        text.contains('/') || [".rhai", ".js", ".mjs", ".wasm"].iter().any(|e| text.ends_with(e));
+    if looks_like_file {
+        return Ok(BrainRef::File(data_dir.join(text)));
+    }
+    match text.split_once('@') {
+        Some((name, version)) if check_capsule_name(name).is_ok() && check_version(version).is_ok() => {
+            Ok(BrainRef::Stored { name: name.into(), version: version.into() })
+        }
+        _ => Err(format!(
+            "`{text}` is neither a file (give a path with `/`, or a .rhai, .js or .wasm name) nor NAME@VERSION of a brain artifact"
+        )),
+    }
+}
+
+/// The grammar of a `[credentials]` key (what `config:KEY` names).
+#[must_use]
+pub fn credential_key(key: &str) -> bool {
+    (1..=64).contains(&key.len())
+        && key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
 /// Parses a listen multiaddr: TCP or QUIC over IPv4/IPv6, no `/p2p/` suffix.

@@ -23,15 +23,20 @@ pub const PINS_MAX: usize = 256;
 /// Bearer tokens one config holds: every request compares against each in full (constant
 /// time), so the list stays short.
 pub const API_TOKENS_MAX: usize = 64;
+/// Entries of `[credentials]`: one per provider account an agent's driver may be given.
+pub const CREDENTIALS_MAX: usize = 64;
+/// Bytes of one credential (a value, or the file it is read from): keys and tokens, not
+/// documents.
+pub const CREDENTIAL_BYTES_MAX: u64 = 64 * 1024;
 
 // --- The store (murmur-store) ---
 
 /// Largest content blob accepted (a component is typically tens to hundreds of KiB; models
 /// and native tools can be far larger, and 1 GiB still fits a pull's memory-mapped file).
 pub const ARTIFACT_CONTENT_BYTES_MAX: u64 = 1 << 30;
-/// Largest publisher signature kept beside a manifest: a catalog naming one artifact and
-/// its few blobs is under 1 KiB.
-pub const ARTIFACT_SIGNATURE_BYTES_MAX: usize = 16 * 1024;
+/// Largest publisher signature kept beside a manifest (the protocol decides it: an offer
+/// with a larger one counts as unsigned).
+pub use murmur_protocol::limits::ARTIFACT_SIGNATURE_BYTES_MAX;
 /// Largest manifest or config blob: an OCI manifest of three layers, or metadata with a
 /// 16 KiB description and two 16 KiB schemas, fits.
 pub const ARTIFACT_METADATA_BYTES_MAX: u64 = 64 * 1024;
@@ -108,6 +113,14 @@ pub const INPUT_PROMPT_BYTES_MAX: usize = 16 * 1024;
 pub const TASK_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Concurrent task streams per connection (64 clients with headroom).
 pub const TASK_STREAMS_MAX: usize = 512;
+/// An agent message is answered as soon as it is in an inbox (or refused): 10 s means the
+/// peer is gone or frozen.
+pub const AGENT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Concurrent agent streams per connection: one per sending agent in flight, with headroom.
+pub const AGENT_STREAMS_MAX: usize = 256;
+/// Agent messages this node has in flight to peers at once; past this a send fails at once
+/// as overloaded (each waits for its answer, and a brain sends one at a time).
+pub const AGENT_OUTBOUND_MAX: usize = 1024;
 /// One chunk (1 MiB) takes milliseconds on a LAN; 30 s covers a slow WAN link. The pull
 /// scheduler's own, shorter timeout usually acts first.
 pub const ARTIFACT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -120,6 +133,34 @@ pub const SYNC_TIMEOUT: Duration = Duration::from_secs(10);
 pub const SYNC_STREAMS_MAX: usize = 8;
 /// Connections to one peer: two covers a simultaneous dial from both ends.
 pub const CONNECTIONS_PER_PEER_MAX: u32 = 2;
+/// Bytes of task requests one connection may have arriving at once (four of the largest
+/// frames; thousands of typical ones). A peer that overruns it is cut off and held off.
+pub const TASK_REQUEST_BYTES_PER_CONNECTION: usize = 4 << 20;
+/// Bytes of agent messages one connection may have arriving at once (32 of the largest).
+pub const AGENT_REQUEST_BYTES_PER_CONNECTION: usize = 2 << 20;
+/// Bytes of sync requests one connection may have arriving at once (two of the largest).
+pub const SYNC_REQUEST_BYTES_PER_CONNECTION: usize = 2 << 20;
+/// Bytes of artifact requests one connection may have arriving at once: a request names a
+/// blob range or a name@version (under a kilobyte); only answers carry chunks.
+pub const ARTIFACT_REQUEST_BYTES_PER_CONNECTION: usize = 1 << 20;
+/// Bytes of requests from all peers arriving at once. Over it, new requests fail (and are
+/// retried by their senders) without any peer being blamed.
+pub const REQUEST_BYTES_IN_FLIGHT_MAX: usize = 128 << 20;
+/// Request overruns reported to the network driver and not yet handled (more are dropped:
+/// the peer's next stream reports again).
+pub const REQUEST_OVERRUNS_PENDING_MAX: usize = 256;
+/// So the bytes one peer can hold in this node's read buffers at once are at most
+/// `CONNECTIONS_PER_PEER_MAX` × the sum of the per-connection budgets (18 MiB).
+pub const REQUEST_BYTES_PER_PEER_MAX: usize = CONNECTIONS_PER_PEER_MAX as usize
+    * (TASK_REQUEST_BYTES_PER_CONNECTION
+        + AGENT_REQUEST_BYTES_PER_CONNECTION
+        + SYNC_REQUEST_BYTES_PER_CONNECTION
+        + ARTIFACT_REQUEST_BYTES_PER_CONNECTION);
+// Every protocol's largest legitimate request fits its connection budget.
+const _: () = assert!(TASK_REQUEST_BYTES_PER_CONNECTION > murmur_protocol::task::TASK_FRAME_BYTES_MAX);
+const _: () = assert!(AGENT_REQUEST_BYTES_PER_CONNECTION > murmur_protocol::limits::AGENT_FRAME_BYTES_MAX);
+const _: () = assert!(SYNC_REQUEST_BYTES_PER_CONNECTION > murmur_protocol::limits::SYNC_REQUEST_BYTES_MAX);
+const _: () = assert!(REQUEST_BYTES_PER_PEER_MAX <= 18 << 20);
 /// Longest the driver's loop sleeps without looking at the clock again.
 pub const DRIVER_TICK_MAX: Duration = Duration::from_secs(5);
 /// Gossip messages and sync requests awaiting the mesh's answer. The mesh answers within
@@ -137,6 +178,8 @@ pub const QUERY_QUEUE_MAX: usize = 64;
 /// Task work (placements, questions to owners) waiting for the driver; senders wait when
 /// it is full, so the exchange's own bounds act first.
 pub const TASK_QUERY_QUEUE_MAX: usize = 1024;
+/// Agent sends and status questions waiting for the driver; senders wait when it is full.
+pub const AGENT_QUERY_QUEUE_MAX: usize = 1024;
 /// Artifact work (requests for pulls) waiting for the driver; senders wait when it is full.
 pub const ARTIFACT_QUERY_QUEUE_MAX: usize = 1024;
 /// How long the API waits for the driver to answer a query.

@@ -21,7 +21,7 @@ fn every_commented_key_in_the_shipped_file_is_a_real_key() {
         .lines()
         .map(|line| {
             let body = line.strip_prefix("# ").unwrap_or(line);
-            let is_setting = body.starts_with("[[")
+            let is_setting = body.starts_with('[')
                 || body
                     .split_once(" = ")
                     .is_some_and(|(k, _)| k.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
@@ -33,6 +33,33 @@ fn every_commented_key_in_the_shipped_file_is_a_real_key() {
     let config = parse(&uncommented).unwrap();
     assert_eq!(config.capsules.len(), 1);
     assert_eq!(config.pins.len(), 1);
+    assert_eq!(config.credentials.len(), 2);
+    assert_eq!(config.credentials["openai"], Credential::File(PathBuf::from("/data/secrets/openai.key")));
+}
+
+#[test]
+fn credentials_are_values_or_files_and_never_shown() {
+    let config = parse(
+        "[credentials]
+openai = \"sk-secret\"
+local = { file = \"/run/key\" }
+",
+    )
+    .unwrap();
+    assert_eq!(config.credentials["openai"].read().unwrap(), "sk-secret");
+    assert_eq!(config.credentials["local"], Credential::File(PathBuf::from("/run/key")));
+    assert!(!format!("{config:?}").contains("sk-secret"), "Debug must not show a secret");
+    let err = parse(
+        "[credentials]
+\"bad key\" = \"x\"
+",
+    )
+    .unwrap_err();
+    assert!(err.contains("config key `credentials.bad key`"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("key"), "from-a-file\n").unwrap();
+    assert_eq!(Credential::File(dir.path().join("key")).read().unwrap(), "from-a-file");
+    assert!(Credential::File(dir.path().join("missing")).read().unwrap_err().contains("cannot read"));
 }
 
 #[test]
@@ -104,4 +131,58 @@ fn pins_name_an_artifact_and_a_bounded_factor() {
     assert!(err.contains("pins[0].replicas"), "{err}");
     let err = parse("[[pins]]\nartifact = \"m@1\"\n[[pins]]\nartifact = \"m@1\"\n").unwrap_err();
     assert!(err.contains("pinned twice"), "{err}");
+}
+
+#[test]
+fn tokens_name_clients_with_scopes_and_are_never_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ci.token"), "ci-secret-0123456789abcdef\n").unwrap();
+    let text = r#"
+[api]
+tokens = [
+  "plain-secret-0123456789",
+  { name = "dash", token = "dash-secret-0123456789", scopes = ["read"] },
+  { name = "ci", token_file = "ci.token", scopes = ["read", "send"] },
+]
+"#;
+    let raw = RawConfig::parse(text).unwrap();
+    let config = Config::from_raw(&raw, dir.path()).unwrap();
+    let policy = &config.api_policy;
+    let remote: std::net::IpAddr = "192.0.2.7".parse().unwrap();
+    let client = |token| policy.client(remote, Some(token)).map(|c| (c.name, c.scope));
+    assert_eq!(client("plain-secret-0123456789"), Some(("token-1".into(), Scope::Admin)));
+    assert_eq!(client("dash-secret-0123456789"), Some(("dash".into(), Scope::Read)));
+    assert_eq!(client("ci-secret-0123456789abcdef"), Some(("ci".into(), Scope::Send)), "read from its file");
+    assert_eq!(client("nobody-0123456789abcdef"), None);
+    assert_eq!(policy.client(remote, None), None);
+    let local = policy.client("127.0.0.1".parse().unwrap(), None).unwrap();
+    assert_eq!((local.name.as_str(), local.scope), ("local", Scope::Admin));
+    assert!(!format!("{policy:?}").contains("secret"), "Debug never shows a token");
+
+    let bad = r#"
+[api]
+tokens = [
+  { name = "a", token = "short", scopes = ["read"] },
+  { name = "b", token = "b-secret-0123456789", token_file = "x", scopes = ["read"] },
+  { name = "c", token = "c-secret-0123456789", scopes = [] },
+  { name = "Local", token = "d-secret-0123456789", scopes = ["read"] },
+  { name = "e", token_file = "missing.token", scopes = ["read"] },
+]
+"#;
+    let err = Config::from_raw(&RawConfig::parse(bad).unwrap(), dir.path()).unwrap_err().to_string();
+    for part in [
+        "`a`: a token must be",
+        "`b`: give exactly one",
+        "`c`: scopes is empty",
+        "`Local`: a client name",
+        "`e`: cannot read token_file",
+    ] {
+        assert!(err.contains(part), "{part}: {err}");
+    }
+    assert!(
+        RawConfig::parse(
+            "[api]\ntokens = [{ name = \"x\", token = \"x-secret-0123456789\", scopes = [\"root\"] }]"
+        )
+        .is_err()
+    );
 }

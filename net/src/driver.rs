@@ -15,12 +15,16 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, info, trace, warn};
 
 use super::addrs::announceable;
-use super::behaviour::{Behaviour, BehaviourEvent, IDENTIFY_PROTOCOL};
+use super::behaviour::{Behaviour, BehaviourEvent};
+use super::codec::{Overrun, Scope};
 use super::{NetMetrics, Query};
 use murmur_config::{Config, clock};
+use murmur_protocol::version::WireVersion;
+mod agents;
 mod artifacts;
 mod tasks;
 
+pub(super) use agents::AgentTransport;
 pub(super) use artifacts::ArtifactTransport;
 pub(super) use tasks::TaskTransport;
 
@@ -35,6 +39,8 @@ struct PeerInfo {
     addrs: BTreeSet<Multiaddr>,
     rtt: Option<Duration>,
     last_seen: Instant,
+    /// The wire version its identify announced (none yet: treated as the oldest minor).
+    wire: Option<WireVersion>,
 }
 
 pub(super) struct Driver {
@@ -50,20 +56,34 @@ pub(super) struct Driver {
     next_token: u64,
     /// Connections closed because a ping went unanswered.
     ping_failures: u64,
+    /// The wire version this node announces, and peers refused for theirs, by reason.
+    wire: WireVersion,
+    version_refusals: BTreeMap<&'static str, u64>,
+    /// Inbound requests failed for overrunning a budget of request bytes in flight, by
+    /// scope (`connection`: the peer was cut off; `node`: all peers together).
+    request_overruns: BTreeMap<&'static str, u64>,
     tasks: TaskTransport,
     artifacts: ArtifactTransport,
+    agents: AgentTransport,
+    /// Request overruns the codecs report (see `codec`).
+    overruns: mpsc::Receiver<(Option<PeerId>, Overrun)>,
 }
 
 impl Driver {
+    #[allow(clippy::too_many_arguments)] // the driver's parts, each built by `start`
     pub(super) fn new(
         swarm: Swarm<Behaviour>,
         mesh: MeshNode,
         queries: mpsc::Receiver<Query>,
         tasks: TaskTransport,
         artifacts: ArtifactTransport,
+        agents: AgentTransport,
         shutdown: watch::Receiver<bool>,
+        wire: WireVersion,
+        overruns: mpsc::Receiver<(Option<PeerId>, Overrun)>,
     ) -> Self {
         Self {
+            overruns,
             swarm,
             mesh,
             topic: gossipsub::IdentTopic::new(ADVERT_TOPIC),
@@ -75,8 +95,12 @@ impl Driver {
             sync_pending: BTreeMap::new(),
             next_token: 0,
             ping_failures: 0,
+            wire,
+            version_refusals: BTreeMap::new(),
+            request_overruns: BTreeMap::new(),
             tasks,
             artifacts,
+            agents,
         }
     }
 
@@ -111,11 +135,13 @@ impl Driver {
         &mut self,
         config: &Config,
         hosted: Vec<murmur_protocol::HostedCapsule>,
+        agents: Vec<String>,
         cert: Option<Envelope>,
     ) {
         let now = clock::now();
         self.mesh.handle(now, Input::SetCert { cert });
         self.mesh.handle(now, Input::SetHosted { capsules: hosted });
+        self.mesh.handle(now, Input::SetAgents { agents });
         // The mesh dials the bootstrap peers, at once and again while one is not connected
         // (one that was down at our start is found when it comes up).
         let mut bootstrap = Vec::new();
@@ -154,6 +180,8 @@ impl Driver {
                 Some(report) = self.tasks.reports.recv() => self.on_task_report(report),
                 Some(query) = self.artifacts.queries.recv() => self.on_artifact_query(query),
                 Some((token, response)) = self.artifacts.served.recv() => self.on_artifact_served(token, response),
+                Some(query) = self.agents.queries.recv() => self.on_agent_query(query),
+                Some((peer, overrun)) = self.overruns.recv() => self.on_overrun(peer, overrun),
                 _ = self.shutdown.changed() => break,
             }
             self.drain();
@@ -193,6 +221,7 @@ impl Driver {
                     addrs: BTreeSet::new(),
                     rtt: None,
                     last_seen: Instant::now(),
+                    wire: None,
                 });
                 info.addrs.insert(endpoint.get_remote_address().clone());
                 info.last_seen = Instant::now();
@@ -277,11 +306,28 @@ impl Driver {
             BehaviourEvent::Sync(request_response::Event::ResponseSent { .. }) => {}
             BehaviourEvent::Task(event) => self.on_task_event(event),
             BehaviourEvent::Artifact(event) => self.on_artifact_event(event),
+            BehaviourEvent::Agent(event) => {
+                if let request_response::Event::Message { peer, .. } = &event {
+                    self.touch(peer);
+                }
+                self.on_agent_event(event);
+            }
             BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. }) => {
-                if info.protocol_version != IDENTIFY_PROTOCOL {
-                    warn!(peer = %peer_id, protocol = %info.protocol_version, "not a murmur node; disconnecting");
-                    let _ = self.swarm.disconnect_peer_id(peer_id);
-                    return;
+                match WireVersion::admit(self.wire, &info.protocol_version) {
+                    Ok(wire) => {
+                        if let Some(peer) = self.peers.get_mut(&peer_id) {
+                            peer.wire = Some(wire);
+                        }
+                        if wire != self.wire {
+                            debug!(peer = %peer_id, wire = %wire, ours = %self.wire, "peer speaks another minor wire version");
+                        }
+                    }
+                    Err(refusal) => {
+                        warn!(peer = %peer_id, reason = refusal.reason(), "peer refused: it {refusal}; disconnecting");
+                        *self.version_refusals.entry(refusal.reason()).or_default() += 1;
+                        let _ = self.swarm.disconnect_peer_id(peer_id);
+                        return;
+                    }
                 }
                 if self.is_blocked(&peer_id) {
                     // Refused admission while identify was under way: keep it out of Kademlia.
@@ -415,6 +461,34 @@ impl Driver {
         }
     }
 
+    /// A request failed for overrunning a budget of request bytes in flight (see `codec`).
+    /// A peer that overran its connection's budget is cut off: the mesh disconnects it and
+    /// holds it off.
+    fn on_overrun(&mut self, peer: Option<PeerId>, overrun: Overrun) {
+        match (overrun.scope, peer) {
+            (Scope::Connection, Some(peer)) => {
+                *self.request_overruns.entry("connection").or_default() += 1;
+                warn!(peer = %peer, "peer cut off: {overrun}");
+                match NodeId::from_peer_id(&peer) {
+                    Ok(node) => self
+                        .mesh
+                        .handle(clock::now(), Input::PeerOverran { peer: node, reason: overrun.to_string() }),
+                    Err(_) => {
+                        let _ = self.swarm.disconnect_peer_id(peer);
+                    }
+                }
+            }
+            (Scope::Connection, None) => {
+                *self.request_overruns.entry("connection").or_default() += 1;
+                warn!("a connection overran its request budget and its peer is not known: {overrun}");
+            }
+            (Scope::Node, _) => {
+                *self.request_overruns.entry("node").or_default() += 1;
+                debug!("request refused: {overrun}");
+            }
+        }
+    }
+
     fn answer(&mut self, query: Query) {
         match query {
             Query::Peers(reply) => {
@@ -441,6 +515,10 @@ impl Driver {
                     artifact_served: self.artifacts.served_count,
                     artifact_busy: self.artifacts.busy_count,
                     ping_failures: self.ping_failures,
+                    version_refusals: self.version_refusals.clone(),
+                    request_overruns: self.request_overruns.clone(),
+                    agent_refusals: self.agents.refusals.clone(),
+                    agent_delivered: self.agents.delivered,
                 });
             }
         }

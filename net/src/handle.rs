@@ -7,13 +7,18 @@ use std::time::Duration;
 
 use anyhow::Context;
 use murmur_api::views::{CapsulesView, PeersView};
+use std::collections::BTreeMap;
+
+use murmur_protocol::agent::{AddressError, AgentAddress, AgentMessage, AgentStatus};
 use murmur_protocol::artifact::{ArtifactRequest, ArtifactResponse};
 use murmur_protocol::exchange::Placement;
 use murmur_protocol::task::{Submit, TaskId, TaskRequest, TaskResponse};
 use murmur_protocol::{Digest, NodeId};
 use tokio::sync::{mpsc, oneshot};
 
-use murmur_config::limits::{ARTIFACT_REQUEST_TIMEOUT, QUERY_TIMEOUT, TASK_REQUEST_TIMEOUT};
+use murmur_config::limits::{
+    AGENT_REQUEST_TIMEOUT, ARTIFACT_REQUEST_TIMEOUT, QUERY_TIMEOUT, TASK_REQUEST_TIMEOUT,
+};
 
 /// Queries from the API to the driver, each with its reply channel.
 #[derive(Debug)]
@@ -49,6 +54,51 @@ pub enum ArtifactQuery {
     Members(oneshot::Sender<Vec<NodeId>>),
 }
 
+/// Agent work for the driver: messages to agents of other nodes, and what the mesh runs.
+#[derive(Debug)]
+pub enum AgentQuery {
+    /// Resolve `to` against the directory and, for another node's agent, send `message`
+    /// there; `local_runs` says whether this node runs the agent named.
+    Send {
+        to: AgentAddress,
+        local_runs: bool,
+        message: AgentMessage,
+        reply: oneshot::Sender<Result<Sent, SendError>>,
+    },
+    /// Ask `node` how its agents are doing.
+    Status { node: NodeId, reply: oneshot::Sender<Result<Vec<AgentStatus>, String>> },
+    /// Every agent the directory lists, with the nodes that run it.
+    Directory(oneshot::Sender<BTreeMap<String, Vec<NodeId>>>),
+    /// Replace the agents this node advertises.
+    SetAgents(Vec<String>, oneshot::Sender<()>),
+}
+
+/// Where a message to an agent went.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Sent {
+    /// The agent runs here: the caller delivers it.
+    Local,
+    /// Another node took it.
+    Delivered(NodeId),
+}
+
+/// Why a message to an agent went nowhere.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error(transparent)]
+    Address(#[from] AddressError),
+    /// The recipient's node refused it.
+    #[error("{node} refused it ({check}): {reason}")]
+    Refused { node: NodeId, check: String, reason: String },
+    /// No answer (it may or may not have arrived; it is not sent again).
+    #[error("no answer from {node}: {reason}")]
+    Unreachable { node: NodeId, reason: String },
+    #[error("this node has {0} agent messages in flight, its limit; try again")]
+    Overloaded(usize),
+    #[error("the mesh stopped")]
+    Stopped,
+}
+
 /// Counters and gauges for `/metrics`.
 #[derive(Clone, Debug, Default)]
 pub struct NetMetrics {
@@ -65,6 +115,16 @@ pub struct NetMetrics {
     pub artifact_busy: u64,
     /// Connections closed because a ping went unanswered (`network.ping_timeout_secs`).
     pub ping_failures: u64,
+    /// Peers refused at identify for their wire version, by reason (`other_major`,
+    /// `not_murmur`).
+    pub version_refusals: std::collections::BTreeMap<&'static str, u64>,
+    /// Inbound requests failed for overrunning a budget of request bytes in flight, by
+    /// scope (`connection`, whose peer was cut off, or `node`).
+    pub request_overruns: std::collections::BTreeMap<&'static str, u64>,
+    /// Agent messages from peers refused at this node, by check.
+    pub agent_refusals: std::collections::BTreeMap<&'static str, u64>,
+    /// Agent messages from peers taken into an inbox (or dropped by its rule).
+    pub agent_delivered: u64,
 }
 
 /// The node's way to reach the network and the mesh machines its driver runs.
@@ -73,6 +133,7 @@ pub struct NetHandle {
     queries: mpsc::Sender<Query>,
     tasks: mpsc::Sender<TaskQuery>,
     artifacts: mpsc::Sender<ArtifactQuery>,
+    agents: mpsc::Sender<AgentQuery>,
     local: NodeId,
 }
 
@@ -81,9 +142,58 @@ impl NetHandle {
         queries: mpsc::Sender<Query>,
         tasks: mpsc::Sender<TaskQuery>,
         artifacts: mpsc::Sender<ArtifactQuery>,
+        agents: mpsc::Sender<AgentQuery>,
         local: NodeId,
     ) -> Self {
-        Self { queries, tasks, artifacts, local }
+        Self { queries, tasks, artifacts, agents, local }
+    }
+
+    async fn agent_query<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> AgentQuery,
+        wait: Duration,
+    ) -> Option<T> {
+        let (tx, rx) = oneshot::channel();
+        self.agents.send(make(tx)).await.ok()?;
+        tokio::time::timeout(wait, rx).await.ok()?.ok()
+    }
+
+    /// Sends `message` to agent `to` wherever it runs ([`Sent::Local`]: it runs here, and
+    /// the caller delivers it). At most once: a message whose answer never came is not
+    /// sent again.
+    pub async fn send_agent(
+        &self,
+        to: AgentAddress,
+        local_runs: bool,
+        message: AgentMessage,
+    ) -> Result<Sent, SendError> {
+        // The driver answers every send within the request timeout (or refuses it at once).
+        let wait = AGENT_REQUEST_TIMEOUT + Duration::from_secs(5);
+        self.agent_query(|reply| AgentQuery::Send { to, local_runs, message, reply }, wait)
+            .await
+            .unwrap_or(Err(SendError::Stopped))
+    }
+
+    /// How `node`'s agents are doing.
+    pub async fn agent_status(&self, node: NodeId) -> Result<Vec<AgentStatus>, String> {
+        let wait = AGENT_REQUEST_TIMEOUT + Duration::from_secs(5);
+        self.agent_query(|reply| AgentQuery::Status { node, reply }, wait)
+            .await
+            .unwrap_or_else(|| Err("the mesh stopped".into()))
+    }
+
+    /// Every agent the directory lists, with the nodes that run it.
+    pub async fn agent_directory(&self) -> anyhow::Result<BTreeMap<String, Vec<NodeId>>> {
+        self.agent_query(AgentQuery::Directory, QUERY_TIMEOUT)
+            .await
+            .context("the mesh did not answer in time")
+    }
+
+    /// Replaces the agents this node advertises; republishes at once.
+    pub async fn set_agents(&self, agents: Vec<String>) -> anyhow::Result<()> {
+        self.agent_query(|reply| AgentQuery::SetAgents(agents, reply), QUERY_TIMEOUT)
+            .await
+            .context("the mesh did not answer in time")
     }
 
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Query) -> anyhow::Result<T> {
@@ -208,6 +318,7 @@ impl NetHandle {
     pub fn for_tests(queries: mpsc::Sender<Query>) -> Self {
         let (tasks, _) = mpsc::channel(1);
         let (artifacts, _) = mpsc::channel(1);
-        Self::new(queries, tasks, artifacts, murmur_protocol::SecretKey::from_seed([7; 32]).node_id())
+        let (agents, _) = mpsc::channel(1);
+        Self::new(queries, tasks, artifacts, agents, murmur_protocol::SecretKey::from_seed([7; 32]).node_id())
     }
 }

@@ -1,6 +1,6 @@
 //! Murmur's network: a libp2p swarm that carries out what the protocol's [`MeshNode`]
-//! decides, for the mesh (adverts, anti-entropy, departures), for tasks (`/murmur/task/1`)
-//! and for artifacts (`/murmur/artifact/1`).
+//! decides, for the mesh (adverts, anti-entropy, departures), for tasks (`/murmur/task/1`),
+//! for artifacts (`/murmur/artifact/1`) and for agents' messages (`/murmur/agent/1`).
 //!
 //! The swarm moves bytes and reports events; every decision (which adverts to believe and
 //! relay, when to republish, what a peer lacks, whom to dial or drop, where a task goes)
@@ -10,13 +10,14 @@
 //!
 //! This crate owns the libp2p behaviour, its codecs and the driver. It must not know what
 //! happens to a task once it is accepted: task requests that passed the receiving checks
-//! go to the [`TaskOwner`] port the node hands to [`start`], and artifact requests are
-//! served from the store. No wasmtime, no HTTP.
+//! go to the [`TaskOwner`] port the node hands to [`start`], agent messages that passed
+//! theirs to the [`AgentInbox`] port, and artifact requests are served from the store. No
+//! wasmtime, no HTTP.
 //!
 //! ```text
 //! let (handle, pending) = murmur_net::handle(key.node_id());   // usable at once
 //! … build what needs the network (pulls, the runtime, the task owner) …
-//! let started = murmur_net::start(pending, &key, &config, hosted, cert, owner, store, stop).await?;
+//! let started = murmur_net::start(pending, &key, &config, advertised, ports, store, stop).await?;
 //! ```
 
 mod addrs;
@@ -24,6 +25,7 @@ mod behaviour;
 mod codec;
 mod driver;
 mod handle;
+mod inbox;
 mod owner;
 
 use std::sync::Arc;
@@ -39,11 +41,16 @@ use murmur_store::ArtifactStore;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-pub use behaviour::{ARTIFACT_PROTOCOL, IDENTIFY_PROTOCOL, KAD_PROTOCOL, SYNC_PROTOCOL, TASK_PROTOCOL};
+pub use behaviour::{
+    AGENT_PROTOCOL, ARTIFACT_PROTOCOL, KAD_PROTOCOL, SYNC_PROTOCOL, TASK_PROTOCOL, WIRE_MINOR_VAR,
+    wire_version,
+};
 use driver::Driver;
-pub use handle::{ArtifactQuery, NetHandle, NetMetrics, Query, TaskQuery};
+pub use handle::{AgentQuery, ArtifactQuery, NetHandle, NetMetrics, Query, SendError, Sent, TaskQuery};
+pub use inbox::{AgentInbox, NoAgents};
 use murmur_config::limits::{
-    ARTIFACT_QUERY_QUEUE_MAX, LISTEN_TIMEOUT, QUERY_QUEUE_MAX, TASK_QUERY_QUEUE_MAX,
+    AGENT_QUERY_QUEUE_MAX, ARTIFACT_QUERY_QUEUE_MAX, LISTEN_TIMEOUT, QUERY_QUEUE_MAX,
+    REQUEST_OVERRUNS_PENDING_MAX, TASK_QUERY_QUEUE_MAX,
 };
 pub use murmur_protocol::exchange::Placement;
 pub use owner::{OwnerFuture, TaskOwner};
@@ -54,6 +61,7 @@ pub struct Pending {
     queries: mpsc::Receiver<Query>,
     tasks: mpsc::Receiver<TaskQuery>,
     artifacts: mpsc::Receiver<ArtifactQuery>,
+    agents: mpsc::Receiver<AgentQuery>,
 }
 
 /// A handle for node `local` and the channels behind it. Requests made through the handle
@@ -63,7 +71,11 @@ pub fn handle(local: NodeId) -> (NetHandle, Pending) {
     let (queries_tx, queries) = mpsc::channel(QUERY_QUEUE_MAX);
     let (tasks_tx, tasks) = mpsc::channel(TASK_QUERY_QUEUE_MAX);
     let (artifacts_tx, artifacts) = mpsc::channel(ARTIFACT_QUERY_QUEUE_MAX);
-    (NetHandle::new(queries_tx, tasks_tx, artifacts_tx, local), Pending { queries, tasks, artifacts })
+    let (agents_tx, agents) = mpsc::channel(AGENT_QUERY_QUEUE_MAX);
+    (
+        NetHandle::new(queries_tx, tasks_tx, artifacts_tx, agents_tx, local),
+        Pending { queries, tasks, artifacts, agents },
+    )
 }
 
 /// A started network: the resolved listen addresses and the driver task.
@@ -73,22 +85,51 @@ pub struct Started {
     pub task: JoinHandle<()>,
 }
 
+/// What the node advertises when its network starts.
+#[derive(Debug, Default)]
+pub struct Advertised {
+    pub capsules: Vec<murmur_protocol::HostedCapsule>,
+    pub agents: Vec<String>,
+    pub cert: Option<murmur_protocol::Envelope>,
+}
+
+/// Where what arrives from the network goes: task requests that passed the receiving
+/// checks to `tasks`, agent messages that passed theirs to `agents`.
+pub struct Ports {
+    pub tasks: Arc<dyn TaskOwner>,
+    pub agents: Arc<dyn AgentInbox>,
+}
+
+impl std::fmt::Debug for Ports {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ports").finish_non_exhaustive()
+    }
+}
+
 /// Builds the swarm, listens, dials bootstrap peers and spawns the driver on `pending`'s
-/// channels. Task requests that pass the receiving checks go to `owner`; artifact requests
-/// are served from `store`. Returns once every listener has reported its address.
-#[allow(clippy::too_many_arguments)] // each is one distinct piece the driver needs, given once
+/// channels, advertising `advertised`. Requests go to `ports`; artifact requests are
+/// served from `store`. Returns once every listener has reported its address.
 pub async fn start(
     pending: Pending,
     key: &SecretKey,
     config: &Config,
-    hosted: Vec<murmur_protocol::HostedCapsule>,
-    cert: Option<murmur_protocol::Envelope>,
-    owner: Arc<dyn TaskOwner>,
+    advertised: Advertised,
+    ports: Ports,
     store: Arc<ArtifactStore>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<Started> {
     let keypair = libp2p::identity::Keypair::ed25519_from_bytes(key.to_seed()).context("node key")?;
     let network = config.network.clone();
+    let wire = behaviour::wire_version()?;
+    if wire != murmur_protocol::version::WireVersion::CURRENT {
+        tracing::warn!(
+            wire = %wire,
+            build = %murmur_protocol::version::WireVersion::CURRENT,
+            "announcing an older wire version ({}): this node behaves as that minor",
+            behaviour::WIRE_MINOR_VAR
+        );
+    }
+    let (overruns_tx, overruns) = tokio::sync::mpsc::channel(REQUEST_OVERRUNS_PENDING_MAX);
     let mut swarm = SwarmBuilder::with_existing_identity(keypair)
         .with_tokio()
         .with_tcp(tcp::Config::default().nodelay(true), noise::Config::new, yamux::Config::default)
@@ -96,7 +137,9 @@ pub async fn start(
         .with_quic()
         .with_dns()
         .context("DNS resolver")?
-        .with_behaviour(|keypair| behaviour::Behaviour::new(keypair, &network).map_err(Into::into))
+        .with_behaviour(|keypair| {
+            behaviour::Behaviour::new(keypair, &network, wire, overruns_tx).map_err(Into::into)
+        })
         .context("libp2p behaviours")?
         .with_swarm_config(|c| c.with_idle_connection_timeout(network.idle_timeout))
         .build();
@@ -107,12 +150,27 @@ pub async fn start(
     }
 
     let mesh = MeshNode::new(key.clone(), mesh_config(config), clock::now());
-    let task_transport =
-        driver::TaskTransport::new(key.node_id(), config.trust.authorities.clone(), owner, pending.tasks);
+    let task_transport = driver::TaskTransport::new(
+        key.node_id(),
+        config.trust.authorities.clone(),
+        ports.tasks,
+        pending.tasks,
+    );
     let artifact_transport = driver::ArtifactTransport::new(store, pending.artifacts);
-    let mut driver = Driver::new(swarm, mesh, pending.queries, task_transport, artifact_transport, shutdown);
+    let agent_transport = driver::AgentTransport::new(ports.agents, pending.agents);
+    let mut driver = Driver::new(
+        swarm,
+        mesh,
+        pending.queries,
+        task_transport,
+        artifact_transport,
+        agent_transport,
+        shutdown,
+        wire,
+        overruns,
+    );
     let listen_addrs = driver.wait_for_listeners(listeners, LISTEN_TIMEOUT).await?;
-    driver.start(config, hosted, cert);
+    driver.start(config, advertised.capsules, advertised.agents, advertised.cert);
     let task = tokio::spawn(driver.run());
     Ok(Started { listen_addrs, task })
 }

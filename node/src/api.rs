@@ -1,5 +1,5 @@
-//! The node's HTTP API (axum): health, peers, capsules, Prometheus metrics, the A2A
-//! endpoint and agent cards.
+//! The node's HTTP API (axum): health, peers, capsules, agents (brains), Prometheus
+//! metrics, the A2A endpoint and agent cards.
 //!
 //! Who may call is the node's [`ClientPolicy`]: loopback clients by default, others with a
 //! bearer token from the config. `/healthz` and agent cards are open to all.
@@ -8,8 +8,10 @@
 //! [`app`] and test it in process with `tower::ServiceExt::oneshot`.
 
 pub mod a2a;
+mod agents;
 pub mod artifacts;
 mod cards;
+mod guard;
 mod metrics;
 pub mod runtime;
 mod traces;
@@ -27,7 +29,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
-use murmur_config::ClientPolicy;
+use murmur_config::{ApiClient, ClientPolicy, Scope};
 use murmur_net::NetHandle;
 use murmur_runtime::Runtime;
 
@@ -49,52 +51,66 @@ pub struct ApiState {
     pub puller: crate::artifacts::Puller,
     /// Where `mur install` pins and writes capsule manifests.
     pub install: artifacts::InstallTarget,
+    /// The node's agents (brains).
+    pub brains: murmur_brain::Brains,
 }
 
 /// The router, with every route the node serves.
 pub fn app(state: Arc<ApiState>) -> Router {
-    let guarded = Router::new()
+    // Each route needs a scope of the client's (`api.tokens`; this machine's clients hold
+    // every scope); JSON-RPC methods check theirs in `a2a`, which is reachable with `read`.
+    let read = Router::new()
         .route("/v1/peers", get(peers))
         .route("/v1/capsules", get(capsules))
         .route("/metrics", get(prometheus))
         .route("/v1/runtime/capsules", get(runtime::installed))
-        .route("/v1/tools/{name}/run", post(runtime::run_tool))
-        .route("/v1/capsules/{name}/run", post(runtime::run_capsule))
-        .route("/v1/artifacts/pull", post(artifacts::pull))
         .route("/v1/tasks/{id}/trace", get(traces::task_trace))
+        .route("/v1/agents", get(agents::list))
+        .route("/v1/agents/{name}/logs", get(agents::logs))
+        .route("/v1/agents/{name}/memory", get(agents::memory))
         .route("/", post(a2a::rpc_node))
         .route("/a2a", post(a2a::rpc_node))
         .route("/a2a/{capsule}", post(a2a::rpc_capsule))
+        .route_layer(middleware::from_fn(|r, n| needs(Scope::Read, r, n)));
+    let send = Router::new()
+        .route("/v1/tools/{name}/run", post(runtime::run_tool))
+        .route("/v1/capsules/{name}/run", post(runtime::run_capsule))
+        .route("/v1/agents/{name}/messages", post(agents::send))
+        .route_layer(middleware::from_fn(|r, n| needs(Scope::Send, r, n)));
+    let admin = Router::new()
+        .route("/v1/artifacts/pull", post(artifacts::pull))
+        .route_layer(middleware::from_fn(|r, n| needs(Scope::Admin, r, n)));
+    let guarded = read
+        .merge(send)
+        .merge(admin)
         .layer(DefaultBodyLimit::max(murmur_config::limits::A2A_REQUEST_BYTES_MAX))
         .route_layer(middleware::from_fn_with_state(state.clone(), admit));
     Router::new()
         .route("/healthz", get(healthz))
         .route("/.well-known/agent-card.json", get(cards::node_card))
         .route("/.well-known/agent.json", get(cards::node_card))
+        .route("/a2a/.well-known/agent-card.json", get(cards::a2a_root_card))
+        .route("/a2a/.well-known/agent.json", get(cards::a2a_root_card))
         .route("/a2a/{capsule}/.well-known/agent-card.json", get(cards::capsule_card))
         .merge(guarded)
         .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), guard::guard))
         .with_state(state)
 }
 
 /// The client policy: loopback callers (by default) and holders of a configured token.
-async fn admit(State(state): State<Arc<ApiState>>, request: Request, next: Next) -> Response {
-    // In-process callers (tests) have no socket address: they are this process.
-    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
-    let bearer = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-        .map(str::trim);
-    let admitted = peer.is_none_or(|ip| state.policy.admits(ip, bearer));
-    if !admitted {
+async fn admit(State(state): State<Arc<ApiState>>, mut request: Request, next: Next) -> Response {
+    if let Some(client) = client_of(&state, &request) {
+        request.extensions_mut().insert(client);
+    } else {
+        let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+        let bearer = bearer(&request);
         let message = if bearer.is_some() {
             "the bearer token is not one this node accepts"
         } else if peer.is_some_and(|ip| ip.is_loopback()) {
-            "this node needs `Authorization: Bearer TOKEN` from every client, on this machine too (api.loopback_open = false; mur: --token or MURMUR_TOKEN)"
+            "this node needs `Authorization: Bearer TOKEN` from every client, on this machine too (api.loopback_open = false; mur: --token-file PATH or MURMUR_TOKEN)"
         } else {
-            "clients from other machines need `Authorization: Bearer TOKEN` (api.tokens in the node's config; mur: --token or MURMUR_TOKEN)"
+            "clients from other machines need `Authorization: Bearer TOKEN` (api.tokens in the node's config; mur: --token-file PATH or MURMUR_TOKEN)"
         };
         let mut response = error(StatusCode::UNAUTHORIZED, "unauthorized", message);
         response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
@@ -103,12 +119,64 @@ async fn admit(State(state): State<Arc<ApiState>>, request: Request, next: Next)
     next.run(request).await
 }
 
-async fn healthz(State(state): State<Arc<ApiState>>) -> Json<serde_json::Value> {
+/// Refuses a client without `scope` (403, naming what it holds and what it needs).
+async fn needs(scope: Scope, request: Request, next: Next) -> Response {
+    match request.extensions().get::<ApiClient>() {
+        Some(client) if client.may(scope) => next.run(request).await,
+        Some(client) => forbidden(client, scope),
+        None => error(StatusCode::UNAUTHORIZED, "unauthorized", "no client"),
+    }
+}
+
+/// The answer to a client whose token lacks `scope`.
+pub(crate) fn forbidden(client: &ApiClient, scope: Scope) -> Response {
+    error(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        &format!(
+            "client `{}` holds scope {}; this needs {} (api.tokens scopes in the node's config)",
+            client.name,
+            client.scope.as_str(),
+            scope.as_str()
+        ),
+    )
+}
+
+/// `{"status": "ok"}` for anyone (a load balancer's probe); the node's identity and uptime
+/// only for clients the policy admits.
+async fn healthz(State(state): State<Arc<ApiState>>, request: Request) -> Json<serde_json::Value> {
+    if !admitted(&state, &request) {
+        return Json(json!({ "status": "ok" }));
+    }
     Json(json!({
         "status": "ok",
         "peer_id": state.peer_id,
         "uptime_secs": state.started.elapsed().as_secs(),
     }))
+}
+
+/// Whether the client policy admits `request`'s client.
+fn admitted(state: &ApiState, request: &Request) -> bool {
+    client_of(state, request).is_some()
+}
+
+/// `request`'s client, if the policy admits it.
+fn client_of(state: &ApiState, request: &Request) -> Option<ApiClient> {
+    // In-process callers (tests) have no socket address: they are this process.
+    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+    match peer {
+        None => Some(ApiClient { name: "local".into(), scope: Scope::Admin }),
+        Some(ip) => state.policy.client(ip, bearer(request)),
+    }
+}
+
+fn bearer(request: &Request) -> Option<&str> {
+    request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim)
 }
 
 async fn peers(State(state): State<Arc<ApiState>>) -> Response {
@@ -127,7 +195,10 @@ async fn capsules(State(state): State<Arc<ApiState>>) -> Response {
 
 async fn prometheus(State(state): State<Arc<ApiState>>) -> Response {
     match state.net.metrics().await {
-        Ok(m) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics::render(&m)).into_response(),
+        Ok(m) => {
+            let text = metrics::render(&m, &state.brains.metrics());
+            ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+        }
         Err(err) => unavailable(&err),
     }
 }
@@ -182,7 +253,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap().keep();
         let store = Arc::new(murmur_store::ArtifactStore::open(&dir.join("store")).unwrap());
         let runtime = Runtime::new(
-            murmur_runtime::RuntimeOptions { data_dir: dir.clone(), pooling: false },
+            murmur_runtime::RuntimeOptions::new(dir.clone(), false),
             store,
             murmur_runtime::ports::Ports::standalone().unwrap(),
         )
@@ -201,9 +272,22 @@ mod tests {
                 crate::artifacts::Advertiser::new(net.clone(), runtime.store().clone()),
             ),
             install: artifacts::InstallTarget::new(&dir, &dir.join("capsules"), vec![]),
+            brains: murmur_brain::Brains::start(
+                vec![],
+                runtime.clone(),
+                runtime.store().clone(),
+                &dir.join("brains.redb"),
+                &dir.join("agents"),
+                Arc::new(murmur_brain::NoMesh),
+            )
+            .unwrap(),
             net,
             runtime,
-            policy: ClientPolicy { loopback_open: true, tokens: vec![] },
+            policy: ClientPolicy {
+                loopback_open: true,
+                origins: vec!["https://dash.example".into()],
+                ..ClientPolicy::default()
+            },
             streams: AtomicUsize::new(0),
         })
     }
@@ -259,6 +343,130 @@ mod tests {
         assert_eq!(body["error"]["message"], "no capsule or tool named `nope` runs on this node");
         let (status, body) = get("/v1/runtime/capsules").await;
         assert_eq!((status, body.as_str()), (StatusCode::OK, "[]"));
+    }
+
+    /// Sends `request` to a fresh app; the status and the parsed error code.
+    async fn send(request: Request<Body>) -> (StatusCode, String, axum::http::HeaderMap) {
+        let response = app(state().await).oneshot(request).await.unwrap();
+        let (status, headers) = (response.status(), response.headers().clone());
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        let code = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| v["error"]["code"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        (status, code, headers)
+    }
+
+    #[tokio::test]
+    async fn pages_of_other_sites_and_rebound_names_are_kept_out() {
+        let rpc = r#"{"jsonrpc":"2.0","id":1,"method":"ListTasks","params":{}}"#;
+        // What a page can send without asking: a text/plain POST (no preflight).
+        let simple = Request::post("/")
+            .header("host", "127.0.0.1:7420")
+            .header("content-type", "text/plain")
+            .body(Body::from(rpc))
+            .unwrap();
+        assert_eq!(send(simple).await.0, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        // A page of another origin, even with JSON (a browser sends its Origin).
+        let cross = Request::post("/")
+            .header("host", "127.0.0.1:7420")
+            .header("origin", "https://evil.example")
+            .header("content-type", "application/json")
+            .body(Body::from(rpc))
+            .unwrap();
+        let (status, code, _) = send(cross).await;
+        assert_eq!((status, code.as_str()), (StatusCode::FORBIDDEN, "origin_not_allowed"));
+        // DNS rebinding: the page's own name, now pointing at 127.0.0.1, as Host.
+        let rebound =
+            Request::get("/v1/peers").header("host", "evil.example:7420").body(Body::empty()).unwrap();
+        let (status, code, _) = send(rebound).await;
+        assert_eq!((status, code.as_str()), (StatusCode::FORBIDDEN, "host_not_allowed"));
+        let card = Request::get("/.well-known/agent-card.json")
+            .header("host", "evil.example")
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(send(card).await.0, StatusCode::FORBIDDEN, "open routes are guarded too");
+        // A preflight from an unlisted origin is refused; a listed one is answered.
+        let preflight = |origin: &str| {
+            Request::options("/")
+                .header("host", "127.0.0.1:7420")
+                .header("origin", origin)
+                .body(Body::empty())
+                .unwrap()
+        };
+        assert_eq!(send(preflight("https://evil.example")).await.0, StatusCode::FORBIDDEN);
+        let (status, _, headers) = send(preflight("https://dash.example")).await;
+        assert_eq!(status, StatusCode::NO_CONTENT);
+        assert_eq!(headers["access-control-allow-origin"], "https://dash.example");
+        // The node's own pages, and clients that are not browsers, pass.
+        let own = Request::get("/v1/peers")
+            .header("host", "127.0.0.1:7420")
+            .header("origin", "http://127.0.0.1:7420")
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(send(own).await.0, StatusCode::OK);
+        let listed = Request::get("/v1/peers")
+            .header("host", "127.0.0.1:7420")
+            .header("origin", "https://dash.example")
+            .body(Body::empty())
+            .unwrap();
+        let (status, _, headers) = send(listed).await;
+        assert_eq!(
+            (status, headers["access-control-allow-origin"].to_str().unwrap()),
+            (StatusCode::OK, "https://dash.example")
+        );
+        let cli = Request::get("/v1/peers").header("host", "localhost:7420").body(Body::empty()).unwrap();
+        assert_eq!(send(cli).await.0, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn cards_name_the_configured_address_never_the_requests_host() {
+        let card = |host: &str| {
+            Request::get("/.well-known/agent-card.json").header("host", host).body(Body::empty()).unwrap()
+        };
+        let read = |response: Response| async move {
+            let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+            serde_json::from_slice::<serde_json::Value>(&bytes).unwrap()["url"].as_str().unwrap().to_owned()
+        };
+        let response = app(state().await).oneshot(card("localhost:9999")).await.unwrap();
+        assert_eq!(read(response).await, "http://127.0.0.1:7420/", "from the listen address");
+        let mut configured = state().await;
+        Arc::get_mut(&mut configured).unwrap().policy.public_url = Some("https://node1.example:7420".into());
+        let response = app(configured).oneshot(card("10.1.2.3:7420")).await.unwrap();
+        assert_eq!(read(response).await, "https://node1.example:7420/", "from api.public_url");
+    }
+
+    #[tokio::test]
+    async fn a_capsule_url_without_its_slash_still_finds_a_card() {
+        // `.well-known/agent-card.json` resolved against `…/a2a/wordcount` (RFC 3986, as
+        // `new URL(path, base)` does) loses the capsule's segment.
+        let resolved = "/a2a/.well-known/agent-card.json";
+        let request = Request::get(resolved).header("host", "127.0.0.1:7420").body(Body::empty()).unwrap();
+        let response = app(state().await).oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        let card: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(card["url"], "http://127.0.0.1:7420/a2a", "calls go where a tenant is read");
+        assert_eq!(card["supportedInterfaces"][0]["url"], "http://127.0.0.1:7420/a2a");
+    }
+
+    #[tokio::test]
+    async fn anonymous_health_checks_learn_only_that_the_node_is_up() {
+        let from = |ip: [u8; 4]| {
+            Request::get("/healthz")
+                .header("host", "127.0.0.1:7420")
+                .extension(ConnectInfo(SocketAddr::from((ip, 40000))))
+                .body(Body::empty())
+                .unwrap()
+        };
+        let body = |response: Response| async move {
+            let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+            serde_json::from_slice::<serde_json::Value>(&bytes).unwrap()
+        };
+        let anonymous = body(app(state().await).oneshot(from([192, 0, 2, 7])).await.unwrap()).await;
+        assert_eq!(anonymous, json!({ "status": "ok" }));
+        let local = body(app(state().await).oneshot(from([127, 0, 0, 1])).await.unwrap()).await;
+        assert_eq!(local["peer_id"], "12D3KooWtest");
     }
 
     #[tokio::test]

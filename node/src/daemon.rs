@@ -32,6 +32,11 @@ use crate::tasks::{NodeMessages, OwnerPort, TaskManager, TaskRunner, TaskService
 
 /// The task database, in the data directory.
 pub const TASKS_DB: &str = "tasks.redb";
+/// The brains' memory in the data directory.
+pub const BRAINS_DB: &str = "brains.redb";
+/// Beyond the longest grace, how long the node waits for its brains at shutdown (a
+/// script finishing its current step).
+const BRAINS_STOP_EXTRA: std::time::Duration = std::time::Duration::from_secs(3);
 use murmur_config::limits::{ADVERTISE_EVERY, PINS_EVERY};
 use murmur_protocol::HostedCapsule;
 
@@ -111,11 +116,23 @@ pub async fn run(options: RunOptions) -> CliResult {
         NodeMessages::new(config.trust.authorities.clone(), tasks.clone()).map_err(CliError::failed)?;
     let ports = Ports { artifacts: Arc::new(puller.clone()), messages, inference: Arc::new(NoInference) };
     let runtime = start_runtime(&options, &config, store.clone(), ports)?;
-    let runner = TaskRunner::start(manager.clone(), runtime.clone());
+    let brains = murmur_brain::Brains::start(
+        config.agents.iter().map(crate::brains::agent_config).collect(),
+        runtime.clone(),
+        store.clone(),
+        &options.data_dir.join(BRAINS_DB),
+        &options.data_dir.join("agents"),
+        crate::brains::NetMesh::new(net.clone()),
+    )
+    .map_err(CliError::failed)?;
+    let runner = TaskRunner::start(manager.clone(), runtime.clone(), config.runtime.audience);
     let (stop_tx, stop_rx) = watch::channel(false);
     let hosted = hosted_capsules(&runtime, &config.capsules);
     let owner = Arc::new(OwnerPort::new(runner, key.node_id()));
-    let network = murmur_net::start(pending, &key, &config, hosted, cert, owner, store, stop_rx)
+    let advertised = murmur_net::Advertised { capsules: hosted, agents: brains.names(), cert };
+    let ports =
+        murmur_net::Ports { tasks: owner, agents: Arc::new(crate::brains::BrainInbox(brains.clone())) };
+    let network = murmur_net::start(pending, &key, &config, advertised, ports, store, stop_rx)
         .await
         .context("cannot start networking")?;
     tokio::spawn(advertiser.advertise_every(ADVERTISE_EVERY));
@@ -131,6 +148,7 @@ pub async fn run(options: RunOptions) -> CliResult {
         policy: config.api_policy.clone(),
         puller,
         install: InstallTarget::new(&options.data_dir, &config.runtime.capsules_dir, config.capsules.clone()),
+        brains: brains.clone(),
     });
 
     let ready = Ready {
@@ -150,12 +168,16 @@ pub async fn run(options: RunOptions) -> CliResult {
     }
     info!(peer = %ready.peer_id, api = %api_addr, "node started");
 
+    let grace = config.agents.iter().map(|a| a.grace).max().unwrap_or_default();
     tokio::spawn(reload_on_sighup(options.clone(), config, runtime, net.clone()));
 
     axum::serve(listener, api::app(state).into_make_service_with_connect_info::<SocketAddr>())
         .with_graceful_shutdown(shutdown_signal())
         .await
         .context("API server failed")?;
+    // Brains hear `shutdown` and get their grace while the network still runs (they may
+    // send a last message).
+    brains.shutdown(grace + BRAINS_STOP_EXTRA).await;
     let _ = stop_tx.send(true);
     let _ = network.task.await;
     // Writes nobody waited for (`working`, routes) reach the disk before the process ends.
@@ -175,7 +197,11 @@ fn start_runtime(
     ports: Ports,
 ) -> CliResult<Runtime> {
     let runtime = Runtime::new(
-        RuntimeOptions { data_dir: options.data_dir.clone(), pooling: config.runtime.pooling },
+        RuntimeOptions {
+            data_dir: options.data_dir.clone(),
+            pooling: config.runtime.pooling,
+            credentials: config.credentials.clone(),
+        },
         store,
         ports,
     )

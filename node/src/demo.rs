@@ -8,8 +8,9 @@
 //! task to `mesh://wordcount` on node3 because its grant allows it, and is refused before
 //! anything leaves node1 when it tries `mesh://echo`, which its grant does not allow; a task
 //! that asks for input gets it; an artifact published (signed) on node1 is installed on
-//! node3 from the mesh, chunk by verified chunk, and runs there. Each step prints what
-//! happened and how long it took.
+//! node3 from the mesh, chunk by verified chunk, and runs there; a rhai brain on node1 and
+//! a JavaScript brain on node3 talk across the mesh, and one answers when its timer fires.
+//! Each step prints what happened and how long it took.
 //! Without `--once` the nodes keep running for `mur` to explore until Ctrl-C.
 
 use std::io::{BufRead, BufReader};
@@ -34,6 +35,40 @@ const CAPSULES: [&[(&str, &str, &str)]; 3] = [
     )],
     &[("echo", "echo", ""), ("ask", "ask", "[lifecycle]\ninput_timeout_secs = 120\n")],
     &[("wordcount", "wordcount", "")],
+];
+
+/// Brains each demo node runs: (agent, file, source). `scout` (rhai, node1) greets
+/// `keeper` (JavaScript, node3) when an operator says `go`; `keeper` sets a timer, and when
+/// it fires answers `scout` across the mesh.
+const AGENTS: [&[(&str, &str, &str)]; 3] = [
+    &[(
+        "scout",
+        "scout.rhai",
+        r#"let operators = subscribe_agent("mur");
+let keeper = subscribe_agent("keeper");
+loop {
+    let event = ();
+    try { event = recv(); } catch { continue; }
+    if event.kind != "message" { continue; }
+    if event.id == operators && event.value == "go" { send_agent("keeper", "hello from scout"); }
+    if event.id == keeper { memory_set("reply", event.value); log("info", `keeper says: ${event.value}`); }
+}
+"#,
+    )],
+    &[],
+    &[(
+        "keeper",
+        "keeper.js",
+        r#"subscribe_agent("scout");
+let timer = null;
+while (true) {
+  let event;
+  try { event = recv(); } catch (e) { continue; }
+  if (event.kind === "message") { memory_set("heard", event.value); timer = wait_for(500); }
+  if (event.kind === "timer" && event.id === timer) { send_agent("scout", `timer fired on ${whoami()}`); }
+}
+"#,
+    )],
 ];
 
 /// The guest components the demo runs.
@@ -134,7 +169,7 @@ fn short(peer: &str) -> String {
 
 fn config(authority: &str, publisher: &str) -> String {
     format!(
-        "# murnode demo node: fast adverts so changes show within seconds.\n[adverts]\nrefresh_secs = 1\nttl_secs = 3\n\n[trust]\nauthorities = [\"{authority}\"]\npublishers = [\"{publisher}\"]\n"
+        "# murnode demo node: fast adverts so changes show within seconds.\n[adverts]\nrefresh_secs = 1\nttl_secs = 3\n\n# A lab mesh on this machine: every node's clients reach every capsule.\n[runtime]\naudience = \"mesh\"\n\n[trust]\nauthorities = [\"{authority}\"]\npublishers = [\"{publisher}\"]\n"
     )
 }
 
@@ -166,18 +201,25 @@ fn components(options: &DemoOptions) -> anyhow::Result<PathBuf> {
     Ok(built)
 }
 
+#[allow(clippy::too_many_arguments)] // one node's whole setup, given once
 fn start(
     exe: &Path,
     dir: &Path,
     name: &str,
     capsules: &[(&str, &str, &str)],
+    agents: &[(&str, &str, &str)],
     components: &Path,
     (authority, publisher): (&str, &str),
     bootstrap: Option<&str>,
 ) -> anyhow::Result<DemoNode> {
     let data_dir = dir.join(name);
     murmur_store::data_dir::init(&data_dir)?;
-    std::fs::write(data_dir.join(murmur_config::CONFIG_FILE), config(authority, publisher))?;
+    let mut text = config(authority, publisher);
+    for (agent, file, source) in agents {
+        std::fs::write(data_dir.join(file), source)?;
+        text.push_str(&format!("\n[[agents]]\nname = \"{agent}\"\nbrain = \"{file}\"\ngrace_secs = 1\n"));
+    }
+    std::fs::write(data_dir.join(murmur_config::CONFIG_FILE), text)?;
     std::fs::create_dir_all(data_dir.join("capsules"))?;
     for (capsule, component, extra) in capsules {
         let manifest = format!(
@@ -291,6 +333,7 @@ fn walkthrough(exe: &Path, dir: &Path, components: &Path, once: bool) -> anyhow:
             dir,
             &format!("node{}", i + 1),
             capsules,
+            AGENTS[i],
             components,
             (&trust.0, &trust.1),
             bootstrap.as_deref(),
@@ -418,6 +461,41 @@ fn walkthrough(exe: &Path, dir: &Path, components: &Path, once: bool) -> anyhow:
     anyhow::ensure!(owner == nodes[2].peer_id, "mirror ran on {owner}, not node3");
     println!("   node1 → mesh://mirror ran on node3: {}", text(&mirrored));
 
+    step(
+        9,
+        "Brains: `scout` (rhai, node1) greets `keeper` (JavaScript, node3); keeper's timer fires and it answers across the mesh.",
+    );
+    until("node1 to list keeper", || {
+        get(&format!("{}/v1/agents", nodes[0].api))
+            .ok()
+            .and_then(|v| v["agents"].as_array().cloned())
+            .is_some_and(|agents| agents.iter().filter(|a| a["state"] == "running").count() == 2)
+    })?;
+    let started = Instant::now();
+    let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(10)).build()?;
+    let sent = client
+        .post(format!("{}/v1/agents/scout/messages", nodes[0].api))
+        .json(&json!({ "text": "go" }))
+        .send()?;
+    anyhow::ensure!(sent.status().is_success(), "mur agent send scout go: {}", sent.text()?);
+    let memory = |node: &DemoNode, agent: &str, key: &str| {
+        get(&format!("{}/v1/agents/{agent}/memory?key={key}", node.api))
+            .ok()
+            .and_then(|v| v["entries"][0]["value"].as_str().map(str::to_owned))
+    };
+    until("keeper to hear scout", || memory(&nodes[2], "keeper", "heard").is_some())?;
+    println!(
+        "   keeper (node3) heard \"{}\" {} ms after the operator's `go` to scout (node1)",
+        memory(&nodes[2], "keeper", "heard").unwrap_or_default(),
+        started.elapsed().as_millis()
+    );
+    until("scout to hear keeper's timer", || memory(&nodes[0], "scout", "reply").is_some())?;
+    println!(
+        "   scout (node1) heard \"{}\" {} ms after `go` (keeper's 500 ms timer, then a message back)",
+        memory(&nodes[0], "scout", "reply").unwrap_or_default(),
+        started.elapsed().as_millis()
+    );
+
     println!("\nEvery step behaved as expected.");
     if once {
         return Ok(());
@@ -430,6 +508,9 @@ fn walkthrough(exe: &Path, dir: &Path, components: &Path, once: bool) -> anyhow:
         "   mur send mesh://ask \"Ready?\" --stream        (then, elsewhere: mur send mesh://ask yes --reply-to TASK_ID)"
     );
     println!("   mur task ls");
+    println!(
+        "   mur agent ls                                  (then: mur agent send scout go; mur agent logs scout)"
+    );
     println!("Press Ctrl-C to stop them.");
     wait_for_interrupt();
     Ok(())

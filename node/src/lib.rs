@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod artifacts;
+pub mod brains;
 pub mod daemon;
 pub mod demo;
 pub mod tasks;

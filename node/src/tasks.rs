@@ -40,10 +40,11 @@ pub struct NewTask {
     pub text: String,
     pub message_id: String,
     pub context: Option<String>,
+    /// Who sent it, with this node, the message id, names the task
+    /// ([`TaskId::placed`]): the same message id from the same sender names the same task.
     pub sender: Sender,
-    /// Who sent it, as part of the task id (`client@NODE`, `NODE/CAPSULE`): the same
-    /// message id from the same sender names the same task.
-    pub origin: String,
+    /// The API client that sends it, when one does (its name; `message_id` is scoped to it).
+    pub client: Option<String>,
     pub traceparent: Option<String>,
     /// When not zero, an owner on another node answers once the task settles (terminal or
     /// asking for input) or this long after accepting it, whichever is first, so a caller
@@ -129,7 +130,7 @@ impl TaskService {
     /// Places a new task (idempotent: the same sender and message id return the task as
     /// it is). Returns once its owner accepted it durably.
     pub async fn submit(&self, new: NewTask) -> Result<TaskView, CallError> {
-        let task = TaskId::derive(&new.origin, &new.message_id);
+        let task = TaskId::placed(&self.local(), &new.sender, &new.message_id);
         if self.manager.holds(&task) {
             return Ok(TaskView { snapshot: self.manager.get(&task)?, owner: self.local() });
         }
@@ -158,6 +159,7 @@ impl TaskService {
                         owner: owner.to_string(),
                         capsule: new.capsule,
                         created_ms: clock::now().0,
+                        client: new.client,
                     });
                 }
                 let snapshot = match snapshot {

@@ -4,7 +4,9 @@
 //! lines. Stdout is kept for the ready line and command output.
 //!
 //! Traces: every hop a task takes carries a W3C `traceparent` (HTTP requests in and out,
-//! `/murmur/task/1` submits), always, so a task's trace id is the same on every node. Spans
+//! `/murmur/task/1` submits), always, so a task's trace id is the same on every node — but
+//! a capsule's own `message/send` carries one only while spans are exported, as the
+//! runtime specification says ([`exporting`]). Spans
 //! are exported with OpenTelemetry over OTLP only when the standard environment asks for it
 //! (`OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, protocol from
 //! `OTEL_EXPORTER_OTLP_PROTOCOL`: `http/protobuf`, the default, or `http/json`; service name
@@ -47,6 +49,16 @@ impl Drop for Telemetry {
             eprintln!("warning: flushing spans to the OTLP endpoint failed: {err}");
         }
     }
+}
+
+/// Whether this process exports spans (set once by [`init`]).
+static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether spans are exported over OTLP: what decides if a capsule's outgoing message
+/// carries a `traceparent`.
+#[must_use]
+pub fn exporting() -> bool {
+    EXPORTING.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Whether the OTEL_* environment asks for span export.
@@ -100,6 +112,7 @@ pub fn init(format: LogFormat) -> Telemetry {
             Ok(provider) => {
                 let tracer = provider.tracer("murnode");
                 telemetry.provider = Some(provider);
+                EXPORTING.store(true, std::sync::atomic::Ordering::Relaxed);
                 // Only our own spans: the exporter's HTTP stack must not trace itself.
                 let targets = tracing_subscriber::filter::Targets::new()
                     .with_target("murmur_node", tracing::Level::INFO)

@@ -3,6 +3,7 @@
 //! memory, acceptance under `single`, and the owner's answer to a peer that waits for the
 //! outcome (the settle budget), through the port the network driver calls.
 
+use murmur_protocol::owner::{Arrival, Audience};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,7 +44,7 @@ async fn runner(extra: &str, live_max: usize) -> (tempfile::TempDir, TaskRunner)
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(ArtifactStore::open(&dir.path().join("store")).unwrap());
     let runtime = Runtime::new(
-        RuntimeOptions { data_dir: dir.path().to_path_buf(), pooling: false },
+        RuntimeOptions::new(dir.path().to_path_buf(), false),
         store,
         Ports::standalone().unwrap(),
     )
@@ -54,7 +55,7 @@ async fn runner(extra: &str, live_max: usize) -> (tempfile::TempDir, TaskRunner)
     );
     runtime.install(CapsuleManifest::parse(&manifest, Path::new("/"), dir.path()).unwrap()).unwrap();
     let manager = TaskManager::open_with_live_max(&dir.path().join("tasks.redb"), live_max).await.unwrap();
-    (dir, TaskRunner::start(manager, runtime))
+    (dir, TaskRunner::start(manager, runtime, Audience::Mesh))
 }
 
 async fn finish(manager: &TaskManager, task: &TaskId) -> TaskState {
@@ -70,14 +71,14 @@ async fn finished_tasks_beyond_the_memory_limit_are_dropped_in_batches_and_never
     // Twenty finished tasks fill memory.
     let first: Vec<Submit> = (0..20).map(|i| submit(&format!("m{i}"), &format!("first {i}"))).collect();
     for s in &first {
-        runner.accept(s, Origin::Client).await.unwrap();
+        runner.accept(s, Origin::Client, Arrival::Local).await.unwrap();
         assert_eq!(finish(manager, &s.task).await, TaskState::Completed);
     }
     assert!(first.iter().all(|s| manager.owns(&s.task)));
 
     // The twenty-first drops the oldest tenth (two) of the finished ones from memory.
     let extra = submit("m-extra", "extra");
-    runner.accept(&extra, Origin::Client).await.unwrap();
+    runner.accept(&extra, Origin::Client, Arrival::Local).await.unwrap();
     let dropped: Vec<&Submit> = first.iter().filter(|s| !manager.owns(&s.task)).collect();
     assert_eq!(dropped.len(), 2, "a batch of two was dropped");
     assert_eq!(dropped[0].task, first[0].task, "the oldest went first");
@@ -86,7 +87,8 @@ async fn finished_tasks_beyond_the_memory_limit_are_dropped_in_batches_and_never
     // as it was (completed, with its first text) instead of being accepted and run again.
     for s in dropped {
         assert_eq!(manager.get(&s.task).unwrap().state, TaskState::Completed);
-        let again = runner.accept(&submit(&s.message, "second text"), Origin::Client).await.unwrap();
+        let again =
+            runner.accept(&submit(&s.message, "second text"), Origin::Client, Arrival::Local).await.unwrap();
         assert_eq!(again.state, TaskState::Completed, "not queued a second time");
         assert!(again.message.as_deref().unwrap_or_default().contains(&s.text), "{again:?}");
         assert!(!manager.owns(&s.task), "answered from disk, not brought back to run");
@@ -101,8 +103,8 @@ async fn a_single_task_capsule_never_accepts_two_even_when_they_arrive_together(
     // Both pass the early check before either is stored: only one may be accepted.
     let (first_submit, second_submit) = (submit("a", "one"), submit("b", "two"));
     let (a, b) = tokio::join!(
-        runner.accept(&first_submit, Origin::Client),
-        runner.accept(&second_submit, Origin::Client),
+        runner.accept(&first_submit, Origin::Client, Arrival::Local),
+        runner.accept(&second_submit, Origin::Client, Arrival::Local),
     );
     let accepted = [a.is_ok(), b.is_ok()].iter().filter(|ok| **ok).count();
     assert_eq!(accepted, 1, "{a:?} {b:?}");
@@ -110,7 +112,7 @@ async fn a_single_task_capsule_never_accepts_two_even_when_they_arrive_together(
     assert_eq!(refused.check(), Check::Busy);
     // A repeat of the accepted one is answered as it is, after its acceptance is stored.
     let first = if manager.owns(&submit("a", "").task) { "a" } else { "b" };
-    let again = runner.accept(&submit(first, "ignored"), Origin::Client).await.unwrap();
+    let again = runner.accept(&submit(first, "ignored"), Origin::Client, Arrival::Local).await.unwrap();
     assert_eq!(again.task, submit(first, "").task);
 }
 

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::codec::DecodeError;
 use crate::digest::Digest;
 use crate::limits::{
-    ADDR_LEN_MAX, ADVERT_ADDRS_MAX, ADVERT_ARTIFACTS_MAX, ADVERT_BYTES_MAX, ADVERT_CAPSULES_MAX,
-    ADVERT_TTL_MS_MAX, ADVERT_TTL_MS_MIN,
+    ADDR_LEN_MAX, ADVERT_ADDRS_MAX, ADVERT_AGENTS_MAX, ADVERT_ARTIFACTS_MAX, ADVERT_BYTES_MAX,
+    ADVERT_CAPSULES_MAX, ADVERT_TTL_MS_MAX, ADVERT_TTL_MS_MIN,
 };
 use crate::names::{check_capsule_name, check_version};
 use crate::signed::{DocKind, Document, Envelope};
@@ -40,6 +40,10 @@ pub struct Advert {
     pub load: u16,
     /// Multiaddrs the node listens on, as text.
     pub addrs: Vec<String>,
+    /// Agents (brains) the node runs, by name: `send-agent` reaches them, and only this
+    /// node may send as them. Absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agents: Vec<String>,
     /// How long after `issued_at` this advert stays valid without a newer one.
     pub ttl_ms: u64,
     /// Capsules the node hosts, one entry per name.
@@ -73,6 +77,7 @@ impl Advert {
             cert: None,
             load: 0,
             addrs: Vec::new(),
+            agents: Vec::new(),
             ttl_ms,
             capsules: Vec::new(),
             artifacts: Vec::new(),
@@ -84,6 +89,12 @@ impl Advert {
     #[must_use]
     pub const fn valid_until(&self) -> Millis {
         self.issued_at.plus(self.ttl_ms)
+    }
+
+    /// Whether this advert lists agent `name`.
+    #[must_use]
+    pub fn runs_agent(&self, name: &str) -> bool {
+        self.agents.iter().any(|a| a == name)
     }
 
     /// Whether this advert lists capsule `name`.
@@ -129,6 +140,13 @@ impl Document for Advert {
             check_version(&capsule.version).map_err(|r| invalid("capsules", r))?;
             if self.capsules[..i].iter().any(|c| c.name == capsule.name) {
                 return Err(invalid("capsules", format!("lists `{}` twice", capsule.name)));
+            }
+        }
+        check_count("agents", self.agents.len(), ADVERT_AGENTS_MAX).map_err(|r| invalid("agents", r))?;
+        for (i, agent) in self.agents.iter().enumerate() {
+            crate::agent::check_agent_name(agent).map_err(|r| invalid("agents", r))?;
+            if self.agents[..i].contains(agent) {
+                return Err(invalid("agents", format!("lists `{agent}` twice")));
             }
         }
         check_count("artifacts", self.artifacts.len(), ADVERT_ARTIFACTS_MAX)

@@ -563,8 +563,8 @@ impl Directory {
         let mut base = DirectoryBase::default();
         for record in self.all_records() {
             let node = record.node();
-            for capsule in &record.advert().capsules {
-                base.by_capsule.insert((name_key(&capsule.name), *node.key().as_bytes()));
+            for key in index_keys(record.advert()) {
+                base.by_capsule.insert((key, *node.key().as_bytes()));
             }
             base.expiries.insert((record.expires_at, node));
             base.records.insert(node, record.clone());
@@ -649,6 +649,34 @@ impl Directory {
             let capsule = record.advert().capsules.iter().find(|c| c.name == name)?;
             Some((record, capsule))
         })
+    }
+
+    /// The nodes running agent `name` whose advert is still valid at `now`, ordered by node.
+    pub fn agent_hosts<'a>(&'a self, now: Millis, name: &'a str) -> impl Iterator<Item = NodeId> + 'a {
+        let key = agent_key(name);
+        let range = (key, [0u8; 32])..=(key, [0xff; 32]);
+        let own = self.by_capsule.range(range.clone());
+        let base = self.base.by_capsule.range(range).filter(move |(_, node)| {
+            !self.shadowed.contains(&NodeId::from_key(PublicKey::from_validated(*node)))
+        });
+        MergeSorted::new(own, base, |entry: &&(u64, [u8; 32])| **entry).filter_map(move |(_, node)| {
+            let node = NodeId::from_key(PublicKey::from_validated(*node));
+            let record = self.get(&node)?;
+            (record.expires_at > now && record.advert().runs_agent(name)).then_some(node)
+        })
+    }
+
+    /// Every agent name in the directory with the nodes that run it, sorted (a scan: for
+    /// views, not hot paths).
+    #[must_use]
+    pub fn agents(&self, now: Millis) -> BTreeMap<&str, Vec<NodeId>> {
+        let mut agents: BTreeMap<&str, Vec<NodeId>> = BTreeMap::new();
+        for record in self.all_records().filter(|r| r.expires_at > now) {
+            for agent in &record.advert().agents {
+                agents.entry(agent.as_str()).or_default().push(record.node());
+            }
+        }
+        agents
     }
 
     /// Every capsule name in the directory, sorted (a scan: for views, not hot paths).
@@ -1000,8 +1028,8 @@ impl Directory {
         if let Some(tombstone) = self.tombstones.remove(&node) {
             self.tombstone_expiries.remove(&(tombstone.until, node));
         }
-        for capsule in &advert.capsules {
-            self.by_capsule.insert((name_key(&capsule.name), *node.key().as_bytes()));
+        for key in index_keys(&advert) {
+            self.by_capsule.insert((key, *node.key().as_bytes()));
         }
         self.expiries.insert((expires_at, node));
         self.records.insert(node, Record { envelope, advert, received_at: now, expires_at });
@@ -1014,8 +1042,8 @@ impl Directory {
             return Some(record);
         };
         self.expiries.remove(&(record.expires_at, *node));
-        for capsule in &record.advert().capsules {
-            self.by_capsule.remove(&(name_key(&capsule.name), *node.key().as_bytes()));
+        for key in index_keys(record.advert()) {
+            self.by_capsule.remove(&(key, *node.key().as_bytes()));
         }
         Some(record)
     }
@@ -1122,8 +1150,23 @@ impl<T, K: Ord, A: Iterator<Item = T>, B: Iterator<Item = T>, F: Fn(&T) -> K> It
 
 /// A stable 64-bit hash of a capsule name (FNV-1a), for the capsule index.
 fn name_key(name: &str) -> u64 {
-    name.bytes()
-        .fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
+    fnv(0xcbf2_9ce4_8422_2325, name.as_bytes())
+}
+
+/// The index key of agent `name`: its own namespace beside capsule names (no capsule name
+/// holds a NUL byte, so the two never share a key by construction, only by hash chance,
+/// which lookups filter out).
+fn agent_key(name: &str) -> u64 {
+    fnv(fnv(0xcbf2_9ce4_8422_2325, b"\0agent\0"), name.as_bytes())
+}
+
+fn fnv(start: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(start, |hash, byte| (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// What the name index holds for one advert: its capsules and its agents.
+fn index_keys(advert: &Advert) -> impl Iterator<Item = u64> + '_ {
+    advert.capsules.iter().map(|c| name_key(&c.name)).chain(advert.agents.iter().map(|a| agent_key(a)))
 }
 
 #[cfg(test)]

@@ -16,6 +16,8 @@
 //! - **Node certificates** ([`cert`]): closed-mesh admission.
 //! - **Adverts** ([`advert`]) and the **directory** ([`directory`]): who hosts what;
 //!   **departure notices** ([`departure`]): who left.
+//! - **Agents** ([`agent`]): long-running brains, addressed by name across the mesh, and
+//!   the `/murmur/agent/1` messages between them.
 //! - **Tasks** ([`task`]): the wire types; the **router** ([`route`]) places a task on an
 //!   owner, the **exchange** ([`exchange`]) carries `/murmur/task/1` for it, the **owner**
 //!   ([`owner`]) admits, queues, runs and recovers the tasks a node accepted.
@@ -43,6 +45,7 @@
 //! ```
 
 pub mod advert;
+pub mod agent;
 pub mod artifact;
 pub mod catalog;
 pub mod cert;
@@ -69,6 +72,7 @@ pub mod task;
 pub mod time;
 pub mod trust;
 pub mod verify;
+pub mod version;
 
 pub use advert::{Advert, HostedCapsule};
 pub use cert::{CertError, NodeCert, verify_cert};

@@ -21,12 +21,28 @@ pub const GRANT_BYTES_MAX: usize = 8 * 1024;
 /// A node certificate is four small fields.
 pub const CERT_BYTES_MAX: usize = 1024;
 
+/// Largest publisher signature (a catalog envelope naming one artifact) kept with a pulled
+/// or imported manifest: one artifact and its few blobs make under 1 KiB. A larger one
+/// counts as no signature, so a peer cannot make every puller store what it sends.
+pub const ARTIFACT_SIGNATURE_BYTES_MAX: usize = 16 * 1024;
+
 /// Largest envelope of any kind we will decode.
 pub const ENVELOPE_BYTES_MAX: usize = ADVERT_BYTES_MAX + ENVELOPE_OVERHEAD_MAX;
 
 /// Capsules one node may advertise. A node runs tens of capsules; 128 leaves headroom
 /// while keeping the advert (and every directory's copy of it) small.
 pub const ADVERT_CAPSULES_MAX: usize = 128;
+
+/// Agents (brains) one node may advertise: tens in practice; 64 names of at most 64
+/// bytes keep the advert within [`ADVERT_BYTES_MAX`] beside its capsules.
+pub const ADVERT_AGENTS_MAX: usize = 64;
+
+/// Bytes of one agent message's text (`send-agent`): a message is a note between agents,
+/// not a document (use artifacts for those).
+pub const AGENT_MESSAGE_BYTES_MAX: usize = 64 * 1024;
+
+/// Largest `/murmur/agent/1` frame: one message with its names and framing.
+pub const AGENT_FRAME_BYTES_MAX: usize = AGENT_MESSAGE_BYTES_MAX + 1024;
 
 /// Listen addresses in an advert: a node has a few interfaces times two transports.
 pub const ADVERT_ADDRS_MAX: usize = 16;

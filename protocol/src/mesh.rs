@@ -152,8 +152,14 @@ pub enum Input {
     SyncAnswered { from: NodeId, response: SyncResponse },
     /// Our sync request to `peer` failed (timeout, refused, disconnected).
     SyncFailed { peer: NodeId },
+    /// `peer` sent more request bytes at once than a connection may (the driver's
+    /// per-connection budget, `reason` names it): the mesh cuts it off and holds it off for
+    /// [`REFUSED_HOLD_MS`], open mesh or closed.
+    PeerOverran { peer: NodeId, reason: String },
     /// The capsules this node hosts changed.
     SetHosted { capsules: Vec<HostedCapsule> },
+    /// The agents (brains) this node runs changed.
+    SetAgents { agents: Vec<String> },
     /// The addresses this node can be reached at changed.
     SetAddrs { addrs: Vec<String> },
     /// The artifacts this node serves changed.
@@ -244,6 +250,8 @@ pub struct MeshStats {
     pub sync_summaries_settled: u64,
     pub sync_summaries_scoped: u64,
     pub peers_refused: u64,
+    /// Peers cut off and held off for overrunning a connection's request budget.
+    pub peers_cut_off: u64,
     pub outputs_dropped: u64,
     /// Departure notices this node signed as a witness.
     pub departures_declared: u64,
@@ -285,6 +293,7 @@ impl Peer {
 #[derive(Clone, Debug, Default)]
 pub struct Advertised {
     pub capsules: Vec<HostedCapsule>,
+    pub agents: Vec<String>,
     pub addrs: Vec<String>,
     pub artifacts: Vec<Digest>,
     pub load: u16,
@@ -299,6 +308,7 @@ impl Advertised {
     pub fn next(&self, now: Millis, ttl_ms: u64) -> Advert {
         let mut advert = Advert::new((self.seq + 1).max(now.0), now, ttl_ms);
         advert.capsules.clone_from(&self.capsules);
+        advert.agents.clone_from(&self.agents);
         advert.addrs.clone_from(&self.addrs);
         advert.artifacts.clone_from(&self.artifacts);
         advert.load = self.load;
@@ -433,7 +443,14 @@ impl MeshNode {
             Input::SyncRequested { from, token, request } => self.on_sync_request(now, from, token, request),
             Input::SyncAnswered { from, response } => self.on_sync_response(now, from, response),
             Input::SyncFailed { peer } => self.on_sync_failed(peer),
+            // Its other streams overran too before the cut took effect: one cut.
+            Input::PeerOverran { peer, .. } if self.held.get(&peer).is_some_and(|until| *until > now) => {}
+            Input::PeerOverran { peer, reason } => {
+                self.stats.peers_cut_off += 1;
+                self.hold_off(now, peer, format!("cut off: {reason}"));
+            }
             Input::SetHosted { capsules } => self.update_local(now, |l| l.capsules = capsules),
+            Input::SetAgents { agents } => self.update_local(now, |l| l.agents = agents),
             Input::SetAddrs { addrs } => self.update_local(now, |l| l.addrs = addrs),
             Input::SetArtifacts { artifacts } => self.update_local(now, |l| l.artifacts = artifacts),
             // Load rides on the next refresh: republishing on every change would turn task

@@ -24,14 +24,16 @@ pub fn check_capsule_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks a version string: 1 to [`VERSION_LEN_MAX`] printable ASCII characters, no spaces.
+/// Checks a version string: 1 to [`VERSION_LEN_MAX`] characters of ASCII letters, digits
+/// and `.`, `-`, `+`, `_` (semantic versions and their build tags). Nothing that quotes,
+/// comments or escapes in a manifest, a URL or a shell.
 pub fn check_version(version: &str) -> Result<(), String> {
     if version.is_empty() || version.len() > VERSION_LEN_MAX {
         return Err(format!("version must be 1 to {VERSION_LEN_MAX} characters, got {}", version.len()));
     }
-    if !version.bytes().all(|b| b.is_ascii_graphic()) {
+    if !version.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'+' | b'_')) {
         return Err(format!(
-            "version `{}` may hold only printable ASCII without spaces",
+            "version `{}` may hold only ASCII letters, digits and `.`, `-`, `+`, `_`",
             version.escape_debug()
         ));
     }
@@ -58,5 +60,10 @@ mod tests {
         assert!(check_version("").is_err());
         assert!(check_version("1 2").is_err());
         assert!(check_version(&"1".repeat(65)).is_err());
+        // What would end a TOML string or start a comment in a manifest `mur install`
+        // writes, or step out of a URL path.
+        for bad in ["1\"#", "1'", "1#x", "1/2", "1\\", "1;x", "1=2"] {
+            assert!(check_version(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -45,7 +45,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use crate::limits::{OWNER_LIVE_MAX, OWNER_QUEUE_MAX, OWNER_WAIT_MAX_MS};
 use crate::plant::{Plant, Plants};
-use crate::task::{Submit, TaskId, TaskState};
+use crate::task::{Sender, Submit, TaskId, TaskState};
 use crate::time::Millis;
 
 /// How a capsule takes tasks (its manifest's `lifecycle.task_acceptance`).
@@ -62,9 +62,60 @@ pub enum Acceptance {
     Queue,
 }
 
+/// Whose tasks a capsule takes (its manifest's `lifecycle.audience`, else the node's
+/// `runtime.audience`). Each includes the one before it.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Audience {
+    /// Only tasks that entered at this node: its own API clients and its own capsules.
+    Local,
+    /// Those, and tasks from capsules of other nodes that hold a grant allowing this
+    /// capsule (checked by `check_incoming` before the owner sees them). Clients of other
+    /// nodes are refused: a host on the LAN that runs `murnode` cannot run this capsule.
+    #[default]
+    Granted,
+    /// Those, and the clients of every node of the mesh (a lab mesh, or a closed mesh whose
+    /// every node is certified).
+    Mesh,
+}
+
+impl Audience {
+    /// The manifest and config spelling.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Local => "local",
+            Self::Granted => "granted",
+            Self::Mesh => "mesh",
+        }
+    }
+
+    /// Whether a task from `sender`, arriving as `arrival`, is in this audience.
+    #[must_use]
+    pub const fn admits(self, arrival: Arrival, sender: &Sender) -> bool {
+        match (arrival, self, sender) {
+            (Arrival::Local, _, _) | (Arrival::Remote, Self::Mesh, _) => true,
+            (Arrival::Remote, Self::Granted, Sender::Capsule { .. }) => true,
+            (Arrival::Remote, Self::Granted, Sender::Client) | (Arrival::Remote, Self::Local, _) => false,
+        }
+    }
+}
+
+/// Where a delivery comes from: this node's own router (its clients and capsules), or
+/// another node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arrival {
+    Local,
+    Remote,
+}
+
 /// A hosted capsule's declared way of taking tasks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Policy {
+    /// Whose tasks it takes.
+    pub audience: Audience,
     pub acceptance: Acceptance,
     /// Tasks run at once (queue mode; a single-task capsule runs one).
     pub workers: usize,
@@ -75,7 +126,8 @@ pub struct Policy {
 
 impl Policy {
     /// A capsule that takes no tasks (not a tool, or `task_acceptance = none`).
-    pub const CLOSED: Self = Self { acceptance: Acceptance::None, workers: 0, interruptible: false };
+    pub const CLOSED: Self =
+        Self { audience: Audience::Local, acceptance: Acceptance::None, workers: 0, interruptible: false };
 
     const fn slots(self) -> usize {
         match self.acceptance {
@@ -113,6 +165,20 @@ pub enum Refusal {
     Busy { capsule: String },
     #[error("capsule `{capsule}` has {queued} tasks queued, its limit")]
     Overloaded { capsule: String, queued: usize },
+    #[error("capsule `{capsule}` {}", audience_says(*.audience))]
+    NotInAudience { capsule: String, audience: Audience },
+}
+
+/// What a refusal for `audience` tells the sender.
+const fn audience_says(audience: Audience) -> &'static str {
+    match audience {
+        Audience::Local => {
+            "takes tasks only from its own node's clients and capsules (audience = local); send it through that node"
+        }
+        Audience::Granted | Audience::Mesh => {
+            "takes tasks from other nodes only from capsules with a grant for it (audience = granted); clients of other nodes are refused: send through its own node, or its operator sets audience = \"mesh\""
+        }
+    }
 }
 
 impl Refusal {
@@ -124,6 +190,7 @@ impl Refusal {
             Self::NotAccepting { .. } => "not_accepting",
             Self::Busy { .. } => "busy",
             Self::Overloaded { .. } => "overloaded",
+            Self::NotInAudience { .. } => "not_in_audience",
         }
     }
 }
@@ -289,6 +356,7 @@ impl Owner {
         now: Millis,
         submit: &Submit,
         policy: Option<Policy>,
+        arrival: Arrival,
     ) -> Result<Admitted, Refusal> {
         if let Some(entry) = self.tasks.get(&submit.task) {
             self.stats.repeated += 1;
@@ -297,6 +365,9 @@ impl Owner {
         let capsule = &submit.capsule;
         let refusal = match policy {
             None => Some(Refusal::NotHosted { capsule: capsule.clone() }),
+            Some(p) if !p.audience.admits(arrival, &submit.sender) => {
+                Some(Refusal::NotInAudience { capsule: capsule.clone(), audience: p.audience })
+            }
             Some(p) if p.slots() == 0 => Some(Refusal::NotAccepting { capsule: capsule.clone() }),
             Some(p) => {
                 let slot = self.capsules.get(capsule);

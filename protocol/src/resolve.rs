@@ -31,6 +31,7 @@ use std::fmt;
 use crate::catalog::Catalog;
 use crate::digest::Digest;
 use crate::identity::{NodeId, PublicKey};
+use crate::limits::ARTIFACT_SIGNATURE_BYTES_MAX;
 use crate::signed::Envelope;
 use crate::time::Millis;
 use crate::trust::open_trusted;
@@ -130,7 +131,8 @@ impl Offers {
     /// publisher `signature` it holds for it, if any.
     pub fn offered(&mut self, node: NodeId, manifest: Digest, signature: Option<Envelope>) {
         // A signature counts only if a trusted publisher made it for this very manifest
-        // as this name@version.
+        // as this name@version, and it is small enough to keep.
+        let signature = signature.filter(|envelope| envelope.encode().len() <= ARTIFACT_SIGNATURE_BYTES_MAX);
         let signed = signature.and_then(|envelope| {
             let catalog = open_trusted::<Catalog>(envelope.clone(), &self.publishers).ok()?;
             (catalog.doc().manifest_of(&self.name, &self.version) == Some(manifest))
@@ -454,6 +456,32 @@ mod tests {
             }
             assert_eq!(r.finish().unwrap()[0].manifest, low);
         }
+    }
+
+    #[test]
+    fn a_signature_too_large_to_keep_counts_as_none() {
+        let publisher = SecretKey::from_seed([9; 32]);
+        let manifest = Digest::of(b"m");
+        // A genuine signature by a trusted publisher, padded with blobs past the bound.
+        let padding = (0..400u32).map(|i| CatalogBlob { size: 1, digest: Digest::of(&i.to_le_bytes()) });
+        let blobs = std::iter::once(CatalogBlob { size: 100, digest: manifest }).chain(padding);
+        let catalog = Catalog::new(
+            Millis(1),
+            vec![CatalogArtifact { name: "tool".into(), version: "1.0.0".into(), manifest }],
+            blobs.collect(),
+        );
+        let large = Signed::sign(catalog, &publisher).unwrap().into_envelope();
+        assert!(large.encode().len() > ARTIFACT_SIGNATURE_BYTES_MAX);
+
+        let mut unpinned = Offers::new("tool", "1.0.0", None, vec![publisher.public()]);
+        unpinned.offered(node(1), manifest, Some(large.clone()));
+        assert!(matches!(unpinned.finish(), Err(ResolveError::Untrusted { .. })));
+
+        let mut pinned = Offers::new("tool", "1.0.0", Some(manifest), vec![publisher.public()]);
+        pinned.offered(node(1), manifest, Some(large));
+        let candidates = pinned.finish().unwrap();
+        assert_eq!(candidates[0].basis, Basis::PinnedManifest(manifest));
+        assert!(candidates[0].signature.is_none(), "an oversized signature is not kept");
     }
 
     #[test]

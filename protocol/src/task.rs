@@ -60,6 +60,26 @@ impl TaskId {
     }
 }
 
+impl TaskId {
+    /// The task that message `message_id` names when node `entry` places it for `sender`:
+    /// the id an owner expects of every submit from `entry` ([`check_incoming`]), so a node
+    /// can only create tasks in its own name, never squat or pre-empt another's.
+    #[must_use]
+    pub fn placed(entry: &NodeId, sender: &Sender, message_id: &str) -> Self {
+        Self::derive(&origin(entry, sender), message_id)
+    }
+}
+
+/// Who sends a task, as its id names it: `client@NODE` for a client of node `NODE`,
+/// `NODE/CAPSULE` for one of its capsules.
+#[must_use]
+pub fn origin(entry: &NodeId, sender: &Sender) -> String {
+    match sender {
+        Sender::Client => format!("client@{entry}"),
+        Sender::Capsule { name, .. } => format!("{entry}/{name}"),
+    }
+}
+
 impl fmt::Display for TaskId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let h = hex::encode(self.0);
@@ -356,6 +376,10 @@ pub enum TaskRefusal {
     NotAccepting { capsule: String },
     #[error("tasks from clients of other nodes are not accepted here")]
     ClientsRefused,
+    #[error(
+        "task id {task} is not the one node {node} names message {message:?} with: a node places tasks only in its own name (the id is TaskId::placed of the sending node, the sender and the message id)"
+    )]
+    ForeignTaskId { task: TaskId, node: NodeId, message: String },
 }
 
 impl TaskRefusal {
@@ -370,6 +394,7 @@ impl TaskRefusal {
             Self::NotHosted { .. } => "not_hosted",
             Self::NotAccepting { .. } => "not_accepting",
             Self::ClientsRefused => "clients_refused",
+            Self::ForeignTaskId { .. } => "foreign_task_id",
         }
     }
 }
@@ -386,6 +411,8 @@ pub enum Check {
     Busy,
     /// The owner (or the node answering) has too much queued.
     Overloaded,
+    /// The capsule's audience does not include this sender (another host may).
+    NotInAudience,
     /// No such task here.
     NotFound,
     /// The task is past being canceled.
@@ -409,6 +436,7 @@ impl Check {
             "not_accepting" => Self::NotAccepting,
             "busy" => Self::Busy,
             "overloaded" => Self::Overloaded,
+            "not_in_audience" => Self::NotInAudience,
             "not_found" => Self::NotFound,
             "not_cancelable" => Self::NotCancelable,
             "not_waiting" => Self::NotWaiting,
@@ -426,6 +454,7 @@ impl Check {
             Self::NotAccepting => "not_accepting",
             Self::Busy => "busy",
             Self::Overloaded => "overloaded",
+            Self::NotInAudience => "not_in_audience",
             Self::NotFound => "not_found",
             Self::NotCancelable => "not_cancelable",
             Self::NotWaiting => "not_waiting",
@@ -439,7 +468,10 @@ impl Check {
     /// tries the next candidate); any other refusal is final.
     #[must_use]
     pub const fn is_retryable(&self) -> bool {
-        matches!(self, Self::NotHosted | Self::NotAccepting | Self::Busy | Self::Overloaded)
+        matches!(
+            self,
+            Self::NotHosted | Self::NotAccepting | Self::Busy | Self::Overloaded | Self::NotInAudience
+        )
     }
 }
 
@@ -481,6 +513,13 @@ pub fn check_incoming(
     directory: &Directory,
     now: Millis,
 ) -> Result<(), TaskRefusal> {
+    if submit.task != TaskId::placed(from, &submit.sender, &submit.message) {
+        return Err(TaskRefusal::ForeignTaskId {
+            task: submit.task,
+            node: *from,
+            message: submit.message.clone(),
+        });
+    }
     let Sender::Capsule { name, grant } = &submit.sender else { return Ok(()) };
     let sender_artifact = directory.get(from).and_then(|r| r.advert().hosts(name).and_then(|c| c.digest));
     let verified = verify_grant(

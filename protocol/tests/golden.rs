@@ -232,3 +232,27 @@ fn task_bytes_are_frozen() {
         assert_eq!(TaskResponse::decode(&stored(name)).unwrap(), response);
     }
 }
+
+#[test]
+fn agent_bytes_are_frozen() {
+    use murmur_protocol::agent::{AgentMessage, AgentRequest, AgentResponse};
+    // An advert with agents: the `agents` key appears only then, so adverts without any
+    // keep the bytes they had before agents existed (`advert` above).
+    let mut with_agents: Advert = advert().open::<Advert>().unwrap().doc().clone();
+    with_agents.agents = vec!["planner".into(), "writer".into()];
+    let envelope = Signed::sign(with_agents, &node_key()).unwrap().into_envelope();
+    check("advert_agents", &envelope.encode());
+    let opened: Signed<Advert> = Envelope::decode(&stored("advert_agents")).unwrap().open().unwrap();
+    assert!(opened.doc().runs_agent("writer"));
+    let request = AgentRequest::Message(AgentMessage {
+        to: "writer".into(),
+        from: "planner".into(),
+        text: "draft the summary".into(),
+    });
+    check("agent_message", &request.encode());
+    assert_eq!(AgentRequest::decode(&stored("agent_message")).unwrap(), request);
+    let refused =
+        AgentResponse::Refused { check: "inbox_full".into(), reason: "writer's inbox is full".into() };
+    check("agent_refused", &refused.encode());
+    assert_eq!(AgentResponse::decode(&stored("agent_refused")).unwrap(), refused);
+}

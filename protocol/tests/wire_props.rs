@@ -317,6 +317,26 @@ proptest! {
         let _ = sync::SyncResponse::decode(&bytes);
         let _ = task::TaskRequest::decode(&bytes);
         let _ = task::TaskResponse::decode(&bytes);
+        let _ = agent::AgentRequest::decode(&bytes);
+        let _ = agent::AgentResponse::decode(&bytes);
+    }
+
+    #[test]
+    fn agent_messages_round_trip_and_mutations_never_panic(
+        to in "[a-z][a-z0-9-]{0,30}",
+        from in "[a-z][a-z0-9_.]{0,30}",
+        text in "\\PC{0,200}",
+        bit in any::<usize>(),
+        cut in any::<usize>(),
+    ) {
+        prop_assume!(to != agent::CLIENT_SENDER);
+        let request = agent::AgentRequest::Message(agent::AgentMessage { to, from, text });
+        let bytes = request.encode();
+        prop_assert_eq!(agent::AgentRequest::decode(&bytes).unwrap(), request);
+        for mutated in mutations(&bytes, bit, cut) {
+            let _ = agent::AgentRequest::decode(&mutated);
+            let _ = agent::AgentResponse::decode(&mutated);
+        }
     }
 
     #[test]
@@ -326,6 +346,7 @@ proptest! {
         let _ = text.parse::<PublicKey>();
         let _ = text.parse::<NodeId>();
         let _ = text.parse::<Digest>();
+        let _ = text.parse::<agent::AgentAddress>();
     }
 
     #[test]

@@ -15,7 +15,8 @@ use wasmtime::component::{ComponentNamedList, Lower};
 use crate::bindings::murmur::hook::lifecycle::HookOutput;
 use crate::bindings::murmur::shell::execute::ShellResult;
 use crate::manifest::{
-    AgentSpec, ArtifactRef, Capabilities, CapsuleManifest, ExecutionMode, Lifecycle, NamedArtifact,
+    AgentSpec, ArtifactRef, Capabilities, CapsuleManifest, CredentialSource, ExecutionMode, Lifecycle,
+    NamedArtifact,
 };
 use crate::ports::{HookEvent, InferencePort, TaskPort};
 use crate::{CapsuleKind, Inner, Installed, RunError, Runtime, ToolInput, ToolResult};
@@ -97,14 +98,27 @@ impl Inner {
         if kind == CapsuleKind::Driver
             && let Some(spec) = &agent.agent
         {
-            // Credentials come from the node's environment, never from the artifact or
-            // the manifest itself; they are not logged.
-            for (name, var) in &spec.credentials {
-                let value = std::env::var(var).map_err(|_| {
-                    anyhow::anyhow!(
-                        "inference.credentials.{name}: the node's environment has no {var} (set it for murnode, or remove the key)"
-                    )
-                })?;
+            // Credentials come from the node (its environment or its config), never from
+            // the artifact or the manifest itself; they are not logged.
+            for (name, source) in &spec.credentials {
+                let value = match source {
+                    CredentialSource::Env(var) => std::env::var(var).map_err(|_| {
+                        anyhow::anyhow!(
+                            "inference.credentials.{name}: the node's environment has no {var} (set it for murnode, or remove the key)"
+                        )
+                    })?,
+                    CredentialSource::Config(key) => self
+                        .options
+                        .credentials
+                        .get(key)
+                        .ok_or_else(|| {
+                            anyhow::anyhow!(
+                                "inference.credentials.{name}: the node's config has no [credentials] entry `{key}` (add it to murnode.toml, or remove the key)"
+                            )
+                        })?
+                        .read()
+                        .map_err(|why| anyhow::anyhow!("inference.credentials.{name}: [credentials] `{key}`: {why}"))?,
+                };
                 env.insert(name.clone(), value);
             }
         }

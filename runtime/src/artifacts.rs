@@ -32,11 +32,15 @@ impl manage::Host for HostState {
     }
 
     async fn describe(&mut self, name: String) -> Result<Result<ArtifactInfo, String>> {
-        let store = &self.call.runtime.store;
-        if let Ok(Some(stored)) = store.find(&name, None) {
+        let runtime = &self.call.runtime;
+        let caller = &self.call.capsule.manifest;
+        // The version this capsule pulled (its lock), else the store's highest.
+        let locked =
+            Lock::read(&caller.workdir).ok().and_then(|lock| lock.get(&name).map(|e| e.version.clone()));
+        if let Ok(Some(stored)) = runtime.store.find(&name, locked.as_deref()) {
             return Ok(Ok(info(&stored)));
         }
-        Ok(match self.call.runtime.get(&name) {
+        Ok(match runtime.tool_for(&caller.name, &name) {
             Ok(installed) => Ok(ArtifactInfo {
                 name: installed.manifest.name.clone(),
                 version: installed.manifest.version.clone(),
@@ -67,12 +71,20 @@ impl manage::Host for HostState {
     async fn remove(&mut self, name: String) -> Result<Result<bool, String>> {
         let runtime = &self.call.runtime;
         let Ok(Some(stored)) = runtime.store.find(&name, None) else { return Ok(Ok(false)) };
+        let pulled = runtime.pulled.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         let users: Vec<String> = runtime
             .installed()
             .values()
             .filter(|i| i.loaded.digest == stored.content)
             .map(|i| i.manifest.name.clone())
+            .chain(
+                pulled
+                    .iter()
+                    .filter(|(_, tool)| tool.loaded.digest == stored.content)
+                    .map(|((capsule, tool), _)| format!("{tool} (pulled by {capsule})")),
+            )
             .collect();
+        drop(pulled);
         if !users.is_empty() {
             return Ok(Err(format!(
                 "artifact '{name}' is in use by running capsule(s): {}",
@@ -123,17 +135,23 @@ impl HostState {
     async fn pull_artifact(&mut self, name: &str, version: &str) -> anyhow::Result<ArtifactSummary> {
         let runtime = self.call.runtime.clone();
         let workdir = self.call.capsule.manifest.workdir.clone();
-        let mut lock = Lock::read(&workdir)?;
+        let lock = Lock::read(&workdir)?;
+        // The lock pins an artifact by name, whatever version is asked for: a pull must
+        // bring exactly what it pinned.
+        let pinned = lock.get(name).cloned();
         let stored = match runtime.store.find(name, Some(version))? {
             Some(stored) => stored,
             None => {
-                // From the mesh, pinned to the lock's digest when it has this version: a
-                // mismatch fails before anything is written.
-                let pin = match lock.get(name) {
+                // From the mesh, pinned to the lock's digest: a mismatch fails before
+                // anything is written.
+                let pin = match &pinned {
+                    // The same version: its manifest pins the whole artifact.
                     Some(entry) if entry.version == version => {
                         Some(entry.manifest.parse().unwrap_or(entry.digest()?))
                     }
-                    _ => None,
+                    // Another version may only bring the pinned content.
+                    Some(entry) => Some(entry.digest()?),
+                    None => None,
                 };
                 let want = Want { name: name.into(), version: version.into(), pin };
                 runtime.ports.artifacts.fetch(&want).await?
@@ -141,12 +159,12 @@ impl HostState {
         };
         // Verify everything before writing anything.
         let bytes = runtime.store.content(&stored)?;
-        if let Some(pinned) = lock.get(name)
-            && pinned.version == version
+        if let Some(pinned) = &pinned
             && pinned.digest()? != stored.content
         {
             anyhow::bail!(
-                "murmur.lock pins {name}@{version} to {} but the store holds {}; nothing was installed",
+                "murmur.lock pins {name}@{} to {} but {name}@{version} is {}; nothing was installed (remove its lock entry to take another version)",
+                pinned.version,
                 pinned.digest,
                 stored.content
             );
@@ -160,16 +178,29 @@ impl HostState {
             other => anyhow::bail!("a {other} artifact cannot be pulled as a tool"),
         };
         let loaded = runtime.load(&bytes, kind)?;
+        runtime.may_pull(&self.call.capsule.manifest.name, name)?;
         let dir = workdir.join("tools").join(name);
         let file = dir.join(format!("{name}.wasm"));
         murmur_store::file::write_atomic(&file, &bytes)?;
-        lock.upsert(LockEntry {
+        let entry = LockEntry {
             name: name.into(),
             version: version.into(),
             digest: stored.content.to_string(),
             manifest: stored.manifest.to_string(),
+        };
+        // Under the lock's guard, pinned by name as above: a concurrent pull of another
+        // tool keeps its entry, one that pinned this name to other bytes meanwhile wins.
+        Lock::update(&workdir, |lock| {
+            if let Some(pinned) = lock.get(name)
+                && pinned.digest()? != stored.content
+            {
+                anyhow::bail!(
+                    "murmur.lock pinned {name} to {} meanwhile; nothing was installed",
+                    pinned.digest
+                );
+            }
+            lock.upsert(entry)
         })?;
-        lock.write(&workdir)?;
         let mut manifest = CapsuleManifest::for_file(&file, kind, &runtime.options.data_dir);
         manifest.name = name.into();
         manifest.version = version.into();
@@ -177,11 +208,7 @@ impl HostState {
         manifest.artifact = ArtifactRef::Digest(Digest::of(&bytes));
         manifest.workdir = dir;
         let installed = Arc::new(super::Installed { manifest, loaded });
-        runtime
-            .installed
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(name.into(), installed);
+        runtime.register_pulled(&self.call.capsule.manifest.name, installed)?;
         Ok(summary(&stored))
     }
 }

@@ -75,9 +75,9 @@ impl CompileCache {
 
     /// The compiled component for `bytes` (whose digest is `digest`).
     pub fn load(&self, engine: &Engine, digest: &Digest, bytes: &[u8]) -> anyhow::Result<Component> {
-        let path = self.dir.join(format!("{}-{}.cwasm", digest.hex(), self.engine_key));
+        let path = self.path(digest);
         if path.exists() {
-            match deserialize_own(engine, &path) {
+            match self.read_own(engine, &path) {
                 Ok(component) => return Ok(component),
                 Err(err) => {
                     tracing::warn!(path = %path.display(), error = %err, "compiled cache entry unusable; recompiling");
@@ -88,7 +88,7 @@ impl CompileCache {
         let component = Component::new(engine, bytes).map_err(|e| anyhow::anyhow!("{e:#}"))?;
         match component.serialize() {
             Ok(compiled) => {
-                if let Err(err) = write_atomic(&path, &compiled) {
+                if let Err(err) = write_atomic(&path, &self.seal(&compiled)) {
                     tracing::warn!(error = %err, "cannot cache compiled component");
                 }
             }
@@ -96,18 +96,90 @@ impl CompileCache {
         }
         Ok(component)
     }
+
+    /// Where the compiled code of artifact `digest` is cached.
+    fn path(&self, digest: &Digest) -> PathBuf {
+        self.dir.join(format!("{}-{}.cwasm", digest.hex(), self.engine_key))
+    }
+
+    /// A cache file: [`SEAL_MAGIC`], this engine's key, the SHA-256 of the compiled code,
+    /// then the code.
+    fn seal(&self, compiled: &[u8]) -> Vec<u8> {
+        let mut file = Vec::with_capacity(compiled.len() + SEAL_BYTES);
+        file.extend_from_slice(SEAL_MAGIC);
+        file.extend_from_slice(self.engine_key.as_bytes());
+        file.extend_from_slice(&Digest::of(compiled).0);
+        file.extend_from_slice(compiled);
+        file
+    }
+
+    /// Reads a cache file back, checking its seal (the engine it was compiled for, and the
+    /// digest of every byte of code) before wasmtime sees any of it.
+    fn read_own(&self, engine: &Engine, path: &Path) -> anyhow::Result<Component> {
+        let file = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        anyhow::ensure!(file.len() > SEAL_BYTES && file.starts_with(SEAL_MAGIC), "not a sealed cache file");
+        let (key, rest) = file[SEAL_MAGIC.len()..].split_at(self.engine_key.len());
+        anyhow::ensure!(key == self.engine_key.as_bytes(), "compiled by another engine");
+        let (sum, code) = rest.split_at(32);
+        anyhow::ensure!(
+            Digest::of(code).0 == sum,
+            "its code does not match its digest (corrupted or altered)"
+        );
+        deserialize_own(engine, code)
+    }
 }
 
-/// Loads compiled code from our own cache.
+/// The first bytes of a sealed cache file.
+const SEAL_MAGIC: &[u8; 8] = b"murcwasm";
+/// Bytes before the code: the magic, the engine key (16 hex digits), the SHA-256.
+const SEAL_BYTES: usize = 8 + 16 + 32;
+
+/// Loads compiled code from our own cache, once its seal was checked.
 #[allow(unsafe_code)]
-fn deserialize_own(engine: &Engine, path: &Path) -> anyhow::Result<Component> {
+fn deserialize_own(engine: &Engine, code: &[u8]) -> anyhow::Result<Component> {
     // SAFETY: wasmtime requires that deserialized bytes come from `Component::serialize`
-    // of a compatible engine and are trusted. This file was written by this node's own
-    // `CompileCache::load` (atomically, in its private data directory) from code it
-    // compiled itself; its name carries the engine's compatibility hash, and wasmtime
-    // re-checks compatibility and returns an error (not undefined behaviour) on mismatch.
+    // of a compatible engine and are trusted. These bytes were read from a file this
+    // node's own `CompileCache::load` wrote (atomically, in its private data directory)
+    // from code it compiled itself, and their SHA-256 was just checked against the one
+    // sealed with them, with the engine's compatibility key; wasmtime re-checks
+    // compatibility and returns an error (not undefined behaviour) on mismatch.
     // Precompiled code from any other source is never passed here.
-    unsafe { Component::deserialize_file(engine, path) }.map_err(|e| anyhow::anyhow!("{e:#}"))
+    unsafe { Component::deserialize(engine, code) }.map_err(|e| anyhow::anyhow!("{e:#}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn echo() -> Vec<u8> {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../capsules/target/wasm32-wasip2/release/echo.wasm");
+        std::fs::read(&path)
+            .unwrap_or_else(|_| panic!("{} is missing: run `bash capsules/build.sh`", path.display()))
+    }
+
+    #[test]
+    fn a_corrupted_cache_file_is_recompiled_never_loaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine(false).unwrap();
+        let cache = CompileCache::new(dir.path(), &engine);
+        let bytes = echo();
+        let digest = Digest::of(&bytes);
+        cache.load(&engine, &digest, &bytes).unwrap();
+        let path = cache.path(&digest);
+        let sealed = std::fs::read(&path).unwrap();
+        // One bit of the code flipped, in the middle of the file.
+        let mut corrupted = sealed.clone();
+        let at = SEAL_BYTES + (corrupted.len() - SEAL_BYTES) / 2;
+        corrupted[at] ^= 0x01;
+        std::fs::write(&path, &corrupted).unwrap();
+        assert!(cache.read_own(&engine, &path).is_err(), "a corrupted file must not reach deserialize");
+        cache.load(&engine, &digest, &bytes).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), sealed, "the entry was compiled again and resealed");
+        // A file without a seal (an older cache, or someone else's bytes) is not loaded either.
+        std::fs::write(&path, &sealed[SEAL_BYTES..]).unwrap();
+        assert!(cache.read_own(&engine, &path).is_err());
+    }
 }
 
 /// Advances the engine's epoch every [`EPOCH_TICK`] until dropped.

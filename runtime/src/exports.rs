@@ -17,6 +17,8 @@ pub const TOOL_RUN: &str = "murmur:tool/run@0.1.0";
 pub const CAPSULE_RUN: &str = "murmur:capsule/run@0.1.0";
 /// The lifecycle interface of hooks.
 pub const HOOK_LIFECYCLE: &str = "murmur:hook/lifecycle@0.5.0";
+/// The entry point of brain components.
+pub const BRAIN_AGENT: &str = "murmur:brain/agent@0.1.0";
 
 /// Handlers every hook must export (`on-task-start` and `on-task-end` are optional).
 pub const HOOK_HANDLERS_REQUIRED: [&str; 7] = [
@@ -36,8 +38,11 @@ pub const fn expected_interface(kind: CapsuleKind) -> &'static str {
         CapsuleKind::Tool | CapsuleKind::Driver => TOOL_RUN,
         CapsuleKind::Capsule => CAPSULE_RUN,
         CapsuleKind::Hook => HOOK_LIFECYCLE,
+        CapsuleKind::Brain => BRAIN_AGENT,
         // Agents are manifest-only: no component of theirs is ever loaded.
         CapsuleKind::Agent => "(none: agents have no component)",
+        // Data is never loaded as a component.
+        CapsuleKind::Data => "(none: data runs nothing)",
     }
 }
 
@@ -53,6 +58,12 @@ pub struct EntryPoint {
 
 /// Finds the entry point `kind` requires, or explains what the component exports instead.
 pub fn resolve(engine: &Engine, component: &Component, kind: CapsuleKind) -> Result<EntryPoint, String> {
+    if matches!(kind, CapsuleKind::Agent | CapsuleKind::Data) {
+        return Err(format!(
+            "a {kind} artifact is not a component and cannot be loaded",
+            kind = kind.as_str()
+        ));
+    }
     let name = expected_interface(kind);
     let Some(interface) = component.get_export_index(None, name) else {
         let exported: Vec<String> =

@@ -21,7 +21,7 @@
 //! use murmur_store::{ArtifactStore, CapsuleKind};
 //! let dir = std::path::Path::new("data");
 //! let store = Arc::new(ArtifactStore::open(&dir.join("store"))?);
-//! let options = RuntimeOptions { data_dir: dir.into(), pooling: true };
+//! let options = RuntimeOptions::new(dir.into(), true);
 //! let runtime = Runtime::new(options, store, Ports::standalone()?)?;
 //! runtime.install(CapsuleManifest::for_file(std::path::Path::new("echo.wasm"), CapsuleKind::Tool, dir))?;
 //! let input = murmur_runtime::ToolInput { data: Some("hi".into()), log_path: None };
@@ -33,6 +33,7 @@
 pub mod agents;
 mod artifacts;
 pub mod bindings;
+pub mod brain;
 mod engine;
 pub mod exports;
 mod http;
@@ -78,6 +79,37 @@ pub struct RuntimeOptions {
     pub data_dir: PathBuf,
     /// Use the pooling allocator (the default) rather than on-demand allocation.
     pub pooling: bool,
+    /// The node config's `[credentials]`, which agents' drivers may be given by key.
+    pub credentials: BTreeMap<String, murmur_config::Credential>,
+}
+
+impl RuntimeOptions {
+    /// Options for a runtime on `data_dir`, with no credentials.
+    #[must_use]
+    pub fn new(data_dir: PathBuf, pooling: bool) -> Self {
+        Self { data_dir, pooling, credentials: BTreeMap::new() }
+    }
+}
+
+/// Which linker a component is linked with: what its kind may import.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Linked {
+    /// WASI (nothing granted) and the capsule host interfaces.
+    Plain,
+    /// Also `wasi:http` (drivers).
+    Http,
+    /// WASI and `murmur:brain` (brains).
+    Brain,
+}
+
+impl Linked {
+    const fn of(kind: CapsuleKind) -> Self {
+        match kind {
+            CapsuleKind::Driver => Self::Http,
+            CapsuleKind::Brain => Self::Brain,
+            _ => Self::Plain,
+        }
+    }
 }
 
 /// A component compiled and linked, ready to instantiate.
@@ -199,14 +231,19 @@ pub struct Inner {
     linker: Linker<HostState>,
     /// `linker` plus `wasi:http`: drivers only.
     driver_linker: Linker<HostState>,
+    /// WASI and `murmur:brain`: brains only.
+    brain_linker: Linker<HostState>,
     cache: CompileCache,
     store: Arc<ArtifactStore>,
     ports: Ports,
     options: RuntimeOptions,
-    /// Compiled and linked components, by digest and whether linked with `wasi:http`.
-    loaded: Mutex<BTreeMap<(Digest, bool), Arc<Loaded>>>,
+    /// Compiled and linked components, by digest and the linker they were linked with.
+    loaded: Mutex<BTreeMap<(Digest, Linked), Arc<Loaded>>>,
     installed: RwLock<BTreeMap<String, Arc<Installed>>>,
     agents: RwLock<BTreeMap<String, Arc<Agent>>>,
+    /// Tools a capsule pulled with `artifact-manager.pull`, by (capsule, tool): callable by
+    /// that capsule only, never replacing what the node itself runs under the name.
+    pulled: RwLock<BTreeMap<(String, String), Arc<Installed>>>,
     _ticker: EpochTicker,
 }
 
@@ -228,6 +265,12 @@ impl Runtime {
         let mut driver_linker = linker.clone();
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut driver_linker)
             .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        let mut brain_linker: Linker<HostState> = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut brain_linker).map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        brain::bindings::Brain::add_to_linker::<HostState, HasSelf<HostState>>(&mut brain_linker, |state| {
+            state
+        })
+        .map_err(|e| anyhow::anyhow!("{e:#}"))?;
         let cache = CompileCache::new(&options.data_dir.join("cache/components"), &engine);
         let ticker = EpochTicker::start(&engine);
         Ok(Self {
@@ -235,6 +278,7 @@ impl Runtime {
                 engine,
                 linker,
                 driver_linker,
+                brain_linker,
                 cache,
                 store,
                 ports,
@@ -242,6 +286,7 @@ impl Runtime {
                 loaded: Mutex::new(BTreeMap::new()),
                 installed: RwLock::new(BTreeMap::new()),
                 agents: RwLock::new(BTreeMap::new()),
+                pulled: RwLock::new(BTreeMap::new()),
                 _ticker: ticker,
             }),
         })
@@ -263,8 +308,9 @@ impl Runtime {
             !installed.contains_key(&name),
             "agent `{name}`: a tool or capsule of that name already runs on this node"
         );
+        let pulled = self.inner.pulled_count();
         let mut agents = self.inner.agents.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !agents.contains_key(&name) && agents.len() + installed.len() >= INSTALLED_MAX {
+        if !agents.contains_key(&name) && agents.len() + installed.len() + pulled >= INSTALLED_MAX {
             anyhow::bail!("this node already runs {INSTALLED_MAX} capsules, its limit");
         }
         agents.insert(name.clone(), agent.clone());
@@ -428,6 +474,49 @@ impl Inner {
         self.installed().get(name).cloned().ok_or_else(|| RunError::NotFound(name.into()))
     }
 
+    /// The tool `name` as `caller` sees it: one it pulled itself, else the node's.
+    fn tool_for(&self, caller: &str, name: &str) -> Result<Arc<Installed>, RunError> {
+        let pulled = self.pulled.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match pulled.get(&(caller.to_owned(), name.to_owned())) {
+            Some(tool) => Ok(tool.clone()),
+            None => self.get(name),
+        }
+    }
+
+    fn pulled_count(&self) -> usize {
+        self.pulled.read().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    }
+
+    /// Registers `tool`, pulled by `caller`, for `caller` alone; it counts toward the
+    /// node's [`INSTALLED_MAX`] like any install.
+    fn register_pulled(&self, caller: &str, tool: Arc<Installed>) -> anyhow::Result<()> {
+        let mut pulled = self.pulled.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key = (caller.to_owned(), tool.manifest.name.clone());
+        self.room_for_pulled(&pulled, &key)?;
+        pulled.insert(key, tool);
+        Ok(())
+    }
+
+    /// Whether `caller` may pull tool `name` now (checked before anything is written).
+    fn may_pull(&self, caller: &str, name: &str) -> anyhow::Result<()> {
+        let pulled = self.pulled.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.room_for_pulled(&pulled, &(caller.to_owned(), name.to_owned()))
+    }
+
+    fn room_for_pulled(
+        &self,
+        pulled: &BTreeMap<(String, String), Arc<Installed>>,
+        key: &(String, String),
+    ) -> anyhow::Result<()> {
+        let others = self.installed().len() + self.agents().len();
+        if !pulled.contains_key(key) && others + pulled.len() >= INSTALLED_MAX {
+            anyhow::bail!(
+                "this node already runs {INSTALLED_MAX} capsules and tools, its limit; nothing was installed"
+            );
+        }
+        Ok(())
+    }
+
     fn install(&self, manifest: CapsuleManifest) -> anyhow::Result<Arc<Installed>> {
         anyhow::ensure!(
             manifest.kind != CapsuleKind::Agent,
@@ -445,8 +534,9 @@ impl Inner {
         std::fs::create_dir_all(&manifest.workdir)
             .with_context(|| format!("cannot create work directory {}", manifest.workdir.display()))?;
         let installed = Arc::new(Installed { manifest, loaded });
+        let others = self.agents().len() + self.pulled_count();
         let mut all = self.installed.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !all.contains_key(&installed.manifest.name) && all.len() >= INSTALLED_MAX {
+        if !all.contains_key(&installed.manifest.name) && all.len() + others >= INSTALLED_MAX {
             anyhow::bail!("this node already runs {INSTALLED_MAX} capsules, its limit");
         }
         all.insert(installed.manifest.name.clone(), installed.clone());
@@ -480,6 +570,13 @@ impl Inner {
                     .store
                     .find(name, Some(version))?
                     .with_context(|| format!("artifact {name}@{version} is not in the store"))?;
+                // `mur install` pinned what it installed in the node's lock.
+                murmur_store::lock::Lock::read(&self.options.data_dir)?.check(
+                    name,
+                    version,
+                    &stored.content,
+                    &stored.manifest,
+                )?;
                 self.store.content(&stored)
             }
         }
@@ -488,25 +585,34 @@ impl Inner {
     /// Compiles (or finds) a component and checks its entry point for `kind`.
     fn load(&self, bytes: &[u8], kind: CapsuleKind) -> anyhow::Result<Arc<Loaded>> {
         let digest = Digest::of(bytes);
-        let http = kind == CapsuleKind::Driver;
+        let linked = Linked::of(kind);
         if let Some(loaded) =
-            self.loaded.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&(digest, http))
+            self.loaded.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&(digest, linked))
         {
             exports::resolve(&self.engine, loaded.pre.component(), kind).map_err(anyhow::Error::msg)?;
             return Ok(loaded.clone());
         }
         let component = self.cache.load(&self.engine, &digest, bytes)?;
         let entry = exports::resolve(&self.engine, &component, kind).map_err(anyhow::Error::msg)?;
-        let linker = if http { &self.driver_linker } else { &self.linker };
+        let linker = match linked {
+            Linked::Plain => &self.linker,
+            Linked::Http => &self.driver_linker,
+            Linked::Brain => &self.brain_linker,
+        };
         let pre = linker.instantiate_pre(&component).map_err(|e| {
-            let hint = if http { "" } else { " (wasi:http is linked for inference drivers only)" };
+            let hint = match linked {
+                Linked::Plain => {
+                    " (wasi:http is linked for inference drivers only, murmur:brain for brains only)"
+                }
+                Linked::Http | Linked::Brain => "",
+            };
             anyhow::anyhow!("cannot link: {e:#}{hint}")
         })?;
         let loaded = Arc::new(Loaded { digest, pre, entry });
         self.loaded
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert((digest, http), loaded.clone());
+            .insert((digest, linked), loaded.clone());
         Ok(loaded)
     }
 
@@ -548,6 +654,7 @@ impl Inner {
                 waited: std::time::Duration::ZERO,
                 task,
                 inference: None,
+                brain: None,
             },
         };
         let mut store = Store::new(&self.engine, state);

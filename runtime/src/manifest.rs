@@ -25,6 +25,7 @@
 //! grant = "pipeline.grant"         # signed allowlist for mesh sends (mur grant sign)
 //!
 //! [lifecycle]
+//! audience = "granted"             # local | granted | mesh; default: the node's runtime.audience
 //! task_acceptance = "queue"        # none | single | queue
 //! input_timeout_secs = 300         # request-input wait before the call traps
 //! workers = 4                      # tasks run at once (queue)
@@ -43,6 +44,7 @@
 //! compaction = { threshold = 0.8, model = "gpt-4o-mini" }   # fraction of the window
 //! params = { temperature = 0 }     # passed to the driver unread
 //! credentials = { OPENAI_API_KEY = "env:MURMUR_OPENAI_KEY" }   # driver env ← node env
+//!                                  # or "config:KEY": the node config's [credentials]
 //!
 //! [[hooks]]
 //! artifact = "audit@0.1.0"         # a `hook` component, NAME@VERSION
@@ -60,6 +62,8 @@ use murmur_protocol::names::{check_capsule_name, check_version};
 /// How a capsule takes A2A tasks (`lifecycle.task_acceptance`); the protocol's owner
 /// machine decides by it.
 pub use murmur_protocol::owner::Acceptance;
+/// Whose tasks a capsule takes (`lifecycle.audience`).
+pub use murmur_protocol::owner::Audience;
 use murmur_protocol::{AllowPattern, Digest};
 use serde::Deserialize;
 
@@ -73,6 +77,8 @@ use murmur_store::CapsuleKind;
 /// The `[lifecycle]` table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lifecycle {
+    /// Whose tasks it takes; `None`: the node's `runtime.audience`.
+    pub audience: Option<Audience>,
     pub task_acceptance: Acceptance,
     /// How long `murmur:task/task.request-input` waits for a reply before the call traps.
     pub input_timeout: Duration,
@@ -82,7 +88,12 @@ pub struct Lifecycle {
 
 impl Default for Lifecycle {
     fn default() -> Self {
-        Self { task_acceptance: Acceptance::Queue, input_timeout: Duration::from_secs(300), workers: 4 }
+        Self {
+            audience: None,
+            task_acceptance: Acceptance::Queue,
+            input_timeout: Duration::from_secs(300),
+            workers: 4,
+        }
     }
 }
 
@@ -180,10 +191,19 @@ pub struct AgentSpec {
     pub compaction_model: Option<String>,
     /// `inference.params` as JSON, passed to the driver unread.
     pub params: serde_json::Value,
-    /// `inference.credentials`: driver environment variables and the node environment
-    /// variables they are read from when the agent is installed (`NAME = "env:VAR"`).
-    pub credentials: BTreeMap<String, String>,
+    /// `inference.credentials`: driver environment variables and where each is read from
+    /// when the agent is installed (`NAME = "env:VAR"` or `NAME = "config:KEY"`).
+    pub credentials: BTreeMap<String, CredentialSource>,
     pub hooks: Vec<HookSpec>,
+}
+
+/// Where a driver's credential comes from: never the artifact or the manifest itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CredentialSource {
+    /// The node's environment variable (`env:VAR`).
+    Env(String),
+    /// The node config's `[credentials]` entry (`config:KEY`).
+    Config(String),
 }
 
 /// One `[[hooks]]` entry.
@@ -293,6 +313,7 @@ struct RawHook {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct RawLifecycle {
+    audience: Option<Audience>,
     task_acceptance: Acceptance,
     input_timeout_secs: u64,
     workers: usize,
@@ -300,7 +321,7 @@ struct RawLifecycle {
 
 impl Default for RawLifecycle {
     fn default() -> Self {
-        Self { task_acceptance: Acceptance::Queue, input_timeout_secs: 300, workers: 4 }
+        Self { audience: None, task_acceptance: Acceptance::Queue, input_timeout_secs: 300, workers: 4 }
     }
 }
 
@@ -370,6 +391,21 @@ impl CapsuleManifest {
             err("version", msg);
         }
         let artifact = match (&raw.artifact, raw.kind) {
+            (_, CapsuleKind::Data) => {
+                err(
+                    "kind",
+                    "`data` artifacts run nothing: a capsule is a tool, capsule, driver, hook or agent"
+                        .into(),
+                );
+                ArtifactRef::ManifestOnly
+            }
+            (_, CapsuleKind::Brain) => {
+                err(
+                    "kind",
+                    "a brain is not a capsule: name it in the node's config, `[[agents]] brain = …`".into(),
+                );
+                ArtifactRef::ManifestOnly
+            }
             (None, CapsuleKind::Agent) => ArtifactRef::ManifestOnly,
             (Some(_), CapsuleKind::Agent) => {
                 err("artifact", "an agent has no component of its own: remove the key, and name its driver in inference.driver.artifact".into());
@@ -467,6 +503,7 @@ impl CapsuleManifest {
             env: raw.wasi.env,
             workdir,
             lifecycle: Lifecycle {
+                audience: raw.lifecycle.audience,
                 task_acceptance: raw.lifecycle.task_acceptance,
                 input_timeout: Duration::from_secs(raw.lifecycle.input_timeout_secs),
                 workers: raw.lifecycle.workers,
@@ -538,18 +575,23 @@ fn parse_agent(raw: &Raw, err: &mut impl FnMut(&str, String)) -> Option<AgentSpe
     }
     let mut credentials = BTreeMap::new();
     for (name, source) in &inference.credentials {
-        match source.strip_prefix("env:") {
-            Some(var)
-                if !var.is_empty()
-                    && !var.contains(['=', '\0'])
-                    && !name.is_empty()
-                    && !name.contains(['=', '\0']) =>
-            {
-                credentials.insert(name.clone(), var.to_owned());
+        let plain = |text: &str| !text.is_empty() && !text.contains(['=', '\0']);
+        let parsed = match (source.split_once(':'), plain(name)) {
+            (Some(("env", var)), true) if plain(var) => Some(CredentialSource::Env(var.to_owned())),
+            (Some(("config", key)), true) if murmur_config::credential_key(key) => {
+                Some(CredentialSource::Config(key.to_owned()))
             }
-            _ => err(
+            _ => None,
+        };
+        match parsed {
+            Some(parsed) => {
+                credentials.insert(name.clone(), parsed);
+            }
+            None => err(
                 "inference.credentials",
-                format!("`{name}` must be read from the node's environment: `{name} = \"env:VARIABLE\"`"),
+                format!(
+                    "`{name}` must be read from the node: `{name} = \"env:VARIABLE\"` (its environment) or `{name} = \"config:KEY\"` (its config's [credentials])"
+                ),
             ),
         }
     }
@@ -684,6 +726,8 @@ env = { A = "b" }
         let err = parse("name = \"a\"\nversion = \"1\"\nkind = \"agent\"\nartifact = \"x\"\n").unwrap_err();
         let text = format!("{err:#}");
         assert!(text.contains("`artifact`") && text.contains("`inference`"), "{text}");
+        let err = parse("name = \"a\"\nversion = \"1\"\nkind = \"data\"\nartifact = \"x@1\"\n").unwrap_err();
+        assert!(format!("{err:#}").contains("`data` artifacts run nothing"), "{err:#}");
     }
 
     #[test]

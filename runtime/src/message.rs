@@ -64,11 +64,12 @@ impl DirectHttp {
     }
 
     /// Posts `message/send` to a direct peer's A2A endpoint, with `traceparent` as the
-    /// header of this hop (the caller's choice: the node continues its current span).
+    /// header of this hop when given (the caller's choice: a node continues its current
+    /// span when it exports spans, and sends none otherwise).
     pub async fn post(
         &self,
         url: &str,
-        traceparent: &TraceContext,
+        traceparent: Option<&TraceContext>,
         message: Message,
     ) -> Result<TaskResult, String> {
         let body = json!({
@@ -83,7 +84,10 @@ impl DirectHttp {
                 "parts": [{ "kind": "text", "text": message.text }],
             }},
         });
-        let request = self.client.post(url).json(&body).header("traceparent", traceparent.header());
+        let mut request = self.client.post(url).json(&body);
+        if let Some(trace) = traceparent {
+            request = request.header("traceparent", trace.header());
+        }
         let mut response = request.send().await.map_err(|e| format!("cannot reach {url}: {e}"))?;
         let mut bytes = Vec::new();
         while let Some(chunk) =
@@ -112,25 +116,25 @@ impl MessagePort for DirectHttp {
             let Some(url) = Self::endpoint(&target) else {
                 return Err(format!("'{target}' is a mesh target; this node has no mesh task router"));
             };
-            // Every outgoing hop carries the trace on (a new trace when the sender had none).
-            let trace = traceparent
-                .as_deref()
-                .and_then(TraceContext::parse)
-                .unwrap_or_else(TraceContext::root)
-                .child();
-            self.post(&url, &trace, message).await
+            // Outside a node nothing exports spans: no `traceparent` (the specification
+            // injects one only when OpenTelemetry is configured).
+            let _ = traceparent;
+            self.post(&url, None, message).await
         })
     }
 }
 
-/// Reads a JSON-RPC answer to `message/send`: a Task (its state) or a Message (completed).
+/// Reads a JSON-RPC answer to `message/send`: a Task (its state), a Message (completed),
+/// or an error: the peer's refusal, which is the state `rejected` (no task), not an `Err`
+/// (that is for a send that failed: no answer, or no JSON-RPC).
 fn parse_answer(answer: &Value, message: &Message) -> Result<TaskResult, String> {
     if let Some(error) = answer.get("error") {
-        return Err(format!(
-            "peer refused ({}): {}",
-            error["code"].as_i64().unwrap_or(0),
-            error["message"].as_str().unwrap_or("no message")
-        ));
+        tracing::info!(
+            code = error["code"].as_i64().unwrap_or(0),
+            reason = error["message"].as_str().unwrap_or("no message"),
+            "message/send: the peer rejected the message"
+        );
+        return Ok(rejected(message));
     }
     let result = answer.get("result").ok_or("answer has neither result nor error")?;
     let context =
@@ -145,6 +149,16 @@ fn parse_answer(answer: &Value, message: &Message) -> Result<TaskResult, String>
             Ok(TaskResult { task_id: String::new(), context_id: context(), state: "completed".into() })
         }
         _ => Err("answer is neither a task nor a message".into()),
+    }
+}
+
+/// The answer to a message the target refused: no task was made.
+#[must_use]
+pub fn rejected(message: &Message) -> TaskResult {
+    TaskResult {
+        task_id: String::new(),
+        context_id: message.context_id.clone().unwrap_or_default(),
+        state: "rejected".into(),
     }
 }
 
@@ -163,7 +177,12 @@ mod tests {
         let reply = json!({"jsonrpc":"2.0","id":"m1","result":{"kind":"message","role":"agent","parts":[]}});
         assert_eq!(parse_answer(&reply, &message()).unwrap().state, "completed");
         let error = json!({"jsonrpc":"2.0","id":"m1","error":{"code":-32001,"message":"no"}});
-        assert_eq!(parse_answer(&error, &message()).unwrap_err(), "peer refused (-32001): no");
+        let refused = parse_answer(&error, &message()).unwrap();
+        assert_eq!(
+            (refused.state.as_str(), refused.task_id.as_str(), refused.context_id.as_str()),
+            ("rejected", "", "c1")
+        );
+        assert!(parse_answer(&json!({"jsonrpc":"2.0","id":"m1"}), &message()).is_err());
     }
 
     #[test]

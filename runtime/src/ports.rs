@@ -11,7 +11,9 @@
 //! | [`InferencePort`] | `murmur:runtime/inference.run-inference` | outside an agent session: none (every call errs, naming the setting); a hook an agent session dispatches gets the session's own port (`murmur-agent`), set per call |
 //!
 //! Hooks are not a port: the agent loop's runner (`murmur-agent`) calls them through
-//! [`crate::Runtime::call_hook`], with a [`HookEvent`].
+//! [`crate::Runtime::call_hook`], with a [`HookEvent`]. A brain's host functions are the
+//! [`BrainPort`] its run is given ([`crate::Runtime::run_brain`]), not a port of the
+//! runtime: each run has its own.
 //!
 //! Every future a port returns is `Send` and bounded by the caller's own deadline or
 //! timeout; a port never blocks a thread.
@@ -29,6 +31,7 @@ use crate::Installed;
 use crate::bindings::murmur::hook::lifecycle;
 use crate::bindings::murmur::message::send::{Message, TaskResult};
 use crate::bindings::murmur::runtime::inference::{InferenceRequest, InferenceResponse};
+use crate::brain;
 
 /// A boxed, sendable future: what every port method returns.
 pub type PortFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -162,4 +165,45 @@ pub enum HookEvent {
     Compaction(lifecycle::CompactionEvent),
     TaskEnd(lifecycle::TaskEndEvent),
     SessionEnd(lifecycle::SessionEndEvent),
+}
+
+/// What a brain's host functions do: the one implementation (`murmur-brain`'s, per run)
+/// behind the `murmur:brain@0.1.0` interface, which the rhai and JavaScript brains call
+/// too. Functions that block (wait for an event, a timer, a peer, the disk) return a
+/// future; the others answer at once. Every `Err` is the guest's in-band error.
+#[allow(missing_docs)]
+pub trait BrainPort: Send + Sync + Debug {
+    fn subscribe_agent(&self, agent: String) -> Result<String, String>;
+    fn unsubscribe_agent(&self, id: String) -> Result<(), String>;
+    fn subscribe_lifecycle(&self) -> Result<String, String>;
+    fn unsubscribe_lifecycle(&self, id: String);
+    fn send_agent(&self, agent: String, payload: String) -> PortFuture<'_, Result<(), String>>;
+    fn recv(&self) -> PortFuture<'_, Result<brain::EventEnvelope, String>>;
+    fn try_recv(&self) -> Option<brain::EventEnvelope>;
+    fn time_now(&self) -> u64;
+    fn time_format(&self, ts: u64, format: String) -> Result<String, String>;
+    fn wait_until(&self, ts: u64) -> Result<String, String>;
+    fn wait_for(&self, ms: u64) -> Result<String, String>;
+    fn wait_cron(&self, spec: String) -> Result<String, String>;
+    fn cancel_timer(&self, id: String) -> bool;
+    fn sleep_for(&self, ms: u64) -> PortFuture<'_, Result<(), String>>;
+    fn sleep_until(&self, ts: u64) -> PortFuture<'_, Result<(), String>>;
+    fn sleep_cron(&self, spec: String) -> PortFuture<'_, Result<(), String>>;
+    fn whoami(&self) -> String;
+    fn log(&self, level: String, message: String);
+    fn new_uuid(&self) -> String;
+    fn base64_encode(&self, bytes: Vec<u8>) -> String;
+    fn base64_decode(&self, data: String) -> Result<Vec<u8>, String>;
+    fn memory_get(&self, key: String) -> PortFuture<'_, Result<Option<String>, String>>;
+    fn memory_set(&self, key: String, value: String) -> PortFuture<'_, Result<(), String>>;
+    fn memory_remove(&self, key: String) -> PortFuture<'_, Result<bool, String>>;
+    fn subscribe_endpoint(&self, model: String) -> Result<String, String>;
+    fn unsubscribe_endpoint(&self, id: String) -> Result<(), String>;
+    fn stream_endpoint(&self, session: String, delta: brain::ChatDelta) -> Result<(), String>;
+    fn chat_stream(&self, request: brain::ChatRequest) -> Result<String, String>;
+    fn cancel_stream(&self, id: String) -> bool;
+    fn call_tool(&self, server: String, name: String, arguments: String) -> Result<String, String>;
+    fn subscribe_resource_list(&self, server: String) -> Result<String, String>;
+    fn subscribe_resource(&self, server: String, uri: String) -> Result<String, String>;
+    fn unsubscribe_resource(&self, id: String) -> bool;
 }

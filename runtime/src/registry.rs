@@ -49,7 +49,7 @@ impl Inner {
         if depth > INVOKE_DEPTH_MAX {
             return Err(format!("tool invocations nest deeper than {INVOKE_DEPTH_MAX}; refusing '{name}'"));
         }
-        let Ok(tool) = self.get(name) else {
+        let Ok(tool) = self.tool_for(&caller.name, name) else {
             return Err(format!("tool '{name}' is not installed on this node"));
         };
         if !tool.manifest.kind.runs_as_tool() {

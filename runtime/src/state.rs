@@ -49,6 +49,8 @@ pub struct CallContext {
     /// Where this call's `run-inference` goes: the session of the agent a hook serves
     /// (the runtime's own port, which has no driver, otherwise).
     pub(super) inference: Option<Arc<dyn super::ports::InferencePort>>,
+    /// A brain run's host: where its `murmur:brain` calls go.
+    pub(super) brain: Option<Arc<dyn super::ports::BrainPort>>,
 }
 
 impl WasiHttpView for HostState {

@@ -28,7 +28,7 @@ impl Node {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(ArtifactStore::open(&dir.path().join("store")).unwrap());
         let runtime = Runtime::new(
-            RuntimeOptions { data_dir: dir.path().to_path_buf(), pooling: true },
+            RuntimeOptions::new(dir.path().to_path_buf(), true),
             store,
             Ports::standalone().unwrap(),
         )
@@ -111,21 +111,29 @@ async fn shell_runs_allowed_binaries_and_refuses_others_before_spawning() {
     assert!(!marker.exists());
 }
 
-/// A JSON-RPC peer that records what it receives and answers with a submitted task.
-async fn peer() -> (String, Arc<Mutex<Vec<serde_json::Value>>>) {
+/// A JSON-RPC peer that records what it receives (the body, with its `traceparent` header
+/// as `_traceparent`) and answers with a submitted task, or with an error when `refuse`.
+async fn peer_answering(refuse: bool) -> (String, Arc<Mutex<Vec<serde_json::Value>>>) {
     use axum::routing::post;
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
     let app = axum::Router::new().route(
         "/",
-        post(move |axum::Json(body): axum::Json<serde_json::Value>| {
+        post(move |headers: axum::http::HeaderMap, axum::Json(mut body): axum::Json<serde_json::Value>| {
             let log = log.clone();
             async move {
-                log.lock().unwrap().push(body.clone());
-                axum::Json(serde_json::json!({
-                    "jsonrpc": "2.0", "id": body["id"],
-                    "result": {"kind": "task", "id": "task-1", "contextId": "pipeline", "status": {"state": "submitted"}}
-                }))
+                let id = body["id"].clone();
+                let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
+                body["_traceparent"] = serde_json::json!(traceparent);
+                log.lock().unwrap().push(body);
+                axum::Json(if refuse {
+                    serde_json::json!({ "jsonrpc": "2.0", "id": id, "error": {"code": -32001, "message": "not here"} })
+                } else {
+                    serde_json::json!({
+                        "jsonrpc": "2.0", "id": id,
+                        "result": {"kind": "task", "id": "task-1", "contextId": "pipeline", "status": {"state": "submitted"}}
+                    })
+                })
             }
         }),
     );
@@ -133,6 +141,10 @@ async fn peer() -> (String, Arc<Mutex<Vec<serde_json::Value>>>) {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
     (format!("127.0.0.1:{}", addr.port()), seen)
+}
+
+async fn peer() -> (String, Arc<Mutex<Vec<serde_json::Value>>>) {
+    peer_answering(false).await
 }
 
 fn pipeline_manifest(tools: &str, network: &str, env: &str) -> String {
@@ -158,6 +170,21 @@ async fn the_pipeline_invokes_a_tool_and_sends_to_an_allowed_peer() {
     let text = received[0]["params"]["message"]["parts"][0]["text"].as_str().unwrap();
     assert!(text.contains("\"words\":3"), "{text}");
     assert_eq!(run.calls[0].tool, "wordcount", "the nested tool call is recorded");
+    // No OpenTelemetry outside a node: the specification injects no `traceparent` then.
+    assert_eq!(received[0]["_traceparent"], serde_json::Value::Null, "{}", received[0]);
+}
+
+#[tokio::test]
+async fn a_peers_refusal_is_the_state_rejected_not_an_error() {
+    let node = Node::new();
+    node.tool("wordcount", "wordcount", "");
+    let (addr, seen) = peer_answering(true).await;
+    let env = format!("PIPELINE_PEER = \"{addr}\", PIPELINE_TEXT = \"a b\"");
+    node.install(&pipeline_manifest("\"wordcount\"", &format!("\"{addr}\""), &env)).unwrap();
+    // The pipeline panics on an `Err`: it runs to the end only if the refusal is data.
+    let run = node.runtime.run_capsule("pipeline").await.unwrap();
+    assert!(run.stdout.contains(&format!("sent to {addr}: task  is rejected")), "{}", run.stdout);
+    assert_eq!(seen.lock().unwrap().len(), 1);
 }
 
 #[tokio::test]
@@ -231,12 +258,22 @@ async fn components_without_the_exact_versioned_export_do_not_load() {
 }
 
 fn stock(node: &Node, name: &str, wasm_name: &str) -> murmur_store::Stored {
+    stock_version(node, name, "1.0.0", wasm_name, &format!("{name} from the store"))
+}
+
+fn stock_version(
+    node: &Node,
+    name: &str,
+    version: &str,
+    wasm_name: &str,
+    description: &str,
+) -> murmur_store::Stored {
     let meta = ArtifactMeta {
         name: name.into(),
-        version: "1.0.0".into(),
+        version: version.into(),
         kind: CapsuleKind::Tool,
         runtime: Platform::Wasm,
-        description: format!("{name} from the store"),
+        description: description.into(),
         tags: vec!["text".into()],
         input_schema: None,
         output_schema: None,
@@ -283,6 +320,91 @@ async fn a_pull_that_contradicts_the_lock_writes_nothing() {
         "the lock is unchanged"
     );
     assert!(!workdir.join("tools/wordcount").exists(), "nothing was installed");
+}
+
+#[tokio::test]
+async fn a_manifest_naming_an_artifact_loads_only_the_bytes_the_nodes_lock_pins() {
+    let node = Node::new();
+    let stored = stock(&node, "wordcount", "wordcount");
+    let manifest =
+        "name = \"wordcount\"\nversion = \"1.0.0\"\nkind = \"tool\"\nartifact = \"wordcount@1.0.0\"\n";
+    let lock = |digest: murmur_protocol::Digest, manifest: murmur_protocol::Digest| {
+        format!(
+            "version = 1\n[[artifact]]\nname = \"wordcount\"\nversion = \"1.0.0\"\ndigest = \"{digest}\"\nmanifest = \"{manifest}\"\n"
+        )
+    };
+    // `mur install` pinned other bytes under this name@version: the store's were replaced.
+    let path = node.dir.path().join("murmur.lock");
+    std::fs::write(&path, lock(murmur_protocol::Digest::of(b"other"), stored.manifest)).unwrap();
+    let err = format!("{:#}", node.install(manifest).unwrap_err());
+    assert!(err.contains("murmur.lock pins wordcount@1.0.0") && err.contains("was replaced"), "{err}");
+    assert!(node.runtime.installed().is_empty(), "nothing was loaded");
+    // The pinned bytes load.
+    std::fs::write(&path, lock(stored.content, stored.manifest)).unwrap();
+    node.install(manifest).unwrap();
+}
+
+#[tokio::test]
+async fn a_pulled_tool_serves_its_capsule_alone_and_describe_names_the_pulled_version() {
+    let node = Node::new();
+    node.tool("wordcount", "wordcount", "");
+    // The capsule pulls an older `wordcount` that is really an echo; the store also has a
+    // higher version.
+    stock_version(&node, "wordcount", "1.0.0", "echo", "wordcount 1, an echo");
+    stock_version(&node, "wordcount", "2.0.0", "wordcount", "wordcount 2");
+    let env = "PIPELINE_PULL = \"wordcount@1.0.0\", PIPELINE_TEXT = \"a b c\"";
+    node.install(&pipeline_manifest("\"wordcount\"", "", env)).unwrap();
+    let run = node.runtime.run_capsule("pipeline").await.unwrap();
+    assert!(run.stdout.contains("pulled wordcount@1.0.0: wordcount 1, an echo"), "{}", run.stdout);
+    assert!(run.stdout.contains("wordcount: a b c"), "the capsule calls what it pulled: {}", run.stdout);
+    // The node's own `wordcount` is untouched, for everyone else.
+    let own = node.runtime.run_tool("wordcount", input("x y")).await.unwrap();
+    assert!(own.result.data.unwrap().contains("\"words\":2"));
+    assert_eq!(node.runtime.installed().len(), 2, "wordcount and pipeline");
+}
+
+#[tokio::test]
+async fn the_lock_pins_an_artifact_by_name_whatever_version_is_pulled() {
+    let node = Node::new();
+    let one = stock_version(&node, "wordcount", "1.0.0", "wordcount", "wordcount 1");
+    stock_version(&node, "wordcount", "2.0.0", "echo", "wordcount 2");
+    let workdir = node.dir.path().join("work/pipeline");
+    std::fs::create_dir_all(&workdir).unwrap();
+    let pinned = format!(
+        "version = 1\n[[artifact]]\nname = \"wordcount\"\nversion = \"1.0.0\"\ndigest = \"{}\"\nmanifest = \"{}\"\n",
+        one.content, one.manifest
+    );
+    std::fs::write(workdir.join("murmur.lock"), &pinned).unwrap();
+    node.install(&pipeline_manifest("\"wordcount\"", "", "PIPELINE_PULL = \"wordcount@2.0.0\"")).unwrap();
+    let err = node.runtime.run_capsule("pipeline").await.unwrap_err().to_string();
+    assert!(
+        err.contains("murmur.lock pins wordcount@1.0.0") && err.contains("nothing was installed"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(workdir.join("murmur.lock")).unwrap(),
+        pinned,
+        "the lock is unchanged"
+    );
+    assert!(!workdir.join("tools/wordcount").exists(), "nothing was installed");
+}
+
+#[tokio::test]
+async fn a_pull_counts_toward_the_nodes_install_limit() {
+    let node = Node::new();
+    stock(&node, "wordcount", "wordcount");
+    let limit = murmur_config::limits::INSTALLED_MAX;
+    for i in 0..limit - 1 {
+        node.tool(&format!("t{i}"), "echo", "");
+    }
+    node.install(&pipeline_manifest("\"wordcount\"", "", "PIPELINE_PULL = \"wordcount@1.0.0\"")).unwrap();
+    let err = node.runtime.run_capsule("pipeline").await.unwrap_err().to_string();
+    assert!(err.contains(&format!("already runs {limit} capsules and tools")), "{err}");
+    let workdir = node.dir.path().join("work/pipeline");
+    assert!(
+        !workdir.join("tools/wordcount").exists() && !workdir.join("murmur.lock").exists(),
+        "nothing was written"
+    );
 }
 
 #[tokio::test]

@@ -63,14 +63,16 @@ fn unauthorized_senders_are_refused_with_the_right_check_for_seeds_one_to_five()
         let outcome = run(&attacked, seed, None);
         assert_eq!(outcome.verdict, Verdict::Pass, "seed {seed}: {:?}", outcome.findings);
         let t = tasks(&outcome);
-        assert_eq!(t.unauthorized.len(), 7, "every flaw was sent: {:?}", t.unauthorized);
+        assert_eq!(t.unauthorized.len(), 8, "every flaw was sent: {:?}", t.unauthorized);
         for flaw in &t.unauthorized {
             // A lossless network: every task sent reached an owner, and every one was refused.
             assert!(flaw.sent > 0, "{flaw:?}");
             assert_eq!(flaw.delivered, flaw.sent, "{flaw:?}");
             assert_eq!(flaw.refused, flaw.delivered, "{flaw:?}");
         }
-        for check in ["wrong_kind", "untrusted_issuer", "bad_signature", "expired", "wrong_capsule"] {
+        for check in
+            ["wrong_kind", "untrusted_issuer", "bad_signature", "expired", "wrong_capsule", "foreign_task_id"]
+        {
             assert!(
                 t.refusals.get(check).copied().unwrap_or(0) > 0,
                 "seed {seed}: no {check} refusal: {t:?}"

@@ -24,11 +24,20 @@ pub enum CapsuleKind {
     Hook,
     /// A manifest-only agent run by the native agent loop (no component of its own).
     Agent,
+    /// A long-running brain: a component of world `murmur:brain/brain@0.1.0` (runtime
+    /// `wasm`), or a rhai or JavaScript script (runtime `native`: the node interprets it).
+    /// Agents name it in the node's config; no capsule runs it.
+    Brain,
+    /// Content nothing runs: what an agent's `on-inference` hook returned as `artifact`,
+    /// or any file that travels with the mesh's artifacts. Its `runtime` is `native` (it is
+    /// no component); no node installs or pulls it into a capsule.
+    Data,
 }
 
 impl CapsuleKind {
     /// Every kind, in the order manifests and help texts list them.
-    pub const ALL: [Self; 5] = [Self::Tool, Self::Capsule, Self::Driver, Self::Hook, Self::Agent];
+    pub const ALL: [Self; 7] =
+        [Self::Tool, Self::Capsule, Self::Driver, Self::Hook, Self::Agent, Self::Brain, Self::Data];
 
     /// The kind's name as manifests, metadata and flags write it.
     #[must_use]
@@ -39,6 +48,8 @@ impl CapsuleKind {
             Self::Driver => "driver",
             Self::Hook => "hook",
             Self::Agent => "agent",
+            Self::Brain => "brain",
+            Self::Data => "data",
         }
     }
 

@@ -343,6 +343,7 @@ fn walk(
             }
         }
     }
+    end_of_archive(archive.into_inner())?;
     for name in ["oci-layout", "index.json"] {
         if !seen.contains(name) {
             bail!("`{name}` is missing: not an OCI image layout");
@@ -354,6 +355,33 @@ fn walk(
         bail!("blob {} is in the catalog but not in the bundle", missing.digest);
     }
     Ok(catalog)
+}
+
+/// What may follow the last entry: the rest of the end-of-archive marker (two zero blocks,
+/// the first already read) and zero padding up to one 10 KiB tar record, as `tar` and `dd`
+/// write. Anything else — data appended to an exported bundle, or a second archive — is
+/// bytes the catalog's signature does not cover, so the bundle is refused.
+fn end_of_archive(mut rest: BufReader<File>) -> anyhow::Result<()> {
+    use std::io::Seek;
+    const BLOCK: u64 = 512;
+    const RECORD: u64 = 20 * BLOCK;
+    // Where the last entry ended: the first zero block is behind us.
+    let last = rest.stream_position()?.saturating_sub(BLOCK);
+    let mut tail = Vec::new();
+    (&mut rest).take(RECORD + 1).read_to_end(&mut tail)?;
+    if tail.len() as u64 > RECORD || tail.iter().any(|b| *b != 0) {
+        let size = rest.get_ref().metadata().map_or(0, |m| m.len());
+        bail!(
+            "the file goes on {} bytes past its last entry (from byte {last}), where only the \
+             end-of-archive marker and zero padding belong: a bundle holds exactly what \
+             `mur bundle export` wrote, so these bytes are refused; get the file again from its source",
+            size.saturating_sub(last)
+        );
+    }
+    if (tail.len() as u64) < BLOCK {
+        bail!("the archive ends without its end-of-archive marker: the file is truncated");
+    }
+    Ok(())
 }
 
 /// The entry's path, which must be relative and plain (no `..`, no root, no `.`).

@@ -7,7 +7,7 @@
 //! ```
 
 use std::fs;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -60,9 +60,8 @@ pub fn init(dir: &Path) -> anyhow::Result<Initialized> {
     let config_path = dir.join(CONFIG_FILE);
     let config_created = !config_path.exists();
     if config_created {
-        fs::write(&config_path, DEFAULT_CONFIG_TOML)
-            .with_context(|| format!("cannot write {}", config_path.display()))?;
-        fs::set_permissions(&config_path, fs::Permissions::from_mode(0o644))?;
+        // It may come to hold API tokens and credentials: its owner's alone, written whole.
+        crate::file::write_atomic_private(&config_path, DEFAULT_CONFIG_TOML.as_bytes())?;
     }
     Ok(Initialized { key, key_created, config_created })
 }
@@ -82,6 +81,8 @@ pub fn node_key(dir: &Path) -> anyhow::Result<SecretKey> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
     use super::*;
 
     #[test]
@@ -95,6 +96,22 @@ mod tests {
         assert!(!second.key_created && !second.config_created);
         assert_eq!(first.key.public(), second.key.public());
         assert_eq!(fs::read_to_string(dir.join(CONFIG_FILE)).unwrap(), "# edited\n");
+    }
+
+    #[test]
+    fn the_config_is_written_for_its_owner_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("node");
+        init(&dir).unwrap();
+        let mode = fs::metadata(dir.join(CONFIG_FILE)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the config may hold tokens and credentials");
+        // No temporary file is left beside it.
+        let left: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+            .collect();
+        assert!(left.is_empty());
     }
 
     #[test]

@@ -12,12 +12,28 @@ use murmur_protocol::Digest;
 /// Writes `bytes` to `path` atomically: a temporary file in the same directory, written and
 /// fsynced, renamed over `path`, then the directory fsynced so the rename is durable.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    write_atomic_with(path, bytes, None)
+}
+
+/// [`write_atomic`] for a file only its owner may read (mode 0600 from its creation, so it
+/// is never readable by others, not even for an instant): configs that hold secrets.
+pub fn write_atomic_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    write_atomic_with(path, bytes, Some(0o600))
+}
+
+fn write_atomic_with(path: &Path, bytes: &[u8], mode: Option<u32>) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().context("path has no parent directory")?;
     fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let name = path.file_name().and_then(|n| n.to_str()).context("path has no file name")?;
     let tmp = dir.join(format!(".{name}.tmp-{}-{}", std::process::id(), unique()));
     let result = (|| {
-        let mut file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        if let Some(mode) = mode {
+            options.mode(mode);
+        }
+        let mut file = options.open(&tmp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
         fs::rename(&tmp, path)?;

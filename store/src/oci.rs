@@ -21,6 +21,8 @@ pub const CONFIG_MEDIA_TYPE: &str = "application/vnd.murmur.artifact.config.v1+j
 pub const ARTIFACT_TYPE: &str = "application/vnd.murmur.artifact.v1";
 /// Media type of WebAssembly component content.
 pub const WASM_MEDIA_TYPE: &str = "application/wasm";
+/// Media type of the content of a `data` artifact (bytes nothing runs).
+pub const DATA_MEDIA_TYPE: &str = "application/octet-stream";
 /// Media type of a content chunk list (the second layer of an artifact whose content is
 /// more than one chunk; see `murmur_protocol::artifact::ChunkList`).
 pub const CHUNKS_MEDIA_TYPE: &str = "application/vnd.murmur.chunks.v1+cbor";

@@ -23,11 +23,11 @@ use anyhow::{Context, bail};
 use murmur_protocol::artifact::{CHUNK_BYTES, ChunkList};
 use murmur_protocol::{Digest, Envelope, Millis, SecretKey};
 
-use crate::artifact::{ArtifactMeta, Stored, sign_release};
+use crate::artifact::{ArtifactMeta, CapsuleKind, Stored, sign_release};
 use crate::file::{hash_reader, write_atomic};
 use crate::oci::{
-    ARTIFACT_TYPE, CHUNKS_MEDIA_TYPE, CONFIG_MEDIA_TYPE, Descriptor, INDEX_MEDIA_TYPE, Index,
-    MANIFEST_MEDIA_TYPE, Manifest, REF_NAME, WASM_MEDIA_TYPE, clone_descriptor, descriptor, named,
+    ARTIFACT_TYPE, CHUNKS_MEDIA_TYPE, CONFIG_MEDIA_TYPE, DATA_MEDIA_TYPE, Descriptor, INDEX_MEDIA_TYPE,
+    Index, MANIFEST_MEDIA_TYPE, Manifest, REF_NAME, WASM_MEDIA_TYPE, clone_descriptor, descriptor, named,
 };
 use murmur_config::limits::{
     ARTIFACT_CONTENT_BYTES_MAX, ARTIFACT_METADATA_BYTES_MAX, ARTIFACT_SIGNATURE_BYTES_MAX,
@@ -91,7 +91,8 @@ impl ArtifactStore {
         let content_digest = self.put_blob(content)?;
         let config = serde_json::to_vec(meta)?;
         let config_digest = self.put_blob(&config)?;
-        let mut layers = vec![descriptor(WASM_MEDIA_TYPE, content_digest, content.len() as u64)];
+        let media_type = if meta.kind == CapsuleKind::Data { DATA_MEDIA_TYPE } else { WASM_MEDIA_TYPE };
+        let mut layers = vec![descriptor(media_type, content_digest, content.len() as u64)];
         let mut chunk_list = None;
         if content.len() as u64 > CHUNK_BYTES {
             let list = ChunkList::of(content, CHUNK_BYTES).encode();
@@ -137,9 +138,13 @@ impl ArtifactStore {
     /// Keeps `envelope` (a catalog naming `manifest`) beside the manifest. The caller has
     /// checked it; the write lock is held.
     fn put_signature(&self, manifest: &Digest, envelope: &Envelope) -> anyhow::Result<()> {
-        let dir = self.root.join("signatures");
-        std::fs::create_dir_all(&dir)?;
-        write_atomic(&self.signature_path(manifest), &envelope.encode())
+        self.put_signature_bytes(manifest, &signature_bytes(envelope)?)
+    }
+
+    /// Writes a signature already checked against its bound.
+    fn put_signature_bytes(&self, manifest: &Digest, bytes: &[u8]) -> anyhow::Result<()> {
+        std::fs::create_dir_all(self.root.join("signatures"))?;
+        write_atomic(&self.signature_path(manifest), bytes)
     }
 
     /// Commits an artifact pulled from peers: `blobs` (manifest, config, chunk list: bytes
@@ -160,6 +165,8 @@ impl ArtifactStore {
         for (digest, bytes) in blobs {
             anyhow::ensure!(Digest::of(bytes) == *digest, "blob {digest}: its bytes hash to something else");
         }
+        // Checked before anything is written.
+        let signature = signature.map(signature_bytes).transpose()?;
         if let (digest, Some(file)) = content {
             std::fs::rename(file, self.blob_path(&digest))
                 .with_context(|| format!("cannot move blob {digest} into the store"))?;
@@ -174,8 +181,8 @@ impl ArtifactStore {
             }
         }
         File::open(self.root.join("blobs/sha256"))?.sync_all()?;
-        if let Some(envelope) = signature {
-            self.put_signature(&manifest, envelope)?;
+        if let Some(bytes) = &signature {
+            self.put_signature_bytes(&manifest, bytes)?;
         }
         let mut stored = self.index_artifacts(&lock, &artifact)?;
         stored.pop().context("nothing was indexed")
@@ -598,6 +605,17 @@ fn version_key(version: &str) -> (Vec<u64>, String) {
     (numbers, version.to_owned())
 }
 
+/// A publisher's signature as the store keeps it, refused past its bound.
+fn signature_bytes(envelope: &Envelope) -> anyhow::Result<Vec<u8>> {
+    let bytes = envelope.encode();
+    anyhow::ensure!(
+        bytes.len() <= ARTIFACT_SIGNATURE_BYTES_MAX,
+        "the publisher's signature is {} bytes, more than the {ARTIFACT_SIGNATURE_BYTES_MAX} a store keeps",
+        bytes.len()
+    );
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -652,6 +670,37 @@ mod tests {
         let a = store.add_plain(&meta("echo", "0.1.0"), b"wasm").unwrap();
         std::fs::write(dir.path().join("blobs/sha256").join(a.content.hex()), b"evil").unwrap();
         assert!(store.content(&a).unwrap_err().to_string().contains("corrupt"));
+    }
+
+    #[test]
+    fn a_pulled_artifact_with_an_oversized_signature_is_refused_and_nothing_is_written() {
+        let (from, to) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let source = ArtifactStore::open(from.path()).unwrap();
+        let a = source.add_plain(&meta("echo", "0.1.0"), b"wasm").unwrap();
+        let blobs: Vec<(Digest, Vec<u8>)> = source
+            .blobs_of(&a)
+            .unwrap()
+            .into_iter()
+            .map(|(d, size)| (d, source.read_blob(&d, size).unwrap()))
+            .collect();
+        // A genuine release signature, padded with blobs past the bound.
+        let mut padding = source.blobs_of(&a).unwrap();
+        padding.extend((0..400u32).map(|i| (Digest::of(&i.to_le_bytes()), 1)));
+        let key = SecretKey::from_seed([3; 32]);
+        let large = sign_release(&a, &padding, &key, Millis(1)).unwrap();
+        let small = sign_release(&a, &source.blobs_of(&a).unwrap(), &key, Millis(1)).unwrap();
+
+        let target = ArtifactStore::open(to.path()).unwrap();
+        let err = target
+            .commit_pulled(("echo", "0.1.0", a.manifest), &blobs, (a.content, None), Some(&large))
+            .unwrap_err();
+        assert!(err.to_string().contains("more than the"), "{err}");
+        assert!(target.list().unwrap().is_empty());
+        assert!(target.read_blob(&a.manifest, 1 << 16).is_err(), "no blob was written");
+        assert!(target.signature(&a.manifest).is_none());
+
+        target.commit_pulled(("echo", "0.1.0", a.manifest), &blobs, (a.content, None), Some(&small)).unwrap();
+        assert_eq!(target.signature(&a.manifest), Some(small));
     }
 
     #[test]

@@ -292,6 +292,38 @@ fn tampered_entries_are_refused_and_nothing_is_written() {
 }
 
 #[test]
+fn bytes_after_the_end_of_the_archive_are_refused_and_record_padding_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bundle_path, _) = exported(dir.path());
+    let exported_bytes = std::fs::read(&bundle_path).unwrap();
+    let variant = |name: &str, bytes: &[u8]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    };
+    // Data appended after the end-of-archive marker: not covered by the signature.
+    let mut appended = exported_bytes.clone();
+    appended.extend_from_slice(b"#!/bin/sh\nsmuggled payload\n");
+    let path = variant("appended.tar", &appended);
+    import_refused(&path, &dir.path().join("store-appended"), "past its last entry");
+    // A second archive after the first (what `cat a.tar b.tar` makes).
+    let mut doubled = exported_bytes.clone();
+    doubled.extend_from_slice(&exported_bytes);
+    let path = variant("doubled.tar", &doubled);
+    import_refused(&path, &dir.path().join("store-doubled"), "past its last entry");
+    // A marker cut short: only one of its two zero blocks.
+    let path = variant("truncated.tar", &exported_bytes[..exported_bytes.len() - 512]);
+    import_refused(&path, &dir.path().join("store-truncated"), "truncated");
+    // Zero padding up to a 10 KiB record (tar's and dd's blocking) is the same bundle.
+    let mut padded = exported_bytes.clone();
+    padded.resize(padded.len().div_ceil(10_240) * 10_240, 0);
+    let path = variant("padded.tar", &padded);
+    let store = ArtifactStore::open(&dir.path().join("store-padded")).unwrap();
+    let report = bundle::import(&store, &path, &trusted(), &mut |_, _| {}).unwrap();
+    assert_eq!(report.artifacts, vec!["echo@1.0.0", "wordcount@2.1.0"]);
+}
+
+#[test]
 fn an_import_interrupted_midway_converges_when_run_again() {
     let dir = tempfile::tempdir().unwrap();
     let (bundle_path, originals) = exported(dir.path());

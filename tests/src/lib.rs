@@ -6,6 +6,7 @@
 //! (`target/<profile>/murnode` and `mur`), found next to the test executable.
 
 pub mod netns;
+pub mod peer;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -67,16 +68,37 @@ pub fn murnode(args: &[&str]) -> Output {
 
 /// A fresh data directory with a node key and the default config.
 pub fn init_data_dir() -> tempfile::TempDir {
+    let dir = init_data_dir_as_shipped();
+    // A lab mesh: the clients of every test node reach every capsule.
+    let path = dir.path().join("murnode.toml");
+    let shipped = std::fs::read_to_string(&path).expect("read config");
+    assert!(shipped.contains("\n[runtime]\n"), "the shipped config has a [runtime] table");
+    let lab = shipped.replacen("\n[runtime]\n", &format!("\n[runtime]\n{LAB_AUDIENCE}"), 1);
+    std::fs::write(&path, lab).expect("write config");
+    dir
+}
+
+/// The audience test meshes give their capsules (`runtime.audience`): a lab mesh.
+const LAB_AUDIENCE: &str = "audience = \"mesh\"\n";
+
+/// A fresh data directory with the config exactly as `murnode init` writes it.
+pub fn init_data_dir_as_shipped() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
     let out = murnode(&["init", "--data-dir", dir.path().to_str().expect("utf-8 path")]);
     assert!(out.status.success(), "murnode init failed: {}", String::from_utf8_lossy(&out.stderr));
     dir
 }
 
-/// A fresh data directory whose config is `toml` (instead of the commented defaults).
+/// A fresh data directory whose config is `toml` (instead of the commented defaults), in a
+/// lab mesh (`runtime.audience = "mesh"`) unless `toml` has a `[runtime]` table.
 pub fn init_data_dir_with(toml: &str) -> tempfile::TempDir {
-    let dir = init_data_dir();
-    std::fs::write(dir.path().join("murnode.toml"), toml).expect("write config");
+    let dir = init_data_dir_as_shipped();
+    let text = if toml.contains("[runtime]") {
+        toml.to_owned()
+    } else {
+        format!("{toml}\n[runtime]\n{LAB_AUDIENCE}")
+    };
+    std::fs::write(dir.path().join("murnode.toml"), text).expect("write config");
     dir
 }
 
@@ -417,6 +439,33 @@ pub fn publisher(dir: &Path) -> (String, String) {
 #[must_use]
 pub fn trusting(public: &str) -> String {
     format!("[trust]\npublishers = [\"{public}\"]\n")
+}
+
+/// `mur artifact add FILE` into the store of `data_dir` as `name@version` of `kind`, with
+/// `extra` flags (`--sign-key KEY`): the added artifact as `--json` prints it.
+pub fn add_artifact(
+    data_dir: &Path,
+    file: &Path,
+    (name, version): (&str, &str),
+    kind: &str,
+    extra: &[&str],
+) -> Value {
+    let mut args = vec![
+        "artifact",
+        "add",
+        file.to_str().expect("utf-8 path"),
+        "--name",
+        name,
+        "--version",
+        version,
+        "--kind",
+        kind,
+        "--data-dir",
+        data_dir.to_str().expect("utf-8 path"),
+        "--json",
+    ];
+    args.extend(extra);
+    mur_json(&args)
 }
 
 /// Writes a capsule manifest `NAME.toml` into `data_dir/capsules` for the guest component

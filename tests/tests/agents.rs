@@ -12,25 +12,16 @@ const CONVERGE: Duration = Duration::from_secs(30);
 const CONFIG: &str = "[adverts]\nrefresh_secs = 1\nttl_secs = 4\n";
 
 fn add_artifact(data_dir: &Path, component: &str, name: &str, kind: &str) {
-    let file = guest(component);
-    let out = mur(&[
-        "artifact",
-        "add",
-        file.to_str().unwrap(),
-        "--name",
-        name,
-        "--version",
-        "0.1.0",
-        "--kind",
-        kind,
-        "--data-dir",
-        data_dir.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "artifact add {name}: {}", String::from_utf8_lossy(&out.stderr));
+    murmur_tests::add_artifact(data_dir, &guest(component), (name, "0.1.0"), kind, &[]);
 }
 
 /// Node C's data dir with the agent `helper` whose driver plays `script`.
 fn agent_dir(script: &Value) -> tempfile::TempDir {
+    agent_dir_with(script, "")
+}
+
+/// [`agent_dir`], with `extra` manifest tables.
+fn agent_dir_with(script: &Value, extra: &str) -> tempfile::TempDir {
     let dir = murmur_tests::init_data_dir_with(CONFIG);
     add_artifact(dir.path(), "scripted_driver", "scripted-driver", "driver");
     add_artifact(dir.path(), "arms_hook", "arms-hook", "hook");
@@ -56,6 +47,7 @@ max_turns = 6
 artifact = "arms-hook@0.1.0"
 [wasi]
 env = {{ SCRIPT = '{script}' }}
+{extra}
 "#
     );
     std::fs::write(dir.path().join("capsules/helper.toml"), manifest).unwrap();
@@ -171,6 +163,61 @@ fn a_tool_asking_for_input_suspends_the_agent_and_the_reply_resumes_it() {
     // The model saw the answer as the tool's result.
     let trace = std::fs::read_to_string(trace_file(&c.data_dir)).unwrap();
     assert!(trace.contains("\"tool\":\"ask\"") && trace.contains("\"status\":\"passed\""), "{trace}");
+}
+
+#[test]
+fn a_queue_workers_tasks_run_in_one_session_that_ends_when_the_queue_is_empty() {
+    // One worker: the second task waits in the queue while the first asks for input.
+    let script = json!([
+        call("c1", "ask", &json!("Which branch?")),
+        { "text": "deploying main", "finish_reason": "stop" },
+        { "text": "and tagged it", "finish_reason": "stop" },
+    ]);
+    let c = start(agent_dir_with(&script, "[lifecycle]\ntask_acceptance = \"queue\"\nworkers = 1"), None);
+    let first = c.send("mesh://helper", "deploy", "m-1", true).unwrap();
+    let first_id = first["result"]["task"]["id"].as_str().unwrap().to_owned();
+    let context = first["result"]["task"]["contextId"].as_str().unwrap().to_owned();
+    wait_for(CONVERGE, "the first task to ask", || {
+        let got = c.task(&first_id).ok()?;
+        (got["result"]["status"]["state"] == "TASK_STATE_INPUT_REQUIRED").then_some(())
+    })
+    .unwrap();
+    let message = json!({ "messageId": "m-2", "role": "ROLE_USER", "contextId": context, "parts": [{ "text": "tag it" }] });
+    let second = c
+        .rpc(
+            "SendMessage",
+            json!({ "tenant": "helper", "message": message, "configuration": { "returnImmediately": true } }),
+        )
+        .unwrap();
+    let second_id = second["result"]["task"]["id"].as_str().unwrap_or_else(|| panic!("{second}")).to_owned();
+    assert_eq!(second["result"]["task"]["status"]["state"], "TASK_STATE_SUBMITTED", "queued: {second}");
+    let reply =
+        json!({ "messageId": "r-1", "role": "ROLE_USER", "taskId": first_id, "parts": [{ "text": "main" }] });
+    assert!(c.rpc("SendMessage", json!({ "message": reply })).unwrap().get("error").is_none());
+    for (id, text) in [(&first_id, "deploying main"), (&second_id, "and tagged it")] {
+        let done = wait_for(CONVERGE, "both tasks to complete", || {
+            let got = c.task(id).ok()?;
+            (got["result"]["status"]["state"] == "TASK_STATE_COMPLETED").then_some(got)
+        })
+        .unwrap();
+        assert_eq!(done["result"]["status"]["message"]["parts"][0]["text"], text, "{done}");
+    }
+    // One session: one start, both tasks, and its end once the queue was empty.
+    let trace = wait_for(CONVERGE, "the session to end", || {
+        trace_text(&c.data_dir).filter(|t| t.contains("\"event\":\"session_end\""))
+    })
+    .unwrap();
+    let sessions = std::fs::read_dir(c.data_dir.join("work/helper/sessions")).unwrap().count();
+    assert_eq!(sessions, 1, "{trace}");
+    assert_eq!(trace.matches("\"event\":\"session_start\"").count(), 1, "{trace}");
+    assert!(trace.contains(&first_id) && trace.contains(&second_id), "{trace}");
+    assert!(trace.contains("\"exit_status\":\"idle\""), "{trace}");
+    // The second task continued the first one's conversation (same context, same session):
+    // the driver saw two earlier answers and played its third reply.
+    for id in [&first_id, &second_id] {
+        let summary = mur_json(&["trace", id, "--node", &c.api, "--json"]);
+        assert_eq!(summary["tasks"].as_u64(), Some(2), "{summary}");
+    }
 }
 
 #[test]

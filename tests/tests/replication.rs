@@ -15,22 +15,7 @@ use murmur_tests::{
 
 /// Adds `file` to the store of `dir` as NAME@1.0.0 (a tool), signed with `key`.
 fn add_signed(dir: &Path, file: &Path, name: &str, key: &str) -> Value {
-    mur_json(&[
-        "artifact",
-        "add",
-        file.to_str().unwrap(),
-        "--name",
-        name,
-        "--version",
-        "1.0.0",
-        "--kind",
-        "tool",
-        "--sign-key",
-        key,
-        "--data-dir",
-        dir.to_str().unwrap(),
-        "--json",
-    ])
+    murmur_tests::add_artifact(dir, file, (name, "1.0.0"), "tool", &["--sign-key", key])
 }
 
 /// Starts a node on `dir` bootstrapping to `peer`, with fault-injection `env`.

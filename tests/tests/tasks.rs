@@ -121,6 +121,9 @@ fn a_task_sent_at_a_runs_on_the_only_node_that_hosts_it_and_never_twice() {
     // Errors: unknown task, unknown capsule, bad params, unknown method.
     let missing = a.task("00000000-0000-0000-0000-000000000001").unwrap();
     assert_eq!(missing["error"]["code"], -32001, "{missing}");
+    // An id in someone else's format names no task here either (A2A clients expect -32001).
+    let foreign = a.task("task-123").unwrap();
+    assert_eq!(foreign["error"]["code"], -32001, "{foreign}");
     let nowhere = a.send("mesh://nothing-here", "x", "m-2", true).unwrap();
     assert_eq!(nowhere["error"]["code"], -32031, "{nowhere}");
     assert!(nowhere["error"]["message"].as_str().unwrap().contains("no live node hosts mesh://nothing-here"));
@@ -128,6 +131,80 @@ fn a_task_sent_at_a_runs_on_the_only_node_that_hosts_it_and_never_twice() {
     assert_eq!(bad["error"]["code"], -32602, "{bad}");
     let unknown = a.rpc("tasks/explode", json!({})).unwrap();
     assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
+}
+
+#[test]
+fn a_fresh_nodes_capsules_refuse_clients_of_other_nodes() {
+    // C keeps the shipped default (runtime.audience = granted); A is a lab node.
+    let c_dir = murmur_tests::init_data_dir_as_shipped();
+    install_manifest(c_dir.path(), "wordcount", "wordcount", "");
+    let mut args: Vec<&str> = murmur_tests::LOOPBACK.to_vec();
+    let a = node(&config(&[], ""), &[], None);
+    let bootstrap = a.dial_addrs()[0].clone();
+    args.extend(["--bootstrap", &bootstrap]);
+    let c = TestNode::start_owned(c_dir, &args).unwrap();
+    wait_capsules(&[&a], &["wordcount"]);
+
+    // A client of A (any host on the LAN that runs murnode) cannot run C's capsule.
+    let refused = a.send("mesh://wordcount", "one two", "m-1", false).unwrap();
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("not_in_audience") && message.contains("audience = granted"), "{refused}");
+    assert!(c.task_ids().is_empty(), "nothing was stored at C");
+    // C's own client can.
+    let answer = c.send("mesh://wordcount", "one two", "m-1", false).unwrap();
+    assert_eq!(state(&result(&answer)["task"]), "TASK_STATE_COMPLETED", "{answer}");
+}
+
+/// One `/murmur/task/1` request from a fresh peer that placed nothing (`murmur-testpeer
+/// --task SPEC`), and the node's answer.
+fn stranger_asks(node: &TestNode, spec: &str) -> Value {
+    let out = std::process::Command::new(murmur_tests::bin("murmur-testpeer"))
+        .args(["--dial", &node.dial_addrs()[0], "--task", spec, "--timeout-secs", "20"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let line: Value = serde_json::from_str(stdout.trim()).unwrap();
+    line["answer"].clone()
+}
+
+#[test]
+fn only_the_node_that_placed_a_task_acts_on_it_and_no_peer_squats_an_id() {
+    let a = node(&config(&[], ""), &[], None);
+    let c = node(&config(&[], ""), &[("wordcount", "wordcount", String::new())], Some(&a));
+    wait_capsules(&[&a], &["wordcount"]);
+    let answer = a.send("mesh://wordcount", "one two", "m-1", false).unwrap();
+    let task = &result(&answer)["task"];
+    assert_eq!(task["metadata"]["murmur"]["owner"], c.peer_id());
+    let id = task["id"].as_str().unwrap().to_owned();
+
+    // Another peer cannot read, follow or cancel it: to it the task does not exist.
+    for action in ["get", "events", "cancel"] {
+        let answer = stranger_asks(&c, &format!("{action}:{id}"));
+        assert_eq!(answer["not_found"], true, "{action}: {answer}");
+    }
+    assert_eq!(state(result(&a.task(&id).unwrap())), "TASK_STATE_COMPLETED", "A still reads it");
+
+    // Nor pre-submit the id A will give its client's next message.
+    let squatted = {
+        let entry: murmur_protocol::NodeId = a.peer_id().parse().unwrap();
+        // This machine's client is `local`: its message ids are scoped as `local/ID`.
+        murmur_protocol::task::TaskId::placed(&entry, &murmur_protocol::task::Sender::Client, "local/m-2")
+    };
+    let answer = stranger_asks(&c, &format!("submit:wordcount:local/m-2:{squatted}"));
+    assert_eq!(answer["check"], "foreign_task_id", "{answer}");
+    assert_eq!(c.task_ids(), vec![id.clone()], "nothing was stored for the squat");
+    let answer = a.send("mesh://wordcount", "three four five", "m-2", false).unwrap();
+    let task = &result(&answer)["task"];
+    assert_eq!(
+        (task["id"].as_str(), state(task)),
+        (Some(squatted.to_string().as_str()), "TASK_STATE_COMPLETED")
+    );
+    assert!(text(task).contains("\"words\":3"), "A's client got its own result: {answer}");
+
+    // A task in its own name is a task (open mesh: clients of other nodes are served).
+    let own = stranger_asks(&c, "submit:wordcount:m-3");
+    assert!(own["task"].is_string() && own.get("check").is_none(), "{own}");
 }
 
 #[test]
@@ -207,10 +284,16 @@ fn grants_are_checked_at_both_ends_and_refused_tasks_never_run() {
         assert_eq!(state(&task), "TASK_STATE_FAILED", "{capsule}: {task}");
         assert!(text(&task).contains(&format!("grant check failed ({check})")), "{capsule}: {}", text(&task));
     }
-    // Refused at the receiving end: C does not trust the rogue authority.
+    // Refused at the receiving end: C does not trust the rogue authority. The sender learns
+    // the runtime specification's `rejected` (no task), not an error; C counts why.
     let forged = relay("relay-forged", "forged words");
-    assert_eq!(state(&forged), "TASK_STATE_FAILED", "{forged}");
-    assert!(text(&forged).contains("untrusted_issuer"), "{}", text(&forged));
+    assert_eq!(state(&forged), "TASK_STATE_COMPLETED", "{forged}");
+    let answer: Value = serde_json::from_str(text(&forged)).unwrap();
+    assert_eq!(
+        (answer["state"].as_str(), answer["task_id"].as_str()),
+        (Some("rejected"), Some("")),
+        "{answer}"
+    );
     assert_eq!(c.metric("murmur_task_refusals_total{check=\"untrusted_issuer\"}"), 1);
 
     // Only the granted task ever reached wordcount.
@@ -432,8 +515,14 @@ fn a_killed_owner_loses_no_task() {
 #[test]
 fn clients_need_loopback_or_a_token_and_cards_describe_the_mesh() {
     let token = "s3cret-token-for-tests";
+    let reader = "read-only-token-for-tests";
+    let sender = "send-only-token-for-tests";
+    let other = "another-sender-for-tests";
+    let tokens = format!(
+        "tokens = [\"{token}\", {{ name = \"dash\", token = \"{reader}\", scopes = [\"read\"] }}, {{ name = \"ci\", token = \"{sender}\", scopes = [\"send\"] }}, {{ name = \"qa\", token = \"{other}\", scopes = [\"send\"] }}]"
+    );
     let a = node(
-        &config(&[], &format!("[api]\nloopback_open = false\ntokens = [\"{token}\"]\n")),
+        &config(&[], &format!("[api]\nloopback_open = false\n{tokens}\n")),
         &[("echo", "echo", String::new())],
         None,
     );
@@ -453,16 +542,97 @@ fn clients_need_loopback_or_a_token_and_cards_describe_the_mesh() {
     )
     .unwrap();
     assert_eq!(result(&answer)["task"]["status"]["state"], "TASK_STATE_COMPLETED", "{answer}");
-    // `mur` without a token is refused with the reason; with `--token` it is admitted.
+    // Scopes: `read` lists but may not send; `send` sends but may not install; 403 names both.
+    let as_reader = |method: &str, params: Value| {
+        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": method, "params": params });
+        client.post(format!("{}/", a.api)).bearer_auth(reader).json(&body).send().unwrap()
+    };
+    let listed = as_reader("ListTasks", json!({}));
+    assert_eq!(listed.status(), 200);
+    let refused = as_reader(
+        "SendMessage",
+        json!({ "tenant": "echo", "message": { "messageId": "r-1", "parts": [{ "text": "hi" }] } }),
+    );
+    assert_eq!(refused.status(), 403);
+    let text = refused.text().unwrap();
+    assert!(text.contains("client `dash` holds scope read; this needs send"), "{text}");
+    let peers = client.get(format!("{}/v1/peers", a.api)).bearer_auth(sender).send().unwrap();
+    assert_eq!(peers.status(), 200, "send includes read");
+    let pull = client
+        .post(format!("{}/v1/artifacts/pull", a.api))
+        .bearer_auth(sender)
+        .json(&json!({ "name": "echo", "version": "1.0.0" }))
+        .send()
+        .unwrap();
+    assert_eq!(pull.status(), 403);
+    assert!(pull.text().unwrap().contains("this needs admin"));
+    // Clients are isolated: one message id from two clients is two tasks, and each sees
+    // only its own (an admin token sees both).
+    let rpc_as = |bearer: &str, method: &str, params: Value| {
+        rpc_at(&format!("{}/", a.api), method, params, &[("Authorization", &format!("Bearer {bearer}"))])
+            .unwrap()
+    };
+    let send_as = |bearer: &str| {
+        let params =
+            json!({ "tenant": "echo", "message": { "messageId": "same-id", "parts": [{ "text": bearer }] } });
+        result(&rpc_as(bearer, "SendMessage", params))["task"]["id"].as_str().unwrap().to_owned()
+    };
+    let (ci_task, qa_task) = (send_as(sender), send_as(other));
+    assert_ne!(ci_task, qa_task, "one message id, two clients, two tasks");
+    let ids = |bearer: &str| -> Vec<String> {
+        let listed = rpc_as(bearer, "ListTasks", json!({}));
+        result(&listed)["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(ids(other), vec![qa_task.clone()]);
+    let foreign = rpc_as(other, "GetTask", json!({ "id": ci_task }));
+    assert_eq!(foreign["error"]["code"], -32001, "{foreign}");
+    let foreign = rpc_as(other, "CancelTask", json!({ "id": ci_task }));
+    assert_eq!(foreign["error"]["code"], -32001, "{foreign}");
+    let trace = client.get(format!("{}/v1/tasks/{ci_task}/trace", a.api)).bearer_auth(other).send().unwrap();
+    assert_eq!(trace.status(), 404);
+    assert!(trace.text().unwrap().contains("\"not_found\""), "another client's task has no trace for it");
+    let all = ids(token);
+    assert!(all.contains(&ci_task) && all.contains(&qa_task), "{all:?}");
+    // `mur` without a token is refused with the reason; a token on the command line (where
+    // `ps` shows it) is refused before anything is sent; from a file or the environment it
+    // is admitted.
     let out = murmur_tests::mur(&["send", "echo", "hi", "--wait", "--node", &a.api]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("Authorization: Bearer TOKEN"), "{out:?}");
+    let out = murmur_tests::mur(&["send", "echo", "argv", "--wait", "--node", &a.api, "--token", token]);
+    assert_eq!(out.status.code(), Some(2), "a usage error: {out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--token-file"), "{out:?}");
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), format!("{token}\n")).unwrap();
+    let path = file.path().to_str().unwrap();
     let sent = murmur_tests::mur_json(&[
-        "send", "echo", "hi", "--wait", "--json", "--node", &a.api, "--token", token,
+        "send",
+        "echo",
+        "hi",
+        "--wait",
+        "--json",
+        "--node",
+        &a.api,
+        "--token-file",
+        path,
     ]);
     assert_eq!(sent["status"]["state"], "TASK_STATE_COMPLETED", "{sent}");
-    let listed = murmur_tests::mur_json(&["task", "ls", "--json", "--node", &a.api, "--token", token]);
-    assert!(listed["tasks"].as_array().is_some_and(|t| t.len() == 2), "{listed}");
+    let out = std::process::Command::new(murmur_tests::bin("mur"))
+        .args(["task", "ls", "--json", "--node", &a.api])
+        .env("MURMUR_TOKEN", token)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        listed["tasks"].as_array().is_some_and(|t| t.len() == 4),
+        "the admin token sees every task: {listed}"
+    );
 
     // Agent cards are open to all: the node's lists the mesh's capsules as skills.
     let card = a.get("/.well-known/agent-card.json").unwrap();

@@ -205,6 +205,7 @@ fn event_name(event: &Event) -> &'static str {
         Event::Shell { .. } => "shell",
         Event::Compaction { .. } => "compaction",
         Event::HookDispatchError { .. } => "hook_dispatch_error",
+        Event::Artifact { .. } => "artifact",
     }
 }
 

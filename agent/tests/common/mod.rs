@@ -27,9 +27,17 @@ pub struct Node {
 
 impl Node {
     pub fn new() -> Self {
+        Self::with_credentials(std::collections::BTreeMap::new())
+    }
+
+    /// A node whose config holds `credentials` (its `[credentials]`).
+    pub fn with_credentials(
+        credentials: std::collections::BTreeMap<String, murmur_config::Credential>,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(ArtifactStore::open(&dir.path().join("store")).unwrap());
-        let options = RuntimeOptions { data_dir: dir.path().to_path_buf(), pooling: false };
+        let mut options = RuntimeOptions::new(dir.path().to_path_buf(), false);
+        options.credentials = credentials;
         let runtime = Runtime::new(options, store, Ports::standalone().unwrap()).unwrap();
         let tool = format!(
             "name = \"wordcount\"\nversion = \"1.0.0\"\nkind = \"tool\"\nartifact = \"{}\"\ndescription = \"counts words\"\n",
@@ -55,9 +63,18 @@ impl Node {
     }
 
     /// Installs the agent `manifest` (TOML).
+    #[allow(
+        dead_code,
+        reason = "each test crate compiles this module; the driver tests use try_install_agent"
+    )]
     pub fn install_agent(&self, manifest: &str) -> Arc<murmur_runtime::Agent> {
-        let manifest = CapsuleManifest::parse(manifest, Path::new("/"), self.dir.path()).unwrap();
-        self.runtime.install_agent(manifest).unwrap()
+        self.try_install_agent(manifest).unwrap()
+    }
+
+    /// Installs the agent `manifest` (TOML), or says why not.
+    pub fn try_install_agent(&self, manifest: &str) -> anyhow::Result<Arc<murmur_runtime::Agent>> {
+        let manifest = CapsuleManifest::parse(manifest, Path::new("/"), self.dir.path())?;
+        self.runtime.install_agent(manifest)
     }
 }
 

@@ -3,8 +3,9 @@
 //! Input: `TARGET TEXT…`, where TARGET is a peer URL (`mesh://wordcount`,
 //! `mesh://wordcount@PEER`, `HOST:PORT`). The message id is derived from the input, so the
 //! same input sent twice names the same task at the target (idempotent); put a nonce in the
-//! text to send it again. The result is the target task's id and state as JSON; a refusal
-//! (network policy, grant check, no provider) is a failed result carrying the host's error.
+//! text to send it again. The result is the target task's id and state as JSON (state
+//! `rejected`, with no id, when the target refused it); a send refused at this end (network
+//! policy, grant check) or with nowhere to go is a failed result carrying the host's error.
 
 wit_bindgen::generate!({
     path: [

@@ -135,8 +135,11 @@ impl Driver {
 
     fn carry_out_task(&mut self, output: Output) {
         match output {
-            Output::Send { id, peer, request } => {
-                let lid = self.swarm.behaviour_mut().task.send_request(&peer.to_peer_id(), request);
+            Output::Send { id, peer, mut request } => {
+                let peer_id = peer.to_peer_id();
+                // What the peer's wire version reads: an older minor gets the older shape.
+                self.wire.shape_for(self.peers.get(&peer_id).and_then(|p| p.wire), &mut request);
+                let lid = self.swarm.behaviour_mut().task.send_request(&peer_id, request);
                 self.tasks.outbound.insert(lid, id);
             }
             Output::Admit { submit } => {
@@ -230,6 +233,13 @@ impl Driver {
                 };
                 match message {
                     request_response::Message::Request { request, channel, .. } => {
+                        if !self.wire.reads(&request) {
+                            // Rehearsing an older minor: its strict decoder could not read
+                            // this request, and its stream would fail unanswered.
+                            debug!(peer = %peer, "a submit with settle_wait_ms, which this wire version does not read");
+                            drop(channel);
+                            return;
+                        }
                         self.tasks.next_token = self.tasks.next_token.wrapping_add(1);
                         let token = self.tasks.next_token;
                         self.tasks.inbound.insert(token, (channel, Instant::now()));

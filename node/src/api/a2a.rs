@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -39,6 +39,7 @@ use super::ApiState;
 use crate::tasks::{CallError, NewTask, TaskView};
 use crate::telemetry::{self, TraceContext};
 use murmur_config::limits::{A2A_BLOCKING_WAIT_MAX, A2A_PAGE_SIZE_MAX, A2A_STREAMS_MAX};
+use murmur_config::{ApiClient, Scope};
 
 /// JSON-RPC and A2A error codes.
 pub mod code {
@@ -110,6 +111,8 @@ struct Call {
     method: String,
     params: Value,
     dialect: Dialect,
+    /// Who calls: its message ids and the tasks it sees are its own (`admin` sees all).
+    client: ApiClient,
 }
 
 fn envelope(id: &Value, outcome: Result<Value, RpcError>) -> Value {
@@ -131,18 +134,38 @@ fn reply(id: &Value, outcome: Result<Value, RpcError>) -> Response {
 }
 
 /// `POST /`, `POST /a2a`: the capsule comes from the params.
-pub async fn rpc_node(State(state): State<Arc<ApiState>>, headers: HeaderMap, body: Bytes) -> Response {
-    handle(state, None, headers, body).await
+pub async fn rpc_node(
+    State(state): State<Arc<ApiState>>,
+    client: Option<Extension<ApiClient>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(state, None, client, headers, body).await
 }
 
 /// `POST /a2a/{capsule}`.
 pub async fn rpc_capsule(
     State(state): State<Arc<ApiState>>,
     Path(capsule): Path<String>,
+    client: Option<Extension<ApiClient>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(state, Some(capsule), headers, body).await
+    handle(state, Some(capsule), client, headers, body).await
+}
+
+/// The scope a JSON-RPC method needs: sending, canceling and setting anything up need
+/// `send`; reading tasks and cards `read`.
+fn scope_of(method: &str) -> Scope {
+    match method {
+        "message/send"
+        | "SendMessage"
+        | "message/stream"
+        | "SendStreamingMessage"
+        | "tasks/cancel"
+        | "CancelTask" => Scope::Send,
+        _ => Scope::Read,
+    }
 }
 
 fn parse_call(headers: &HeaderMap, body: &[u8]) -> Result<Call, (Value, RpcError)> {
@@ -183,14 +206,27 @@ fn parse_call(headers: &HeaderMap, body: &[u8]) -> Result<Call, (Value, RpcError
             return Err((id, err));
         }
     };
-    Ok(Call { id, method, params, dialect })
+    Ok(Call { id, method, params, dialect, client: ApiClient { name: "local".into(), scope: Scope::Admin } })
 }
 
-async fn handle(state: Arc<ApiState>, tenant: Option<String>, headers: HeaderMap, body: Bytes) -> Response {
-    let call = match parse_call(&headers, &body) {
+async fn handle(
+    state: Arc<ApiState>,
+    tenant: Option<String>,
+    client: Option<Extension<ApiClient>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let mut call = match parse_call(&headers, &body) {
         Ok(call) => call,
         Err((id, err)) => return reply(&id, Err(err)),
     };
+    if let Some(Extension(client)) = client {
+        let needed = scope_of(&call.method);
+        if !client.may(needed) {
+            return crate::api::forbidden(&client, needed);
+        }
+        call.client = client;
+    }
     let trace = headers
         .get("traceparent")
         .and_then(|v| v.to_str().ok())
@@ -225,15 +261,15 @@ async fn dispatch(
             Ok((view, _)) => return stream(state, id, dialect, view, None),
             Err(err) => Err(err),
         },
-        "tasks/get" | "GetTask" => match task_param(&call.params) {
+        "tasks/get" | "GetTask" => match visible_task(&state, &call) {
             Ok(task) => state.tasks.get(&task).await.map(|v| task_json(&v, dialect)).map_err(Into::into),
             Err(err) => Err(err),
         },
-        "tasks/cancel" | "CancelTask" => match task_param(&call.params) {
+        "tasks/cancel" | "CancelTask" => match visible_task(&state, &call) {
             Ok(task) => state.tasks.cancel(&task).await.map(|v| task_json(&v, dialect)).map_err(Into::into),
             Err(err) => Err(err),
         },
-        "tasks/resubscribe" | "SubscribeToTask" => match task_param(&call.params) {
+        "tasks/resubscribe" | "SubscribeToTask" => match visible_task(&state, &call) {
             Ok(task) => {
                 let after = last_event_id.or_else(|| call.params["metadata"]["lastSeq"].as_u64());
                 match state.tasks.get(&task).await {
@@ -243,7 +279,7 @@ async fn dispatch(
             }
             Err(err) => Err(err),
         },
-        "ListTasks" | "tasks/list" => list(&state, &call.params, dialect).await,
+        "ListTasks" | "tasks/list" => list(&state, &call, dialect).await,
         "tasks/pushNotificationConfig/set"
         | "tasks/pushNotificationConfig/get"
         | "tasks/pushNotificationConfig/list"
@@ -263,12 +299,46 @@ async fn dispatch(
     reply(&id, outcome)
 }
 
+/// The task `call` names, if its client may see it: a client sees the tasks it sent
+/// (their message ids are scoped to it), `admin` every task of this node.
+fn visible_task(state: &ApiState, call: &Call) -> Result<TaskId, RpcError> {
+    let task = task_param(&call.params)?;
+    if visible(state, &call.client, &task) { Ok(task) } else { Err(CallError::NotFound(task).into()) }
+}
+
+/// Whether `client` may see `task`.
+pub(super) fn visible(state: &ApiState, client: &ApiClient, task: &TaskId) -> bool {
+    if client.may(Scope::Admin) {
+        return true;
+    }
+    let manager = state.tasks.manager();
+    if let Ok(record) = manager.record(task) {
+        // Owned here: sent by a client of this node under its scoped message id.
+        return record.origin == crate::tasks::Origin::Client
+            && record.message_id.strip_prefix(&client.name).is_some_and(|m| m.starts_with('/'));
+    }
+    manager.route_of(task).is_some_and(|route| route.client.as_deref() == Some(client.name.as_str()))
+}
+
 fn task_param(params: &Value) -> Result<TaskId, RpcError> {
     let text =
         params["id"].as_str().ok_or_else(|| RpcError::params("`params.id` (the task id) is required"))?;
     // A2A 1.0 may name tasks by resource name (`tasks/{id}`).
     let text = text.strip_prefix("tasks/").unwrap_or(text);
-    text.parse().map_err(|e: murmur_protocol::task::TaskIdError| RpcError::params(e.to_string()))
+    parse_task_id(text)
+}
+
+/// A task id from a client. One that is not in our format names no task this node could
+/// know, so it answers as A2A clients expect for an unknown task (-32001), saying why.
+fn parse_task_id(text: &str) -> Result<TaskId, RpcError> {
+    text.parse().map_err(|_: murmur_protocol::task::TaskIdError| {
+        // Quote a bounded part: the id is the caller's, of any length.
+        let shown: String = text.chars().take(80).collect();
+        RpcError::new(
+            code::TASK_NOT_FOUND,
+            format!("no task `{}`: task ids are 32 hex digits, dashes optional", shown.escape_debug()),
+        )
+    })
 }
 
 /// The text of a message's parts: text parts as they are, data parts as JSON text.
@@ -343,17 +413,23 @@ async fn send(
             }
         };
     if let Some(task) = message["taskId"].as_str().filter(|t| !t.is_empty()) {
-        let task: TaskId =
-            task.parse().map_err(|e: murmur_protocol::task::TaskIdError| RpcError::params(e.to_string()))?;
+        let task = parse_task_id(task)?;
+        if !visible(state, &call.client, &task) {
+            return Err(CallError::NotFound(task).into());
+        }
         let view = state.tasks.reply(&task, text).await?;
         let view = if blocking { settle(state, &task).await? } else { view };
         return Ok((view, false));
     }
-    let message_id = message["messageId"]
-        .as_str()
-        .filter(|m| !m.is_empty() && m.len() <= CLIENT_ID_BYTES_MAX)
-        .ok_or_else(|| {
-            RpcError::params(format!("`message.messageId` must be 1 to {CLIENT_ID_BYTES_MAX} bytes"))
+    // Message ids are the client's own: the task's is `CLIENT/MESSAGE_ID`, so two clients
+    // picking one id send two tasks, and neither sees the other's.
+    let room = CLIENT_ID_BYTES_MAX - call.client.name.len() - 1;
+    let message_id =
+        message["messageId"].as_str().filter(|m| !m.is_empty() && m.len() <= room).ok_or_else(|| {
+            RpcError::params(format!(
+                "`message.messageId` must be 1 to {room} bytes (for client `{}`)",
+                call.client.name
+            ))
         })?;
     let context = match message["contextId"].as_str() {
         Some(c) if c.is_empty() || c.len() > CLIENT_ID_BYTES_MAX => {
@@ -372,10 +448,10 @@ async fn send(
             capsule,
             pin,
             text,
-            message_id: message_id.to_owned(),
+            message_id: format!("{}/{message_id}", call.client.name),
+            client: Some(call.client.name.clone()),
             context,
             sender: Sender::Client,
-            origin: format!("client@{}", state.tasks.local()),
             traceparent: Some(trace.header()),
             settle_wait: if blocking { A2A_BLOCKING_WAIT_MAX } else { Duration::ZERO },
         })
@@ -398,7 +474,8 @@ async fn settle(state: &ApiState, task: &TaskId) -> Result<TaskView, RpcError> {
     Ok(state.tasks.settle(task, A2A_BLOCKING_WAIT_MAX).await?)
 }
 
-async fn list(state: &ApiState, params: &Value, dialect: Dialect) -> Result<Value, RpcError> {
+async fn list(state: &ApiState, call: &Call, dialect: Dialect) -> Result<Value, RpcError> {
+    let params = &call.params;
     let wanted = match params["status"].as_str().or_else(|| params["state"].as_str()) {
         Some(text) => Some(text.parse::<TaskState>().map_err(RpcError::params)?),
         None => None,
@@ -420,6 +497,7 @@ async fn list(state: &ApiState, params: &Value, dialect: Dialect) -> Result<Valu
         .await
         .into_iter()
         .filter(|v| context.is_none_or(|c| v.snapshot.context == c))
+        .filter(|v| visible(state, &call.client, &v.snapshot.task))
         .collect();
     let total = all.len();
     let tasks: Vec<Value> = all.iter().skip(offset).take(page_size).map(|v| task_json(v, dialect)).collect();
@@ -706,6 +784,18 @@ mod tests {
             parse_call(&headers, br#"{"jsonrpc":"2.0","id":1,"method":"GetTask"}"#).ok().unwrap().dialect,
             Dialect::V03
         );
+    }
+
+    #[test]
+    fn a_task_id_not_in_our_format_is_a_task_not_found() {
+        // A2A clients treat -32001 as "no such task"; -32602 read as a malformed call.
+        for id in ["task-123", "", "tasks/not-ours", &"x".repeat(10_000)] {
+            let err = task_param(&json!({ "id": id })).unwrap_err();
+            assert_eq!(err.code, code::TASK_NOT_FOUND, "{id:.20}");
+            assert!(err.message.len() < 300, "the message quotes a bounded part of the id");
+        }
+        assert_eq!(parse_task_id("junk").unwrap_err().code, code::TASK_NOT_FOUND);
+        assert_eq!(task_param(&json!({})).unwrap_err().code, code::INVALID_PARAMS);
     }
 
     #[test]

@@ -128,7 +128,7 @@ async fn install(
     progress: &mut (dyn FnMut(Progress) + Send),
 ) -> anyhow::Result<serde_json::Value> {
     let data_dir = state.install.data_dir.clone();
-    let mut lock = Lock::read(&data_dir)?;
+    let lock = Lock::read(&data_dir)?;
     if let Some(entry) = lock.get(&want.name).filter(|e| e.version == want.version) {
         let pinned = entry.digest()?;
         match want.pin {
@@ -147,6 +147,18 @@ async fn install(
         CapsuleKind::Agent => {
             anyhow::bail!("{}@{} is an agent; agents are not run as capsules yet", want.name, want.version)
         }
+        CapsuleKind::Brain => {
+            anyhow::bail!(
+                "{}@{} is a brain; name it in the node's config (`[[agents]] brain = \"{}@{}\"`), it is in the store",
+                want.name,
+                want.version,
+                want.name,
+                want.version
+            )
+        }
+        CapsuleKind::Data => {
+            anyhow::bail!("{}@{} is data, which runs nothing; it stays in the store", want.name, want.version)
+        }
         kind => kind.as_str(),
     };
     let dir = &state.install.capsules_dir;
@@ -162,31 +174,43 @@ async fn install(
             want.version
         );
     }
-    let text = format!(
-        "{INSTALLED_MARKER} {name}@{version}; murmur.lock pins its digest.\n\
-         name = \"{name}\"\nversion = \"{version}\"\nkind = \"{kind}\"\nartifact = \"{name}@{version}\"\ndescription = {description}\n",
-        name = want.name,
-        version = want.version,
-        description = toml_string(&stored.meta.description),
-    );
+    let text = installed_manifest(&want.name, &want.version, kind, &stored.meta.description);
     let manifest = CapsuleManifest::parse(&text, dir, &data_dir)?;
     state.runtime.install(manifest)?;
     murmur_store::file::write_atomic(&path, text.as_bytes())?;
-    lock.upsert(LockEntry {
+    let entry = LockEntry {
         name: want.name.clone(),
         version: want.version.clone(),
         digest: stored.content.to_string(),
         manifest: stored.manifest.to_string(),
+    };
+    // Under the lock's guard: an install of another artifact at the same moment keeps its
+    // entry, and one that pinned this version to other bytes meanwhile wins.
+    Lock::update(&data_dir, |lock| {
+        lock.check(&want.name, &want.version, &stored.content, &stored.manifest)?;
+        lock.upsert(entry)
     })?;
-    lock.write(&data_dir)?;
     let hosted = crate::daemon::hosted_capsules(&state.runtime, &state.install.declared);
     state.net.set_hosted(hosted).await?;
     Ok(done(&pulled, true))
 }
 
-/// `text` as a TOML basic string.
-fn toml_string(text: &str) -> String {
-    toml::Value::String(text.to_owned()).to_string()
+/// The manifest `mur install` writes: the marker line, then the keys written by the TOML
+/// serializer (every value escaped, whatever it holds).
+fn installed_manifest(name: &str, version: &str, kind: &str, description: &str) -> String {
+    let mut table = toml::Table::new();
+    for (key, value) in [
+        ("name", name.to_owned()),
+        ("version", version.to_owned()),
+        ("kind", kind.to_owned()),
+        ("artifact", format!("{name}@{version}")),
+        ("description", description.to_owned()),
+    ] {
+        table.insert(key.into(), toml::Value::String(value));
+    }
+    // The marker line names the artifact: the name and version passed their grammar (no
+    // newline can end the comment early).
+    format!("{INSTALLED_MARKER} {name}@{version}; murmur.lock pins its digest.\n{table}")
 }
 
 /// Where `install` writes, from the node's configuration.
@@ -204,5 +228,22 @@ impl InstallTarget {
     #[must_use]
     pub fn new(data_dir: &Path, capsules_dir: &Path, declared: Vec<murmur_protocol::HostedCapsule>) -> Self {
         Self { data_dir: data_dir.to_path_buf(), capsules_dir: capsules_dir.to_path_buf(), declared }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_installed_manifest_says_exactly_what_it_was_given() {
+        let hostile = "counts\"\n[capabilities]\nshell = { allow = [\"sh\"] }\n# ";
+        let text = installed_manifest("wordcount", "1.0.0", "tool", hostile);
+        let dir = std::path::Path::new("/");
+        let manifest = CapsuleManifest::parse(&text, dir, dir).unwrap();
+        assert_eq!((manifest.name.as_str(), manifest.version.as_str()), ("wordcount", "1.0.0"));
+        assert_eq!(manifest.description, hostile);
+        assert!(manifest.capabilities.shell.is_empty(), "the description escaped into a key: {text}");
+        assert!(text.starts_with(INSTALLED_MARKER));
     }
 }

@@ -4,10 +4,12 @@ use std::fmt::Write;
 
 use murmur_protocol::directory::Refusal;
 
+use murmur_brain::BrainMetrics;
 use murmur_net::NetMetrics;
+use murmur_protocol::agent::AgentCheck;
 
 /// Renders every metric, with zero-valued series included so dashboards see them at once.
-pub fn render(m: &NetMetrics) -> String {
+pub fn render(m: &NetMetrics, brains: &BrainMetrics) -> String {
     let mut out = String::new();
     let mut metric = |name: &str, kind: &str, help: &str, series: &[(&str, u64)]| {
         let _ = writeln!(out, "# HELP {name} {help}");
@@ -51,6 +53,16 @@ pub fn render(m: &NetMetrics) -> String {
         "counter",
         "Pings unanswered within network.ping_timeout_secs; each closed its connection (the peer froze, lost power or is cut off).",
         &[("", m.ping_failures)],
+    );
+    let version = |reason: &str| m.version_refusals.get(reason).copied().unwrap_or(0);
+    metric(
+        "murmur_peers_refused_version_total",
+        "counter",
+        "Peers disconnected at identify for their wire version: another major, or not a murmur node.",
+        &[
+            ("reason=\"other_major\"", version("other_major")),
+            ("reason=\"not_murmur\"", version("not_murmur")),
+        ],
     );
     metric(
         "murmur_adverts_accepted_total",
@@ -119,6 +131,19 @@ pub fn render(m: &NetMetrics) -> String {
         "Peers disconnected for lacking admission.",
         &[("", s.peers_refused)],
     );
+    metric(
+        "murmur_peers_cut_off_total",
+        "counter",
+        "Peers cut off and held off for sending more request bytes at once than a connection may.",
+        &[("", s.peers_cut_off)],
+    );
+    let overruns = |scope: &str| m.request_overruns.get(scope).copied().unwrap_or(0);
+    metric(
+        "murmur_request_overruns_total",
+        "counter",
+        "Inbound requests failed for overrunning a budget of request bytes in flight: a connection's (its peer was cut off) or the node's.",
+        &[("scope=\"connection\"", overruns("connection")), ("scope=\"node\"", overruns("node"))],
+    );
     let r = &m.router;
     metric(
         "murmur_tasks_routed_total",
@@ -163,5 +188,75 @@ pub fn render(m: &NetMetrics) -> String {
         "Tasks this node refused before running anything, by failed check.",
         &refusals,
     );
+    let agent_refusals: Vec<(String, u64)> = AgentCheck::ALL
+        .iter()
+        .map(|c| (format!("check=\"{c}\""), m.agent_refusals.get(c.as_str()).copied().unwrap_or(0)))
+        .collect();
+    let agent_refusals: Vec<(&str, u64)> = agent_refusals.iter().map(|(l, v)| (l.as_str(), *v)).collect();
+    metric(
+        "murmur_agent_messages_refused_total",
+        "counter",
+        "Agent messages from peers this node refused, by failed check (sender_not_advertised: a peer spoke for an agent it does not run).",
+        &agent_refusals,
+    );
+    metric(
+        "murmur_agent_messages_received_total",
+        "counter",
+        "Agent messages from peers this node took (into an inbox, or dropped by the recipient's subscriptions).",
+        &[("", m.agent_delivered)],
+    );
+    render_brains(&mut metric, brains);
     out
+}
+
+/// The brains' series: per agent, events by kind, drops by reason, inbox depth, pending
+/// timers and restarts.
+fn render_brains(metric: &mut impl FnMut(&str, &str, &str, &[(&str, u64)]), brains: &BrainMetrics) {
+    let mut delivered = Vec::new();
+    let mut dropped = Vec::new();
+    let mut depth = Vec::new();
+    let mut timers = Vec::new();
+    let mut restarts = Vec::new();
+    for agent in &brains.agents {
+        let name = &agent.name;
+        for kind in ["message", "timer", "error", "reload", "shutdown"] {
+            let count = agent.delivered.get(kind).copied().unwrap_or(0);
+            delivered.push((format!("agent=\"{name}\",kind=\"{kind}\""), count));
+        }
+        for (kind, count) in &agent.delivered {
+            if !["message", "timer", "error", "reload", "shutdown"].contains(kind) {
+                delivered.push((format!("agent=\"{name}\",kind=\"{kind}\""), *count));
+            }
+        }
+        for reason in ["not_subscribed", "inbox_full", "timer_inbox_full"] {
+            let count = agent.dropped.get(reason).copied().unwrap_or(0);
+            dropped.push((format!("agent=\"{name}\",reason=\"{reason}\""), count));
+        }
+        depth.push((format!("agent=\"{name}\""), agent.inbox_depth as u64));
+        timers.push((format!("agent=\"{name}\""), agent.timers as u64));
+        restarts.push((format!("agent=\"{name}\""), u64::from(agent.restarts)));
+    }
+    fn borrow(v: &[(String, u64)]) -> Vec<(&str, u64)> {
+        v.iter().map(|(l, c)| (l.as_str(), *c)).collect()
+    }
+    metric(
+        "murmur_agent_events_delivered_total",
+        "counter",
+        "Events put in an agent's inbox, by kind.",
+        &borrow(&delivered),
+    );
+    metric(
+        "murmur_agent_events_dropped_total",
+        "counter",
+        "Events that never reached an agent's inbox, by reason (not_subscribed: a message from a sender it did not subscribe to).",
+        &borrow(&dropped),
+    );
+    metric("murmur_agent_inbox_depth", "gauge", "Events waiting in an agent's inbox.", &borrow(&depth));
+    metric("murmur_agent_timers", "gauge", "Timers an agent's run has pending.", &borrow(&timers));
+    metric(
+        "murmur_agent_restarts_total",
+        "counter",
+        "Runs of an agent restarted after a trap or an unexpected exit.",
+        &borrow(&restarts),
+    );
 }

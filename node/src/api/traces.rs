@@ -13,10 +13,24 @@ use murmur_protocol::task::TaskId;
 
 use super::{ApiState, error};
 
-pub(super) async fn task_trace(State(state): State<Arc<ApiState>>, Path(id): Path<String>) -> Response {
+pub(super) async fn task_trace(
+    State(state): State<Arc<ApiState>>,
+    client: Option<axum::Extension<murmur_config::ApiClient>>,
+    Path(id): Path<String>,
+) -> Response {
     let Ok(task) = id.parse::<TaskId>() else {
         return error(StatusCode::BAD_REQUEST, "invalid_task_id", &format!("`{id}` is not a task id"));
     };
+    // Another client's task does not exist for this one (as in A2A's GetTask).
+    if let Some(axum::Extension(client)) = &client
+        && !super::a2a::visible(&state, client, &task)
+    {
+        return error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            &format!("no task {task} of client `{}` here", client.name),
+        );
+    }
     let Ok(record) = state.tasks.manager().record(&task) else {
         return error(
             StatusCode::NOT_FOUND,

@@ -112,18 +112,25 @@ fn dispatch(command: Command) -> CliResult {
 fn init(dir: &std::path::Path, json: bool) -> CliResult {
     let done = data_dir::init(dir).map_err(CliError::usage)?;
     let peer_id = done.key.node_id().to_string();
+    let config = dir.join(murmur_config::CONFIG_FILE);
+    let posture = murmur_config::RawConfig::load(&config).map_err(CliError::usage)?.posture();
     if json {
         print_json(&serde_json::json!({
             "peer_id": peer_id,
             "data_dir": dir.display().to_string(),
             "key_created": done.key_created,
             "config_created": done.config_created,
+            "posture": posture,
         }));
     } else {
         let key_note = if done.key_created { "created" } else { "kept existing" };
         let config_note = if done.config_created { "created" } else { "kept existing" };
         println!("{peer_id}");
         eprintln!("data directory {}: node key {key_note}, config {config_note}", dir.display());
+        eprintln!("posture (docs/src/trust.md#postures):");
+        for line in &posture {
+            eprintln!("  - {line}");
+        }
         eprintln!("next: murnode run --data-dir {}", dir.display());
     }
     Ok(())

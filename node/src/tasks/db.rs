@@ -263,7 +263,13 @@ mod tests {
         {
             let db = TaskDb::open(&path).unwrap();
             db.put(TaskRecord::new(task, "echo", "m1", None, "hi".into(), Origin::Client, 5)).await.unwrap();
-            db.put_route(RouteRecord { task, owner: "peer".into(), capsule: "echo".into(), created_ms: 5 });
+            db.put_route(RouteRecord {
+                task,
+                owner: "peer".into(),
+                capsule: "echo".into(),
+                created_ms: 5,
+                client: None,
+            });
             // A durable put after the route commits it too (same writer, in order).
             db.put(TaskRecord::new(
                 TaskId::derive("client@x", "m2"),
@@ -308,6 +314,7 @@ mod tests {
             owner: "peer".into(),
             capsule: "echo".into(),
             created_ms: 5,
+            client: None,
         };
         {
             let db = TaskDb::open(&path).unwrap();

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use dashmap::DashMap;
 use murmur_config::clock;
-use murmur_protocol::owner::{Admitted, Output, Owner, OwnerConfig, Policy, Refusal, Refused, Write};
+use murmur_protocol::owner::{
+    Admitted, Arrival, Output, Owner, OwnerConfig, Policy, Refusal, Refused, Write,
+};
 use murmur_protocol::task::{Check, Submit, TaskEvent, TaskId, TaskRefusal, TaskSnapshot, TaskState};
 use tokio::sync::{oneshot, watch};
 
@@ -191,6 +193,7 @@ impl TaskManager {
         submit: &Submit,
         origin: Origin,
         policy: Option<Policy>,
+        arrival: Arrival,
     ) -> Result<(TaskSnapshot, Vec<Arc<Live>>), TaskError> {
         if let Some(existing) = self.live(&submit.task) {
             return Ok((Self::accepted_already(&existing).await?, Vec::new()));
@@ -221,7 +224,7 @@ impl TaskManager {
         // once, and a `single` capsule never holds two unfinished tasks.
         let (admitted, effects) = {
             let mut owner = lock(&self.inner.owner);
-            let admitted = owner.admit(clock::now(), submit, policy);
+            let admitted = owner.admit(clock::now(), submit, policy, arrival);
             match admitted {
                 Ok(Admitted::New { ticket }) => {
                     record.ticket = ticket;
@@ -304,6 +307,14 @@ impl TaskManager {
     #[must_use]
     pub fn holds(&self, task: &TaskId) -> bool {
         self.owns(task) || (self.forgot_any() && matches!(self.inner.db.get(task), Ok(Some(_))))
+    }
+
+    /// Who sent `task` (no copy of its text or events while it is in memory).
+    pub fn origin(&self, task: &TaskId) -> Result<Origin, TaskError> {
+        if let Some(live) = self.live(task) {
+            return Ok(live.record().origin.clone());
+        }
+        self.record(task).map(|record| record.origin)
     }
 
     /// The full record (for A2A answers with history).

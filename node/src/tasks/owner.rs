@@ -10,7 +10,7 @@ use murmur_config::limits::TASK_REQUEST_TIMEOUT;
 use murmur_net::{OwnerFuture, TaskOwner};
 use murmur_protocol::NodeId;
 use murmur_protocol::limits::OWNER_WAIT_MAX_MS;
-use murmur_protocol::owner::settle_wait_ms;
+use murmur_protocol::owner::{Arrival, settle_wait_ms};
 use murmur_protocol::task::{Sender, Submit, TaskRequest, TaskResponse, TaskSnapshot};
 use tracing::Instrument;
 
@@ -48,7 +48,10 @@ impl TaskOwner for OwnerPort {
         );
         Box::pin(
             async move {
-                runner.accept(&submit, origin).await.map_err(|err| (err.check().to_string(), err.to_string()))
+                runner
+                    .accept(&submit, origin, Arrival::Local)
+                    .await
+                    .map_err(|err| (err.check().to_string(), err.to_string()))
             }
             .instrument(span),
         )
@@ -83,11 +86,13 @@ async fn answer(runner: &TaskRunner, from: NodeId, request: TaskRequest, arrived
                 Sender::Capsule { name, .. } => Some(name.clone()),
                 Sender::Client => None,
             };
-            let accepted =
-                match runner.accept(&submit, Origin::Peer { node: from.to_string(), capsule }).await {
-                    Ok(snapshot) => snapshot,
-                    Err(err) => return refused(err),
-                };
+            let accepted = match runner
+                .accept(&submit, Origin::Peer { node: from.to_string(), capsule }, Arrival::Remote)
+                .await
+            {
+                Ok(snapshot) => snapshot,
+                Err(err) => return refused(err),
+            };
             if accepted.state.is_terminal() {
                 return TaskResponse::Accepted(accepted);
             }
@@ -103,6 +108,17 @@ async fn answer(runner: &TaskRunner, from: NodeId, request: TaskRequest, arrived
                 Ok((_, settled, _)) => TaskResponse::Accepted(settled),
                 Err(_) => TaskResponse::Accepted(accepted),
             }
+        }
+        // Only the node that placed a task may act on it or read it: to any other peer the
+        // task does not exist (its id was derived from the placing node: `TaskId::placed`).
+        TaskRequest::Get { task }
+        | TaskRequest::Cancel { task }
+        | TaskRequest::Reply { task, .. }
+        | TaskRequest::Events { task, .. }
+            if !placed_by(manager, &task, &from) =>
+        {
+            tracing::debug!(peer = %from, task = %task, "a peer asked about a task it did not place");
+            TaskResponse::NotFound
         }
         TaskRequest::Get { task } => manager.get(&task).map_or_else(refused, TaskResponse::Snapshot),
         TaskRequest::Cancel { task } => {
@@ -120,4 +136,10 @@ async fn answer(runner: &TaskRunner, from: NodeId, request: TaskRequest, arrived
             }
         }
     }
+}
+
+/// Whether peer `from` placed `task` on this node.
+fn placed_by(manager: &super::TaskManager, task: &murmur_protocol::task::TaskId, from: &NodeId) -> bool {
+    let from = from.to_string();
+    manager.origin(task).is_ok_and(|origin| matches!(origin, Origin::Peer { node, .. } if node == from))
 }

@@ -21,6 +21,9 @@ pub struct RouteRecord {
     pub owner: String,
     pub capsule: String,
     pub created_ms: u64,
+    /// The API client that sent it (routes stored before clients were named have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
 }
 
 /// One task owned by this node.

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use murmur_agent::runner::{AgentRunner, TaskLink};
 use murmur_agent::session::{TaskEnd, TaskStart};
-use murmur_protocol::owner::Policy;
-use murmur_protocol::task::{Submit, TaskSnapshot, TaskState};
+use murmur_protocol::owner::{Acceptance, Arrival, Audience, Policy};
+use murmur_protocol::task::{Submit, TaskId, TaskSnapshot, TaskState};
 use murmur_runtime::ports::{PortFuture, TaskPort};
 use murmur_runtime::{Runtime, ToolInput};
 use tokio::sync::oneshot;
@@ -30,13 +30,16 @@ pub struct TaskRunner {
     manager: TaskManager,
     runtime: Runtime,
     agents: AgentRunner,
+    /// Whose tasks a capsule takes when its manifest does not say (`runtime.audience`).
+    audience: Audience,
 }
 
 impl TaskRunner {
-    /// A runner for `manager`'s tasks on `runtime`; runs what recovery queued again.
+    /// A runner for `manager`'s tasks on `runtime`, its capsules taking tasks from
+    /// `audience` unless their manifests say; runs what recovery queued again.
     #[must_use]
-    pub fn start(manager: TaskManager, runtime: Runtime) -> Self {
-        let runner = Self { manager, agents: AgentRunner::new(runtime.clone()), runtime };
+    pub fn start(manager: TaskManager, runtime: Runtime, audience: Audience) -> Self {
+        let runner = Self { manager, agents: AgentRunner::new(runtime.clone()), runtime, audience };
         let resumed = runner.manager.resume(&|capsule| runner.policy(capsule));
         runner.run(resumed);
         runner
@@ -49,9 +52,14 @@ impl TaskRunner {
     }
 
     /// Accepts a task for a capsule this node runs (idempotent; durable before it returns).
-    pub async fn accept(&self, submit: &Submit, origin: Origin) -> Result<TaskSnapshot, TaskError> {
+    pub async fn accept(
+        &self,
+        submit: &Submit,
+        origin: Origin,
+        arrival: Arrival,
+    ) -> Result<TaskSnapshot, TaskError> {
         let policy = self.policy(&submit.capsule);
-        let (snapshot, starts) = self.manager.accept(submit, origin, policy).await?;
+        let (snapshot, starts) = self.manager.accept(submit, origin, policy, arrival).await?;
         self.run(starts);
         Ok(snapshot)
     }
@@ -78,6 +86,7 @@ impl TaskRunner {
             let lifecycle = &agent.manifest.lifecycle;
             // An agent's loop stops between turns and calls: its working tasks can be canceled.
             return Some(Policy {
+                audience: lifecycle.audience.unwrap_or(self.audience),
                 acceptance: lifecycle.task_acceptance,
                 workers: lifecycle.workers,
                 interruptible: true,
@@ -89,6 +98,7 @@ impl TaskRunner {
         }
         let lifecycle = &installed.manifest.lifecycle;
         Some(Policy {
+            audience: lifecycle.audience.unwrap_or(self.audience),
             acceptance: lifecycle.task_acceptance,
             workers: lifecycle.workers,
             interruptible: false,
@@ -103,40 +113,14 @@ impl TaskRunner {
 
     /// Runs one started task to its end, then runs what its freed worker takes next.
     async fn execute(self, live: Arc<Live>) {
-        let (task, capsule, input, context, source, span) = {
-            let record = live.record();
-            let span = telemetry::task_span(
-                "task.run",
-                &record.task.to_string(),
-                &record.capsule,
-                record.traceparent.as_deref(),
-            );
-            // Who sent it, as hooks and the trace see it: this node's client, or the mesh.
-            let source = match &record.origin {
-                Origin::Client => "a2a".to_owned(),
-                Origin::Peer { node, .. } => format!("mesh:{node}"),
-            };
-            (record.task, record.capsule.clone(), record.input.clone(), record.context.clone(), source, span)
-        };
-        let link: Arc<dyn TaskPort> =
-            Arc::new(InputLink { manager: self.manager.clone(), live: live.clone() });
+        let capsule = live.record().capsule.clone();
         if let Some(agent) = self.runtime.agent(&capsule) {
-            let start = TaskStart { task_id: task.to_string(), context_id: context, source, text: input };
-            let end = self.agents.run_task(agent, TaskLink { start, port: link }).instrument(span).await;
-            let (state, message) = match end {
-                TaskEnd::Completed(text) => (TaskState::Completed, Some(cut_result(text))),
-                TaskEnd::Failed(reason) => (TaskState::Failed, Some(cut_result(reason))),
-                TaskEnd::Canceled => (TaskState::Canceled, Some("canceled".to_owned())),
-            };
-            let next = self.manager.finished(task, state, message).await;
-            self.run(next);
+            self.agent_worker(agent, live).await;
             return;
         }
-        let outcome = self
-            .runtime
-            .run_tool_for_task(&capsule, ToolInput { data: Some(input), log_path: None }, link)
-            .instrument(span)
-            .await;
+        let (task, input, span, link) = self.start_of(&live);
+        let input = ToolInput { data: Some(input.text), log_path: None };
+        let outcome = self.runtime.run_tool_for_task(&capsule, input, link).instrument(span).await;
         let (state, message) = match outcome {
             Ok(run) if run.result.status == "passed" => {
                 (TaskState::Completed, run.result.data.or(run.result.summary).map(cut_result))
@@ -153,6 +137,74 @@ impl TaskRunner {
         };
         let next = self.manager.finished(task, state, message).await;
         self.run(next);
+    }
+
+    /// One worker of an agent: a session (one capsule launch) that runs the started task,
+    /// then — for `task_acceptance = "queue"` — each task the freed worker takes next, in
+    /// the same session; it ends (`idle`) when the worker finds nothing queued.
+    async fn agent_worker(self, agent: Arc<murmur_runtime::Agent>, mut live: Arc<Live>) {
+        let mut session = match self.agents.open(agent.clone()).await {
+            Ok(session) => Some(session),
+            Err(why) => {
+                tracing::error!(capsule = %agent.manifest.name, reason = %why, "agent session did not start");
+                None
+            }
+        };
+        loop {
+            let (task, start, span, link) = self.start_of(&live);
+            let end = match &mut session {
+                Some(session) => session.run_task(TaskLink { start, port: link }).instrument(span).await,
+                None => TaskEnd::Failed("the agent's session could not start (see the node's log)".into()),
+            };
+            let (state, message) = match end {
+                TaskEnd::Completed(text) => (TaskState::Completed, Some(cut_result(text))),
+                TaskEnd::Failed(reason) => (TaskState::Failed, Some(cut_result(reason))),
+                TaskEnd::Canceled => (TaskState::Canceled, Some("canceled".to_owned())),
+            };
+            let mut next = self.manager.finished(task, state, message).await;
+            // The freed worker's next task of this agent continues the session.
+            let same = next.iter().position(|l| l.record().capsule == agent.manifest.name);
+            let queued = agent.manifest.lifecycle.task_acceptance == Acceptance::Queue;
+            match same.filter(|_| queued && session.is_some()) {
+                Some(index) => {
+                    live = next.swap_remove(index);
+                    self.run(next);
+                }
+                None => {
+                    self.run(next);
+                    break;
+                }
+            }
+        }
+        if let Some(session) = session {
+            session.close("idle").await;
+        }
+    }
+
+    /// What a started task's run needs: its id, its start as the agent loop sees it, its
+    /// span (joined to the sender's trace) and its port.
+    fn start_of(&self, live: &Arc<Live>) -> (TaskId, TaskStart, tracing::Span, Arc<dyn TaskPort>) {
+        let record = live.record();
+        let span = telemetry::task_span(
+            "task.run",
+            &record.task.to_string(),
+            &record.capsule,
+            record.traceparent.as_deref(),
+        );
+        // Who sent it, as hooks and the trace see it: this node's client, or the mesh.
+        let source = match &record.origin {
+            Origin::Client => "a2a".to_owned(),
+            Origin::Peer { node, .. } => format!("mesh:{node}"),
+        };
+        let start = TaskStart {
+            task_id: record.task.to_string(),
+            context_id: record.context.clone(),
+            source,
+            text: record.input.clone(),
+        };
+        let link: Arc<dyn TaskPort> =
+            Arc::new(InputLink { manager: self.manager.clone(), live: live.clone() });
+        (record.task, start, span, link)
     }
 }
 

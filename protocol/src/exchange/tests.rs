@@ -26,9 +26,10 @@ fn directory(hosts: &[u8]) -> Directory {
     dir
 }
 
+/// A client's task as node 1 (the fixture's node) places it.
 fn request(message: &str) -> Submit {
     Submit {
-        task: TaskId::derive("client", message),
+        task: TaskId::placed(&node(1), &Sender::Client, message),
         text: "hi".into(),
         sender: Sender::Client,
         capsule: "echo".into(),
@@ -172,8 +173,12 @@ fn a_capsules_task_without_a_valid_grant_never_reaches_the_owner() {
     let mut submit = request("m1");
     let forged = Signed::sign(crate::grant::Grant::new("agent", 1, T0, T0.plus(1000)), &key(9)).unwrap();
     submit.sender = Sender::Capsule { name: "agent".into(), grant: forged.into_envelope() };
+    submit.task = TaskId::placed(&node(2), &submit.sender, &submit.message);
     let out = f.handle(Input::Requested { from: node(2), token: 1, request: TaskRequest::Submit(submit) });
-    assert!(matches!(&out[0], Output::RefusedHere { from, .. } if *from == node(2)), "{out:?}");
+    assert!(
+        matches!(&out[0], Output::RefusedHere { from, check, .. } if *from == node(2) && check.as_str() == "untrusted_issuer"),
+        "{out:?}"
+    );
     assert!(
         matches!(&out[1], Output::Respond { token: 1, response: TaskResponse::Refused { .. } }),
         "{out:?}"

@@ -32,7 +32,7 @@ impl MeshNode {
         let wait = until.since(now);
         self.push(Output::Disconnect {
             peer,
-            reason: format!("refused admission to this closed mesh; held off for {wait} ms more"),
+            reason: format!("held off for {wait} ms more (refused admission, or cut off)"),
         });
         true
     }
@@ -80,22 +80,29 @@ impl MeshNode {
     /// [`REFUSED_HOLD_MS`].
     pub(super) fn refuse_peer(&mut self, now: Millis, peer: NodeId, reason: &str, hold: bool) {
         self.stats.peers_refused += 1;
-        self.peers.remove(&peer);
         let reason = format!("not admitted to this closed mesh: {reason}");
         if hold {
-            if !self.held.contains_key(&peer) && self.held.len() >= REFUSED_PEERS_MAX {
-                // Full: the hold that ends first ends now.
-                if let Some(first) =
-                    self.held.iter().min_by_key(|(id, until)| (**until, **id)).map(|(id, _)| *id)
-                {
-                    self.unhold(now, first);
-                }
-            }
-            self.held.insert(peer, now.plus(REFUSED_HOLD_MS));
-            self.push(Output::Block { peer, reason });
+            self.hold_off(now, peer, reason);
         } else {
+            self.peers.remove(&peer);
             self.push(Output::Disconnect { peer, reason });
+            self.start_waiting_sync();
         }
+    }
+
+    /// Disconnects `peer` and holds it off for [`REFUSED_HOLD_MS`] (the driver blocks it
+    /// both ways; a connection that still arrives is closed).
+    pub(super) fn hold_off(&mut self, now: Millis, peer: NodeId, reason: String) {
+        self.peers.remove(&peer);
+        if !self.held.contains_key(&peer) && self.held.len() >= REFUSED_PEERS_MAX {
+            // Full: the hold that ends first ends now.
+            if let Some(first) = self.held.iter().min_by_key(|(id, until)| (**until, **id)).map(|(id, _)| *id)
+            {
+                self.unhold(now, first);
+            }
+        }
+        self.held.insert(peer, now.plus(REFUSED_HOLD_MS));
+        self.push(Output::Block { peer, reason });
         self.start_waiting_sync();
     }
 

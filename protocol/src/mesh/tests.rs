@@ -302,6 +302,33 @@ fn a_refused_peer_is_held_off_then_let_in_once_certified() {
 }
 
 #[test]
+fn a_peer_that_overran_its_request_budget_is_held_off_in_an_open_mesh_too() {
+    let mut net = Net::new(vec![(key(1), config()), (key(2), config())]);
+    let flooder = key(2).node_id();
+    net.connect(1, 0);
+    assert!(net.disconnects.is_empty());
+    for _ in 0..3 {
+        // Several of its streams overran before the cut took effect.
+        net.handle(0, Input::PeerOverran { peer: flooder, reason: "task requests over 4 MiB".into() });
+    }
+    assert_eq!(net.disconnects, vec![(0, flooder)], "cut off, once");
+    assert_eq!(net.nodes[0].stats().peers_cut_off, 1);
+    assert_eq!(net.nodes[0].peers().count(), 0);
+    net.handle(1, Input::PeerDisconnected { peer: key(1).node_id() });
+
+    // Back at once: closed again; once the hold is over, welcome.
+    net.advance(1_000);
+    net.disconnects.clear();
+    net.handle(0, Input::PeerConnected { peer: flooder });
+    assert_eq!(net.disconnects, vec![(0, flooder)]);
+    net.advance(REFUSED_HOLD_MS);
+    assert_eq!(net.unblocks, vec![(0, flooder)]);
+    net.disconnects.clear();
+    net.connect(1, 0);
+    assert!(net.disconnects.is_empty(), "{:?}", net.disconnects);
+}
+
+#[test]
 fn refused_peers_held_at_once_are_bounded() {
     let closed = closed_config(&key(100));
     let mut node = MeshNode::new(key(1), closed, T0);

@@ -2,8 +2,10 @@ use super::*;
 use crate::task::Sender;
 
 const T0: Millis = Millis(1_800_000_000_000);
-const QUEUE: Policy = Policy { acceptance: Acceptance::Queue, workers: 2, interruptible: false };
-const SINGLE: Policy = Policy { acceptance: Acceptance::Single, workers: 4, interruptible: false };
+const QUEUE: Policy =
+    Policy { audience: Audience::Mesh, acceptance: Acceptance::Queue, workers: 2, interruptible: false };
+const SINGLE: Policy =
+    Policy { audience: Audience::Mesh, acceptance: Acceptance::Single, workers: 4, interruptible: false };
 
 fn submit(message: &str, capsule: &str) -> Submit {
     Submit {
@@ -25,7 +27,7 @@ fn drain(owner: &mut Owner) -> Vec<Output> {
 /// Admits and stores `message` for capsule `echo`, returning its id.
 fn accept(owner: &mut Owner, message: &str, policy: Policy) -> TaskId {
     let s = submit(message, "echo");
-    assert!(matches!(owner.admit(T0, &s, Some(policy)), Ok(Admitted::New { .. })));
+    assert!(matches!(owner.admit(T0, &s, Some(policy), Arrival::Local), Ok(Admitted::New { .. })));
     owner.stored(T0, s.task).unwrap();
     s.task
 }
@@ -34,7 +36,7 @@ fn accept(owner: &mut Owner, message: &str, policy: Policy) -> TaskId {
 fn an_acceptance_is_stored_synchronously_before_the_task_starts() {
     let mut owner = Owner::new(OwnerConfig::default());
     let s = submit("m1", "echo");
-    assert_eq!(owner.admit(T0, &s, Some(QUEUE)), Ok(Admitted::New { ticket: 1 }));
+    assert_eq!(owner.admit(T0, &s, Some(QUEUE), Arrival::Local), Ok(Admitted::New { ticket: 1 }));
     let task = s.task;
     assert_eq!(
         drain(&mut owner),
@@ -62,13 +64,13 @@ fn a_repeated_delivery_is_the_same_task() {
     let task = accept(&mut owner, "m1", QUEUE);
     drain(&mut owner);
     assert_eq!(
-        owner.admit(T0, &submit("m1", "echo"), Some(QUEUE)),
+        owner.admit(T0, &submit("m1", "echo"), Some(QUEUE), Arrival::Local),
         Ok(Admitted::Existing(TaskState::Working))
     );
     assert!(drain(&mut owner).is_empty(), "nothing is stored or started again");
     owner.finished(T0, task, TaskState::Completed);
     assert_eq!(
-        owner.admit(T0, &submit("m1", "echo"), None),
+        owner.admit(T0, &submit("m1", "echo"), None, Arrival::Local),
         Ok(Admitted::Existing(TaskState::Completed)),
         "held tasks are answered even once the capsule is gone"
     );
@@ -76,22 +78,59 @@ fn a_repeated_delivery_is_the_same_task() {
 }
 
 #[test]
+fn the_audience_decides_whose_tasks_a_capsule_takes() {
+    let mut owner = Owner::new(OwnerConfig::default());
+    let grant = crate::signed::Signed::sign(
+        crate::grant::Grant::new("relay", 1, T0, T0.plus(1000)),
+        &crate::identity::SecretKey::from_seed([9; 32]),
+    )
+    .unwrap()
+    .into_envelope();
+    let capsule = Sender::Capsule { name: "relay".into(), grant };
+    let mut n = 0;
+    let mut decide = |audience, arrival, sender: &Sender| {
+        n += 1;
+        let mut s = submit(&format!("m{n}"), "echo");
+        s.sender = sender.clone();
+        let policy = Policy { audience, ..QUEUE };
+        owner.admit(T0, &s, Some(policy), arrival).map(drop).map_err(|r| (r.check(), r.to_string()))
+    };
+    for audience in [Audience::Local, Audience::Granted, Audience::Mesh] {
+        assert!(decide(audience, Arrival::Local, &Sender::Client).is_ok(), "{audience:?}: own clients");
+        assert!(decide(audience, Arrival::Local, &capsule).is_ok(), "{audience:?}: own capsules");
+    }
+    let (check, reason) = decide(Audience::Local, Arrival::Remote, &capsule).unwrap_err();
+    assert_eq!(check, "not_in_audience");
+    assert!(reason.contains("audience = local"), "{reason}");
+    assert!(decide(Audience::Granted, Arrival::Remote, &capsule).is_ok(), "a granted capsule elsewhere");
+    let (check, reason) = decide(Audience::Granted, Arrival::Remote, &Sender::Client).unwrap_err();
+    assert_eq!(check, "not_in_audience");
+    assert!(reason.contains("clients of other nodes are refused"), "{reason}");
+    assert!(decide(Audience::Mesh, Arrival::Remote, &Sender::Client).is_ok(), "a lab mesh");
+    assert_eq!(Audience::default(), Audience::Granted, "a fresh node is not open to the LAN");
+}
+
+#[test]
 fn admission_follows_the_declared_policy() {
     let mut owner = Owner::new(OwnerConfig { queue_max: 2, ..OwnerConfig::default() });
     let refused = |owner: &mut Owner, message: &str, policy| {
-        owner.admit(T0, &submit(message, "echo"), policy).unwrap_err().check()
+        owner.admit(T0, &submit(message, "echo"), policy, Arrival::Local).unwrap_err().check()
     };
     assert_eq!(refused(&mut owner, "a", None), "not_hosted");
     assert_eq!(refused(&mut owner, "b", Some(Policy::CLOSED)), "not_accepting");
     // single: one unfinished task at a time, stored or not.
-    owner.admit(T0, &submit("c", "echo"), Some(SINGLE)).unwrap();
+    owner.admit(T0, &submit("c", "echo"), Some(SINGLE), Arrival::Local).unwrap();
     assert_eq!(refused(&mut owner, "d", Some(SINGLE)), "busy");
     owner.stored(T0, submit("c", "echo").task).unwrap();
     owner.finished(T0, submit("c", "echo").task, TaskState::Completed);
-    assert!(matches!(owner.admit(T0, &submit("d", "echo"), Some(SINGLE)), Ok(Admitted::New { .. })));
+    assert!(matches!(
+        owner.admit(T0, &submit("d", "echo"), Some(SINGLE), Arrival::Local),
+        Ok(Admitted::New { .. })
+    ));
     // queue: past queue_max waiting tasks, overloaded.
     let mut owner = Owner::new(OwnerConfig { queue_max: 2, ..OwnerConfig::default() });
-    let busy = Policy { acceptance: Acceptance::Queue, workers: 1, interruptible: false };
+    let busy =
+        Policy { audience: Audience::Mesh, acceptance: Acceptance::Queue, workers: 1, interruptible: false };
     for m in ["e", "f", "g"] {
         accept(&mut owner, m, busy);
     }
@@ -117,7 +156,8 @@ fn workers_take_queued_tasks_in_acceptance_order() {
 #[test]
 fn cancel_input_and_reply_change_only_the_states_they_may() {
     let mut owner = Owner::new(OwnerConfig::default());
-    let one = Policy { acceptance: Acceptance::Queue, workers: 1, interruptible: false };
+    let one =
+        Policy { audience: Audience::Mesh, acceptance: Acceptance::Queue, workers: 1, interruptible: false };
     let running = accept(&mut owner, "a", one);
     let queued = accept(&mut owner, "b", one);
     drain(&mut owner);
@@ -171,7 +211,14 @@ fn a_restart_fails_what_ran_and_queues_again_what_waited() {
             Output::Store { task: id("d"), state: TaskState::Failed, write: Write::Sync },
         ]
     );
-    owner.resume(T0, &|_| Some(Policy { acceptance: Acceptance::Queue, workers: 1, interruptible: false }));
+    owner.resume(T0, &|_| {
+        Some(Policy {
+            audience: Audience::Mesh,
+            acceptance: Acceptance::Queue,
+            workers: 1,
+            interruptible: false,
+        })
+    });
     assert_eq!(
         drain(&mut owner),
         vec![
@@ -182,7 +229,8 @@ fn a_restart_fails_what_ran_and_queues_again_what_waited() {
     );
     assert_eq!((owner.stats().failed_on_restart, owner.stats().requeued), (2, 2));
     // New tickets continue after the recovered ones: the recovered task runs first.
-    let one = Policy { acceptance: Acceptance::Queue, workers: 1, interruptible: false };
+    let one =
+        Policy { audience: Audience::Mesh, acceptance: Acceptance::Queue, workers: 1, interruptible: false };
     let task = accept(&mut owner, "f", one);
     // A recovered queue whose capsule is gone still drains (here: `gone` is not hosted).
     let mut orphaned = Owner::new(OwnerConfig::default());
@@ -218,11 +266,11 @@ fn past_the_memory_bound_the_oldest_finished_tasks_are_forgotten() {
 fn a_failed_store_drops_the_acceptance() {
     let mut owner = Owner::new(OwnerConfig::default());
     let s = submit("m1", "echo");
-    owner.admit(T0, &s, Some(SINGLE)).unwrap();
+    owner.admit(T0, &s, Some(SINGLE), Arrival::Local).unwrap();
     owner.abandon(s.task);
     assert_eq!(owner.state(&s.task), None);
     assert!(
-        matches!(owner.admit(T0, &s, Some(SINGLE)), Ok(Admitted::New { .. })),
+        matches!(owner.admit(T0, &s, Some(SINGLE), Arrival::Local), Ok(Admitted::New { .. })),
         "not busy: the first never counted"
     );
 }
@@ -243,7 +291,7 @@ fn the_volatile_accept_plant_answers_before_the_disk() {
     let mut owner =
         Owner::new(OwnerConfig { plants: Plants::one(Plant::VolatileAccept), ..OwnerConfig::default() });
     let s = submit("m1", "echo");
-    owner.admit(T0, &s, Some(QUEUE)).unwrap();
+    owner.admit(T0, &s, Some(QUEUE), Arrival::Local).unwrap();
     assert_eq!(
         drain(&mut owner),
         vec![Output::Store { task: s.task, state: TaskState::Submitted, write: Write::Background }]
@@ -253,7 +301,8 @@ fn the_volatile_accept_plant_answers_before_the_disk() {
 #[test]
 fn an_interruptible_capsules_working_task_can_be_canceled_and_frees_its_worker_when_it_ends() {
     let mut owner = Owner::new(OwnerConfig::default());
-    let agent = Policy { acceptance: Acceptance::Queue, workers: 1, interruptible: true };
+    let agent =
+        Policy { audience: Audience::Mesh, acceptance: Acceptance::Queue, workers: 1, interruptible: true };
     let running = accept(&mut owner, "a", agent);
     let queued = accept(&mut owner, "b", agent);
     drain(&mut owner);

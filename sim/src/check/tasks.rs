@@ -49,19 +49,23 @@ pub enum Attack {
     OtherCapsule,
     /// Another node's genuine grant, for a capsule the sender does not host.
     Stolen,
+    /// The sender's own genuine grant, to a service it lists, under a task id derived for
+    /// another node (squatting the id that node will give its client's message).
+    SquatTaskId,
     /// The sender's own genuine grant, to a service it does not list.
     OutsideTarget,
 }
 
 impl Attack {
     /// Every flaw, in the order an unauthorized sender cycles through them.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::NoGrant,
         Self::Untrusted,
         Self::ForgedSignature,
         Self::Expired,
         Self::OtherCapsule,
         Self::Stolen,
+        Self::SquatTaskId,
         Self::OutsideTarget,
     ];
 
@@ -75,6 +79,7 @@ impl Attack {
             Self::Expired => "expired_grant",
             Self::OtherCapsule => "grant_for_other_capsule",
             Self::Stolen => "stolen_grant",
+            Self::SquatTaskId => "squatted_task_id",
             Self::OutsideTarget => "target_outside_grant",
         }
     }
@@ -91,6 +96,7 @@ impl Attack {
             Self::Expired => &["expired"],
             Self::OtherCapsule => &["wrong_capsule"],
             Self::Stolen => &["sender_not_hosted"],
+            Self::SquatTaskId => &["foreign_task_id"],
             Self::OutsideTarget => &["target_not_allowed", "sender_not_hosted"],
         }
     }
@@ -134,7 +140,7 @@ pub struct TaskOracle {
     /// (entry node, task) → when submitted, until the router gives an outcome.
     submissions: BTreeMap<(u32, TaskId), u64>,
     attacks: BTreeMap<TaskId, Attack>,
-    attack_counts: [AttackCount; 7],
+    attack_counts: [AttackCount; 8],
     executions: u64,
 }
 
@@ -327,7 +333,7 @@ impl TaskOracle {
 
     /// Per flaw, in [`Attack::ALL`] order.
     #[must_use]
-    pub const fn attack_counts(&self) -> &[AttackCount; 7] {
+    pub const fn attack_counts(&self) -> &[AttackCount; 8] {
         &self.attack_counts
     }
 

@@ -15,7 +15,7 @@
 //! a crash, as it would in `murnode`.
 
 use murmur_protocol::mesh::Input;
-use murmur_protocol::owner::{Admitted, Output, Owner, OwnerConfig, Policy, Write};
+use murmur_protocol::owner::{Admitted, Arrival, Output, Owner, OwnerConfig, Policy, Write};
 use murmur_protocol::task::{Check, Submit, TaskId, TaskSnapshot, TaskState};
 
 use super::tasks::{Stored, TaskEvent, task_word};
@@ -42,13 +42,15 @@ impl Sim {
     }
 
     /// How node `ix` takes tasks for `capsule`: the workload's services queue with its
-    /// workers; any other capsule it hosts takes none; `None` when it hosts no such capsule.
+    /// workers, for the whole mesh (clients enter at any node); any other capsule it hosts
+    /// takes none; `None` when it hosts no such capsule.
     fn policy(&self, ix: Ix, capsule: &str) -> Option<Policy> {
         let hosted = self.nodes[ix as usize].capsules.iter().any(|c| c.name == capsule);
         let workers = self.tasks.as_deref()?.config.workers;
         hosted.then(|| {
             if capsule.starts_with("task-") {
                 Policy {
+                    audience: murmur_protocol::owner::Audience::Mesh,
                     acceptance: murmur_protocol::owner::Acceptance::Queue,
                     workers,
                     interruptible: false,
@@ -85,7 +87,8 @@ impl Sim {
             model.stats.idempotent_accepts += 1;
             return Ok(snapshot(task, &stored.capsule, stored.state));
         }
-        let decided = machine.admit(owner_now, submit, policy);
+        let arrival = if from == owner { Arrival::Local } else { Arrival::Remote };
+        let decided = machine.admit(owner_now, submit, policy, arrival);
         match decided {
             Ok(Admitted::Existing(state)) => {
                 model.stats.idempotent_accepts += 1;

@@ -435,7 +435,7 @@ impl Sim {
         };
         let message = model.next_message();
         let request = Submit {
-            task: TaskId::derive("client", &message),
+            task: TaskId::placed(&self.nodes[entry as usize].id, &Sender::Client, &message),
             text,
             sender: Sender::Client,
             capsule: model.services[j].name.clone(),
@@ -487,11 +487,11 @@ impl Sim {
             return;
         }
         let message = model.next_message();
-        let origin = format!("{}/{name}", self.nodes[host as usize].id);
+        let sender = Sender::Capsule { name, grant };
         let request = Submit {
-            task: TaskId::derive(&origin, &message),
+            task: TaskId::placed(&self.nodes[host as usize].id, &sender, &message),
             text,
-            sender: Sender::Capsule { name, grant },
+            sender,
             capsule: service,
             context: None,
             message,

@@ -74,10 +74,16 @@ impl Sim {
         }
         let host = hosts[rng.below(hosts.len() as u64) as usize];
         let message = format!("rogue-{n}");
+        let sender = Sender::Capsule { name: claimed, grant };
+        let task = match attack {
+            // The id the host will give its own client's message of that id.
+            Attack::SquatTaskId => TaskId::placed(&self.nodes[host as usize].id, &Sender::Client, &message),
+            _ => TaskId::placed(&id, &sender, &message),
+        };
         let request = Submit {
-            task: TaskId::derive(&format!("{id}/{claimed}"), &message),
+            task,
             text: "let me in".into(),
-            sender: Sender::Capsule { name: claimed, grant },
+            sender,
             capsule: model.services[service].name.clone(),
             context: None,
             message,
@@ -109,6 +115,7 @@ fn flaw(model: &TaskModel, ix: Ix, attack: Attack) -> Option<(String, Envelope, 
             let agent = agent?;
             (agent.name.clone(), agent.grant.clone(), agent.targets.iter().copied().collect())
         }
+        Attack::SquatTaskId => (own, kit.valid.clone(), vec![0]),
         Attack::OutsideTarget => (own, kit.valid.clone(), (1..model.services.len()).collect()),
     })
 }

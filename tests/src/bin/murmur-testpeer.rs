@@ -1,7 +1,11 @@
 //! A libp2p peer for tests and benchmarks that speaks just enough of murmur's protocols to
-//! inject gossip: it dials a node, waits until the node subscribes to the advert topic,
-//! publishes the envelopes it was given (hex, one per line), reports, and stays connected
-//! until stdin closes or it is killed.
+//! inject what no honest node sends. With `--publish FILE` it dials a node, waits until the
+//! node subscribes to the advert topic, publishes the envelopes it was given (hex, one per
+//! line), reports, and stays connected until stdin closes or it is killed. With
+//! `--agent-message FROM:TO:TEXT` it sends one `/murmur/agent/1` message claiming to come
+//! from agent FROM (which it does not advertise), prints the node's answer and exits; with
+//! `--task …` one `/murmur/task/1` request, as a node that placed nothing; with `--flood
+//! STREAMS:BYTES` it holds that many task streams open and reports whether it was cut off.
 //!
 //! It is deliberately not a murnode: it signs nothing itself and validates nothing, so a
 //! test can make it carry forgeries and replays that no honest node would send.
@@ -25,8 +29,22 @@ struct Args {
     #[arg(long)]
     dial: Multiaddr,
     /// File with one hex-encoded envelope per line.
-    #[arg(long)]
-    publish: std::path::PathBuf,
+    #[arg(long, required_unless_present_any = ["agent_message", "task", "flood"])]
+    publish: Option<std::path::PathBuf>,
+    /// Send one agent message `FROM:TO:TEXT` instead (a forged sender).
+    #[arg(long, conflicts_with = "publish")]
+    agent_message: Option<String>,
+    /// Send one task request instead: `get:ID`, `cancel:ID`, `events:ID`, or
+    /// `submit:CAPSULE:MESSAGE[:ID]` (a client's task, under ID if given).
+    #[arg(long, conflicts_with_all = ["publish", "agent_message"])]
+    task: Option<String>,
+    /// Flood the node instead: `STREAMS:BYTES` task streams of BYTES junk bytes each, all
+    /// held open; reports whether (and when) the node cut this peer off.
+    #[arg(long, conflicts_with_all = ["publish", "agent_message", "task"])]
+    flood: Option<String>,
+    /// The identify protocol version to announce (another major is refused by nodes).
+    #[arg(long, default_value = "/murmur/1.0.0")]
+    identify: String,
     /// Give up if the node has not subscribed within this many seconds.
     #[arg(long, default_value_t = 30)]
     timeout_secs: u64,
@@ -41,7 +59,17 @@ struct Behaviour {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let envelopes: Vec<Vec<u8>> = std::io::BufReader::new(std::fs::File::open(&args.publish)?)
+    if let Some(message) = &args.agent_message {
+        return agent_message(&args, message).await;
+    }
+    if let Some(spec) = &args.task {
+        return task_request(&args, spec).await;
+    }
+    if let Some(spec) = &args.flood {
+        return flood(&args, spec).await;
+    }
+    let publish = args.publish.as_ref().context("--publish FILE or --agent-message FROM:TO:TEXT")?;
+    let envelopes: Vec<Vec<u8>> = std::io::BufReader::new(std::fs::File::open(publish)?)
         .lines()
         .map(|line| Ok(hex::decode(line?.trim())?))
         .collect::<anyhow::Result<_>>()
@@ -66,7 +94,7 @@ async fn main() -> anyhow::Result<()> {
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
             gossipsub.subscribe(&gossipsub::IdentTopic::new(ADVERT_TOPIC))?;
             let identify =
-                identify::Behaviour::new(identify::Config::new("/murmur/1.0.0".into(), key.public()));
+                identify::Behaviour::new(identify::Config::new(args.identify.clone(), key.public()));
             Ok(Behaviour { identify, gossipsub })
         })?
         .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(300)))
@@ -101,5 +129,106 @@ async fn main() -> anyhow::Result<()> {
             line = stdin.next_line() => if !matches!(line, Ok(Some(_))) { break },
         }
     }
+    Ok(())
+}
+
+/// Sends one request on `protocol` to the node `--dial` names, as a fresh identity, and
+/// returns the answer's bytes. `request` gets this peer's own id (for ids derived from it).
+async fn ask(
+    args: &Args,
+    protocol: &'static str,
+    request: impl FnOnce(&libp2p::PeerId) -> Vec<u8>,
+) -> anyhow::Result<Vec<u8>> {
+    let mut session = murmur_tests::peer::Session::dial(
+        &args.dial,
+        &args.identify,
+        Duration::from_secs(args.timeout_secs),
+    )?;
+    let bytes = request(&session.local());
+    session.ask(protocol, bytes).await
+}
+
+/// Holds STREAMS task streams of BYTES bytes each open and prints whether the node cut
+/// this peer off, and after how long.
+async fn flood(args: &Args, spec: &str) -> anyhow::Result<()> {
+    let (streams, bytes) = spec.split_once(':').context("--flood takes STREAMS:BYTES")?;
+    let (streams, bytes): (usize, usize) = (streams.parse()?, bytes.parse()?);
+    let wait = Duration::from_secs(args.timeout_secs);
+    let mut session = murmur_tests::peer::Session::dial(&args.dial, &args.identify, wait)?;
+    let flood = session.flood(streams, bytes, wait).await?;
+    let after_ms = u64::try_from(flood.after.as_millis()).unwrap_or(u64::MAX);
+    println!("{}", serde_json::json!({ "event": "flooded", "cut_off": flood.cut_off, "after_ms": after_ms }));
+    Ok(())
+}
+
+/// Sends one `/murmur/agent/1` message as agent FROM and prints the answer.
+async fn agent_message(args: &Args, spec: &str) -> anyhow::Result<()> {
+    use murmur_protocol::agent::{AgentMessage, AgentRequest, AgentResponse};
+    let mut parts = spec.splitn(3, ':');
+    let (from, to, text) =
+        (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let request = AgentRequest::Message(AgentMessage { to: to.into(), from: from.into(), text: text.into() });
+    let response = ask(args, murmur_tests::peer::AGENT, |_| request.encode()).await?;
+    let answer = match AgentResponse::decode(&response).context("the node's answer")? {
+        AgentResponse::Delivered => serde_json::json!({ "delivered": true }),
+        AgentResponse::Refused { check, reason } => serde_json::json!({ "check": check, "reason": reason }),
+        AgentResponse::Status { .. } => serde_json::json!({ "status": true }),
+    };
+    println!("{}", serde_json::json!({ "event": "answered", "answer": answer }));
+    Ok(())
+}
+
+/// Sends one `/murmur/task/1` request (`get:ID`, `cancel:ID`, `events:ID`, or
+/// `submit:CAPSULE:MESSAGE[:ID]`, a client's task under the id this peer derives, or ID)
+/// and prints the answer.
+async fn task_request(args: &Args, spec: &str) -> anyhow::Result<()> {
+    use murmur_protocol::NodeId;
+    use murmur_protocol::task::{Sender, Submit, TaskId, TaskRequest, TaskResponse};
+    let parts: Vec<&str> = spec.split(':').collect();
+    let id = |text: &str| text.parse::<TaskId>().context("a task id");
+    let request: Box<dyn FnOnce(&libp2p::PeerId) -> TaskRequest> = match parts[..] {
+        ["get", task] => {
+            let task = id(task)?;
+            Box::new(move |_| TaskRequest::Get { task })
+        }
+        ["cancel", task] => {
+            let task = id(task)?;
+            Box::new(move |_| TaskRequest::Cancel { task })
+        }
+        ["events", task] => {
+            let task = id(task)?;
+            Box::new(move |_| TaskRequest::Events { task, after: 0, wait_ms: 0, settled: false })
+        }
+        ["submit", capsule, message, ref chosen @ ..] => {
+            let chosen = chosen.first().map(|t| id(t)).transpose()?;
+            let (capsule, message) = (capsule.to_owned(), message.to_owned());
+            Box::new(move |me| {
+                let me = NodeId::from_peer_id(me).expect("an ed25519 identity");
+                TaskRequest::Submit(Submit {
+                    task: chosen.unwrap_or_else(|| TaskId::placed(&me, &Sender::Client, &message)),
+                    text: "from a test peer".into(),
+                    sender: Sender::Client,
+                    capsule,
+                    context: None,
+                    message,
+                    traceparent: None,
+                    settle_wait_ms: 0,
+                })
+            })
+        }
+        _ => anyhow::bail!("--task takes get:ID, cancel:ID, events:ID or submit:CAPSULE:MESSAGE[:ID]"),
+    };
+    let response = ask(args, murmur_tests::peer::TASK, |me| request(me).encode()).await?;
+    let answer = match TaskResponse::decode(&response).context("the node's answer")? {
+        TaskResponse::NotFound => serde_json::json!({ "not_found": true }),
+        TaskResponse::Refused { check, reason } => serde_json::json!({ "check": check, "reason": reason }),
+        TaskResponse::Accepted(s) | TaskResponse::Snapshot(s) => {
+            serde_json::json!({ "task": s.task.to_string(), "state": s.state.to_string() })
+        }
+        TaskResponse::Events { snapshot, .. } => {
+            serde_json::json!({ "events": true, "task": snapshot.task.to_string() })
+        }
+    };
+    println!("{}", serde_json::json!({ "event": "answered", "answer": answer }));
     Ok(())
 }

@@ -109,7 +109,7 @@ pub fn run(samples: usize, out: &Path) -> anyhow::Result<()> {
     let report = threads.block_on(async {
         let dir = tempfile::tempdir()?;
         let store = Arc::new(ArtifactStore::open(&dir.path().join("store"))?);
-        let options = RuntimeOptions { data_dir: dir.path().to_path_buf(), pooling: true };
+        let options = RuntimeOptions::new(dir.path().to_path_buf(), true);
         let runtime = Runtime::new(options, store, Ports::standalone()?)?;
         stock(&runtime, "scripted-driver", "scripted_driver", CapsuleKind::Driver)?;
         stock(&runtime, "hook-a", "arms_hook", CapsuleKind::Hook)?;

@@ -23,6 +23,14 @@
 //! tiktoken's counting rate.
 //!
 //! ```text
+//! target/release/murmur-bench brains [--samples 20000] [--idle 1000] [--out bench-brains.json]
+//! ```
+//!
+//! `brains` measures `send-agent` → `recv` round trips between two brains on one node
+//! (beside a tokio channel ping-pong) and on two nodes (beside an A2A task owned by the
+//! other node), and the resident memory and CPU of 1,000 idle brains per language.
+//!
+//! ```text
 //! target/release/murmur-bench bundle [--sizes-mib 64,256] [--runs 3] [--out bench-bundle.json]
 //! ```
 //!
@@ -45,6 +53,7 @@
 //! node and of a node holding 1,000 adverts (injected by `murmur-testpeer`).
 
 mod agent;
+mod brains;
 mod bundle;
 mod mesh;
 mod pipe;
@@ -98,6 +107,28 @@ enum Bench {
         #[arg(long, default_value = "bench-agent.json")]
         out: PathBuf,
     },
+    /// Brains: send-agent → recv round trips on one node (beside a tokio channel) and
+    /// across two nodes (beside an A2A task over /murmur/task/1), and the memory and CPU
+    /// of idle brains of each language. Needs the guests and the release binaries.
+    Brains {
+        /// Round trips per figure.
+        #[arg(long, default_value_t = 20_000)]
+        samples: usize,
+        /// Idle brains per language.
+        #[arg(long, default_value_t = 1000)]
+        idle: usize,
+        /// Where to write the JSON results.
+        #[arg(long, default_value = "bench-brains.json")]
+        out: PathBuf,
+    },
+    /// One child of `brains`: idle brains of one language, their memory and CPU (JSON).
+    #[command(hide = true)]
+    BrainsIdle {
+        #[arg(long)]
+        language: String,
+        #[arg(long)]
+        count: usize,
+    },
     /// Pull throughput between local nodes (from one and from two providers) next to
     /// SHA-256, a file copy and an encrypted pipe without libp2p (the work itself). Uses
     /// the release binaries (`cargo build --release`).
@@ -149,6 +180,8 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Bench::Runtime { iterations, out } => runtime::run(iterations, &out)?,
         Bench::Agent { samples, out } => agent::run(samples, &out)?,
+        Bench::Brains { samples, idle, out } => brains::run(samples, idle, &out)?,
+        Bench::BrainsIdle { language, count } => brains::idle_child(&language, count)?,
         Bench::Tasks { samples, seconds, out } => tasks::run(samples, seconds, &out)?,
         Bench::Bundle { sizes_mib, runs, out } => bundle::run(&sizes_mib, runs, &out)?,
         Bench::Pull { sizes_mib, runs, out, pin_cores, transport } => {

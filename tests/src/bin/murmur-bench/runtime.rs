@@ -12,8 +12,7 @@ use crate::summarize;
 
 fn runtime(dir: &Path, pooling: bool) -> anyhow::Result<Runtime> {
     let store = Arc::new(ArtifactStore::open(&dir.join("store"))?);
-    let runtime =
-        Runtime::new(RuntimeOptions { data_dir: dir.to_path_buf(), pooling }, store, Ports::standalone()?)?;
+    let runtime = Runtime::new(RuntimeOptions::new(dir.to_path_buf(), pooling), store, Ports::standalone()?)?;
     for (name, kind, extra) in [
         ("echo", "tool", String::new()),
         (

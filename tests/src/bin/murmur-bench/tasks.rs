@@ -38,7 +38,16 @@ struct Report {
 const CONFIG: &str = "[adverts]\nrefresh_secs = 5\nttl_secs = 30\n";
 
 fn node(capsule: &str, bootstrap: Option<&TestNode>) -> anyhow::Result<(TestNode, tempfile::TempDir)> {
-    let dir = murmur_tests::init_data_dir_with(CONFIG);
+    node_with(CONFIG, capsule, bootstrap)
+}
+
+/// A release node with `config`, running `echo` as `capsule`, bootstrapped to `bootstrap`.
+pub fn node_with(
+    config: &str,
+    capsule: &str,
+    bootstrap: Option<&TestNode>,
+) -> anyhow::Result<(TestNode, tempfile::TempDir)> {
+    let dir = murmur_tests::init_data_dir_with(config);
     install_manifest(dir.path(), capsule, "echo", "[lifecycle]\nworkers = 64\n");
     let mut flags: Vec<String> = murmur_tests::LOOPBACK.iter().map(|s| (*s).to_owned()).collect();
     if let Some(peer) = bootstrap {

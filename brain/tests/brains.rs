@@ -1,0 +1,419 @@
+//! Brains with real interpreters and real components (run `bash capsules/build.sh` first;
+//! `tests/run.sh` does): the example brain in its three forms, timers, memory across
+//! reloads, lifecycle, and hostile brains, on one node without a network.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use murmur_brain::{AgentConfig, Brains, NoMesh, Source, State};
+use murmur_runtime::ports::Ports;
+use murmur_runtime::{Runtime, RuntimeOptions};
+use murmur_store::ArtifactStore;
+
+fn capsules() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../capsules")
+}
+
+fn wasm(name: &str) -> PathBuf {
+    let path = capsules().join("target/wasm32-wasip2/release").join(format!("{name}.wasm"));
+    assert!(path.is_file(), "{} is missing: run `bash capsules/build.sh`", path.display());
+    path
+}
+
+struct Node {
+    _dir: tempfile::TempDir,
+    brains: Brains,
+}
+
+impl Node {
+    fn start(configs: Vec<AgentConfig>) -> Self {
+        Self::start_with_store(configs, |_| {})
+    }
+
+    /// [`Node::start`], with `stock` filling the store first.
+    fn start_with_store(configs: Vec<AgentConfig>, stock: impl FnOnce(&ArtifactStore)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(ArtifactStore::open(&dir.path().join("store")).unwrap());
+        stock(&store);
+        let runtime = Runtime::new(
+            RuntimeOptions::new(dir.path().to_path_buf(), true),
+            store.clone(),
+            Ports::standalone().unwrap(),
+        )
+        .unwrap();
+        let brains = Brains::start(
+            configs,
+            runtime,
+            store,
+            &dir.path().join("brains.redb"),
+            &dir.path().join("agents"),
+            Arc::new(NoMesh),
+        )
+        .unwrap();
+        Self { _dir: dir, brains }
+    }
+
+    fn memory(&self, agent: &str) -> std::collections::BTreeMap<String, String> {
+        self.brains.memory(agent).unwrap().into_iter().collect()
+    }
+
+    /// Waits until `agent` remembers `key` (as `value`, when given).
+    async fn remembers(&self, agent: &str, key: &str, value: Option<&str>) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(found) = self.memory(agent).get(key)
+                && value.is_none_or(|v| v == found)
+            {
+                return found.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{agent} never remembered {key}={value:?}; it remembers {:?}; its log: {:?}",
+                self.memory(agent),
+                self.brains.agent(agent).map(|a| a.logs.tail(20))
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn say(&self, agent: &str, text: &str) {
+        self.brains.send_as_client(agent, text.into()).await.unwrap_or_else(|e| panic!("to {agent}: {e}"));
+    }
+
+    async fn until(&self, what: &str, check: impl Fn(&Brains) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !check(&self.brains) {
+            assert!(Instant::now() < deadline, "{what} did not happen in time");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn agent(name: &str, source: Source) -> AgentConfig {
+    AgentConfig::new(name, source)
+}
+
+fn script(dir: &Path, file: &str, text: &str) -> Source {
+    let path = dir.join(file);
+    std::fs::write(&path, text).unwrap();
+    Source::File(path)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_example_brain_behaves_the_same_in_rhai_javascript_and_webassembly() {
+    let forms = [
+        ("ex-rhai", Source::File(capsules().join("brains/example.rhai"))),
+        ("ex-js", Source::File(capsules().join("brains/example.js"))),
+        ("ex-wasm", Source::File(wasm("example_brain"))),
+    ];
+    let node = Node::start(forms.iter().map(|(name, source)| agent(name, source.clone())).collect());
+    for (name, _) in &forms {
+        node.remembers(name, "whoami", Some(name)).await;
+    }
+    // A ring: each hears its predecessor, which pings it; it answers `pong` (which the
+    // predecessor, hearing only its own predecessor, drops).
+    let names: Vec<&str> = forms.iter().map(|(n, _)| *n).collect();
+    for (i, name) in names.iter().enumerate() {
+        let pred = names[(i + names.len() - 1) % names.len()];
+        node.say(name, &format!("subscribe {pred}")).await;
+        node.remembers(name, "subscribed", Some(pred)).await;
+    }
+    for (i, name) in names.iter().enumerate() {
+        let pred = names[(i + names.len() - 1) % names.len()];
+        node.say(pred, &format!("send {name} ping from {pred}")).await;
+        node.say(name, "remember colour blue").await;
+        node.say(name, "timer 50 soon").await;
+        node.say(name, "timer 60000 never").await;
+        node.say(name, "cancel never").await;
+        node.say(name, "send nobody hello").await;
+    }
+    let normalize = |name: &str, pred: &str| {
+        let mut memory = node.memory(name);
+        memory.remove("whoami");
+        memory
+            .into_iter()
+            .map(|(k, v)| (k.replace(pred, "PRED"), v.replace(pred, "PRED").replace(name, "ME")))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let mut seen = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let pred = names[(i + names.len() - 1) % names.len()];
+        node.remembers(name, &format!("from:{pred}"), None).await;
+        node.remembers(name, "timer:soon", Some("fired")).await;
+        node.remembers(name, "send_error", None).await;
+        node.remembers(name, "colour", Some("blue")).await;
+        // The cancelled timer would have fired long after; give it no chance to matter.
+        seen.push(normalize(name, pred));
+    }
+    assert_eq!(seen[0], seen[1], "rhai and JavaScript differ");
+    assert_eq!(seen[1], seen[2], "JavaScript and WebAssembly differ");
+    let memory = &seen[0];
+    assert_eq!(memory["from:PRED"], "ping from PRED");
+    assert_eq!(memory["runs"], "1");
+    assert!(!memory.contains_key("timer:never"));
+    assert!(memory["send_error"].contains("no agent named `nobody`"), "{memory:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_agents_sharing_a_component_know_who_they_are() {
+    let brain = Source::File(wasm("example_brain"));
+    let node = Node::start(vec![agent("alice", brain.clone()), agent("bob", brain)]);
+    assert_eq!(node.remembers("alice", "whoami", None).await, "alice");
+    assert_eq!(node.remembers("bob", "whoami", None).await, "bob");
+    // Memory is per agent: the same key, two values.
+    node.say("alice", "remember k a").await;
+    node.say("bob", "remember k b").await;
+    node.remembers("alice", "k", Some("a")).await;
+    node.remembers("bob", "k", Some("b")).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_timer_function_keeps_its_word() {
+    let dir = tempfile::tempdir().unwrap();
+    let timers = script(
+        dir.path(),
+        "timers.rhai",
+        r#"
+        let now = time_now();
+        memory_set("formatted", time_format(0, "%Y-%m-%d %H:%M:%S"));
+        try { time_format(now, "%Q"); } catch (e) { memory_set("bad_format", `${e}`); }
+        try { wait_until(now - 1); } catch (e) { memory_set("past_wait", `${e}`); }
+        try { sleep_until(now - 1); } catch (e) { memory_set("past_sleep", `${e}`); }
+        try { wait_cron("no such spec"); } catch (e) { memory_set("bad_cron", `${e}`); }
+        let at = wait_until(now + 100);
+        let after = wait_for(150);
+        let cancelled = wait_for(300);
+        memory_set("cancel_pending", `${cancel_timer(cancelled)}`);
+        memory_set("cancel_again", `${cancel_timer(cancelled)}`);
+        let cron = wait_cron("* * * * * *");
+        let started = time_now();
+        sleep_for(50);
+        memory_set("slept_ms", `${time_now() - started >= 50}`);
+        let fired = [];
+        let crons = 0;
+        while crons < 2 {
+            let event = recv();
+            if event.kind != "timer" { continue; }
+            if event.id == at { fired.push("until"); }
+            if event.id == after { fired.push("after"); }
+            if event.id == cancelled { fired.push("cancelled"); }
+            if event.id == cron { crons += 1; fired.push("cron"); if crons < 2 { cron = wait_cron("* * * * * *"); } }
+        }
+        sleep_cron("* * * * * *");
+        memory_set("fired", fired.reduce(|sum, x| if sum == () { x } else { sum + "," + x }));
+        memory_set("done", "yes");
+        loop { recv(); }
+        "#,
+    );
+    let node = Node::start(vec![agent("clock", timers)]);
+    node.remembers("clock", "done", Some("yes")).await;
+    let memory = node.memory("clock");
+    assert_eq!(memory["formatted"], "1970-01-01 00:00:00");
+    assert!(memory["bad_format"].contains("not a strftime format"), "{memory:?}");
+    assert!(memory["past_wait"].contains("not in the future"), "{memory:?}");
+    assert!(memory["past_sleep"].contains("not in the future"), "{memory:?}");
+    assert!(memory["bad_cron"].contains("not a cron spec"), "{memory:?}");
+    assert_eq!((memory["cancel_pending"].as_str(), memory["cancel_again"].as_str()), ("true", "false"));
+    assert_eq!(memory["slept_ms"], "true");
+    let fired: Vec<&str> = memory["fired"].split(',').collect();
+    assert!(fired.starts_with(&["until", "after"]), "{fired:?}");
+    assert_eq!(fired.iter().filter(|f| **f == "cron").count(), 2, "{fired:?}");
+    assert!(!fired.contains(&"cancelled"), "a cancelled wait fired: {fired:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn memory_survives_a_reload_and_a_bad_edit_leaves_the_live_run_going() {
+    let dir = tempfile::tempdir().unwrap();
+    let example = std::fs::read_to_string(capsules().join("brains/example.rhai")).unwrap();
+    let source = script(dir.path(), "brain.rhai", &example);
+    let mut config = agent("keeper", source);
+    config.grace = Duration::from_secs(2);
+    let node = Node::start(vec![config]);
+    node.remembers("keeper", "runs", Some("1")).await;
+    node.say("keeper", "remember before reload").await;
+    node.remembers("keeper", "before", Some("reload")).await;
+
+    // A valid edit: the brain hears `reload`, exits, and the new code runs on its memory.
+    std::fs::write(dir.path().join("brain.rhai"), format!("{example}\n// edited\n")).unwrap();
+    node.remembers("keeper", "last_lifecycle", Some("reload")).await;
+    node.remembers("keeper", "runs", Some("2")).await;
+    assert_eq!(node.memory("keeper")["before"], "reload");
+
+    // An edit that does not parse: the live run hears the failure and keeps answering.
+    std::fs::write(dir.path().join("brain.rhai"), "let x = ;").unwrap();
+    let error = node.remembers("keeper", "lifecycle_error", None).await;
+    assert!(error.contains("reload failed") && error.contains("rhai"), "{error}");
+    node.say("keeper", "remember still alive").await;
+    node.remembers("keeper", "still", Some("alive")).await;
+    assert_eq!(node.memory("keeper")["runs"], "2");
+    assert_eq!(node.brains.agent("keeper").unwrap().stats.restarts(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn shutdown_tells_subscribed_brains_and_waits_for_them() {
+    let node = Node::start(vec![agent("js", Source::File(capsules().join("brains/example.js")))]);
+    node.remembers("js", "runs", Some("1")).await;
+    let began = Instant::now();
+    node.brains.shutdown(Duration::from_secs(10)).await;
+    assert!(began.elapsed() < Duration::from_secs(5), "a brain that exits at once was waited for");
+    assert_eq!(node.memory("js")["last_lifecycle"], "shutdown");
+    assert_eq!(node.brains.agent("js").unwrap().state(), State::Stopped);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_brains_are_stopped_restarted_and_contained() {
+    let dir = tempfile::tempdir().unwrap();
+    let hostile = Source::File(wasm("hostile_brain"));
+    let busy = |mut config: AgentConfig| {
+        config.busy = Duration::from_millis(300);
+        config.memory_bytes = 16 << 20;
+        config
+    };
+    let mut sink = agent(
+        "sink",
+        script(dir.path(), "sink.rhai", "subscribe_agent(\"flood-wasm\"); loop { sleep_for(60000); }"),
+    );
+    sink.inbox_max = 8;
+    let configs = vec![
+        busy(agent("spin-rhai", script(dir.path(), "spin.rhai", "let n = 0; loop { n += 1; }"))),
+        busy(agent("spin-js", script(dir.path(), "spin.js", "let n = 0; while (true) { n++; }"))),
+        busy(agent("spin-wasm", hostile.clone())),
+        busy(agent("bomb-wasm", hostile.clone())),
+        busy(agent("bomb-rhai", script(dir.path(), "bomb.rhai", "let s = \"x\"; loop { s += s; }"))),
+        busy(agent(
+            "bomb-js",
+            script(dir.path(), "bomb.js", "let a = []; while (true) { a.push(new Array(100000).fill(1)); }"),
+        )),
+        busy(agent("flood-wasm", hostile.clone())),
+        busy(agent("hoard-wasm", hostile)),
+        sink,
+        agent("calm", Source::File(capsules().join("brains/example.rhai"))),
+    ];
+    let node = Node::start(configs);
+    let restarted =
+        |name: &'static str| move |brains: &Brains| brains.agent(name).unwrap().stats.restarts() >= 1;
+    for name in ["spin-rhai", "spin-js", "spin-wasm", "bomb-wasm", "bomb-rhai", "bomb-js"] {
+        node.until(&format!("{name} to be stopped and restarted"), restarted(name)).await;
+    }
+    let log = |name: &str| {
+        node.brains
+            .agent(name)
+            .unwrap()
+            .logs
+            .tail(50)
+            .iter()
+            .map(|l| l.message.clone())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    for name in ["spin-rhai", "spin-js", "spin-wasm"] {
+        let log = log(name);
+        assert!(log.contains("without waiting") || log.contains("deadline"), "{name}: {log}");
+        assert!(log.contains("restarting in"), "{name}: {log}");
+    }
+    assert!(log("bomb-wasm").contains("memory limit"), "{}", log("bomb-wasm"));
+    // The flood fills the sink's small inbox; every further send is refused and counted.
+    node.until("the sink's inbox to overflow", |brains| {
+        brains.agent("sink").unwrap().stats.dropped_by_reason().get("inbox_full").copied().unwrap_or(0) > 10
+    })
+    .await;
+    assert_eq!(node.brains.agent("sink").unwrap().inbox.depth(), 8);
+    let answer = node.remembers("hoard-wasm", "answer", None).await;
+    assert!(answer.contains("at most 65536 bytes"), "{answer}");
+    assert!(!node.memory("hoard-wasm").contains_key("big"));
+    // Through all of it, a calm brain on the same node answers.
+    node.say("calm", "remember fine yes").await;
+    node.remembers("calm", "fine", Some("yes")).await;
+    assert_eq!(node.brains.agent("calm").unwrap().stats.restarts(), 0);
+}
+
+fn brain_artifact(store: &ArtifactStore, text: &str) {
+    let meta = murmur_store::ArtifactMeta {
+        name: "planner".into(),
+        version: "1.0.0".into(),
+        kind: murmur_store::CapsuleKind::Brain,
+        runtime: murmur_store::Platform::Native,
+        description: "the example brain".into(),
+        tags: vec![],
+        input_schema: None,
+        output_schema: None,
+    };
+    store.add(&meta, text.as_bytes(), None).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_brain_from_the_store_runs_and_reloads_when_its_artifact_changes() {
+    let example = std::fs::read_to_string(capsules().join("brains/example.rhai")).unwrap();
+    let mut config = agent("stored", Source::Stored { name: "planner".into(), version: "1.0.0".into() });
+    config.language = Some(murmur_brain::Language::Rhai);
+    let mut store_path = None;
+    let node = Node::start_with_store(vec![config], |store| {
+        brain_artifact(store, &example);
+        store_path = Some(store.root().to_path_buf());
+    });
+    assert_eq!(node.remembers("stored", "runs", None).await, "1");
+    assert_eq!(node.brains.status()[0].brain, "planner@1.0.0");
+    // The same name@version replaced in the store: the node reloads it.
+    let store = ArtifactStore::open(&store_path.unwrap()).unwrap();
+    brain_artifact(&store, &format!("{example}\n// a new release\n"));
+    node.remembers("stored", "last_lifecycle", Some("reload")).await;
+    node.remembers("stored", "runs", Some("2")).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bare_mur_is_this_nodes_clients_and_lifecycle_is_once_per_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let brain = script(
+        dir.path(),
+        "ops.rhai",
+        r#"
+        let own = subscribe_agent("mur");
+        let other = subscribe_agent("mur@12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN");
+        let lifecycle = subscribe_lifecycle();
+        unsubscribe_lifecycle(lifecycle);
+        try { subscribe_lifecycle(); } catch (e) { memory_set("second_lifecycle", `${e}`); }
+        unsubscribe_lifecycle("not-ours");
+        memory_set("ready", "yes");
+        loop {
+            let event = ();
+            try { event = recv(); } catch { continue; }
+            if event.id == own { memory_set("own", event.value); }
+            if event.id == other { memory_set("other", event.value); }
+        }
+        "#,
+    );
+    let node = Node::start(vec![agent("ops", brain)]);
+    node.remembers("ops", "ready", Some("yes")).await;
+    assert!(node.memory("ops")["second_lifecycle"].contains("one subscription per run"));
+    let message = |text: &str| murmur_protocol::agent::AgentMessage {
+        to: "ops".into(),
+        from: "mur".into(),
+        text: text.into(),
+    };
+    // Another node's operators: not heard through the bare `mur` subscription…
+    let stranger = murmur_protocol::SecretKey::from_seed([3; 32]).node_id();
+    let _ = node.brains.deliver(stranger, message("from a stranger's operator"));
+    // …and a subscribed node's are, through `mur@PEER`.
+    let subscribed: murmur_protocol::NodeId =
+        "12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN".parse().unwrap();
+    let _ = node.brains.deliver(subscribed, message("from that node's operator"));
+    node.say("ops", "from this node's operator").await;
+    node.remembers("ops", "own", Some("from this node's operator")).await;
+    node.remembers("ops", "other", Some("from that node's operator")).await;
+    assert_eq!(node.brains.agent("ops").unwrap().stats.dropped_by_reason()["not_subscribed"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_javascript_brain_runs_as_the_function_body_it_was_checked_as() {
+    let dir = tempfile::tempdir().unwrap();
+    // Top-level `return` parses as a function body (the check) and must run the same way.
+    let brain = script(
+        dir.path(),
+        "early.js",
+        "memory_set(\"ran\", \"yes\");\nif (true) { return; }\nmemory_set(\"after\", \"no\");\n",
+    );
+    let node = Node::start(vec![agent("early", brain)]);
+    node.remembers("early", "ran", Some("yes")).await;
+    assert!(!node.memory("early").contains_key("after"));
+}

@@ -1,0 +1,94 @@
+//! The node's brains: the brain host's ports over the network. Messages to another node's
+//! agents go out on `/murmur/agent/1` (resolved against the directory by the protocol's
+//! rule); messages from peers come in through the network's [`AgentInbox`] port once it
+//! checked that the sending peer advertises the sender.
+
+use std::sync::Arc;
+
+use murmur_brain::{AgentConfig, Brains, Delivery, Language, Mesh, SendError, SendErrorKind, Source};
+use murmur_config::{AgentEntry, BrainRef};
+use murmur_net::{AgentInbox, NetHandle, Sent};
+use murmur_protocol::NodeId;
+use murmur_protocol::agent::{AddressError, AgentAddress, AgentMessage, AgentResponse, AgentStatus};
+use murmur_runtime::ports::PortFuture;
+
+/// The brain host's way to other nodes: the network.
+#[derive(Debug)]
+pub struct NetMesh {
+    net: NetHandle,
+}
+
+impl NetMesh {
+    #[must_use]
+    pub fn new(net: NetHandle) -> Arc<Self> {
+        Arc::new(Self { net })
+    }
+}
+
+impl Mesh for NetMesh {
+    fn send(
+        &self,
+        to: AgentAddress,
+        local_runs: bool,
+        message: AgentMessage,
+    ) -> PortFuture<'_, Result<Delivery, SendError>> {
+        Box::pin(async move {
+            match self.net.send_agent(to, local_runs, message).await {
+                Ok(Sent::Local) => Ok(Delivery::Local),
+                Ok(Sent::Delivered(_)) => Ok(Delivery::Remote),
+                Err(error) => {
+                    let kind = match &error {
+                        murmur_net::SendError::Address(AddressError::Ambiguous { .. }) => {
+                            SendErrorKind::Ambiguous
+                        }
+                        murmur_net::SendError::Address(_) => SendErrorKind::Unknown,
+                        murmur_net::SendError::Refused { check, .. } => {
+                            murmur_brain::brains::refusal_kind(check)
+                        }
+                        murmur_net::SendError::Unreachable { .. }
+                        | murmur_net::SendError::Overloaded(_)
+                        | murmur_net::SendError::Stopped => SendErrorKind::Unreachable,
+                    };
+                    Err(SendError::new(kind, error.to_string()))
+                }
+            }
+        })
+    }
+
+    fn local(&self) -> Option<NodeId> {
+        Some(self.net.local())
+    }
+}
+
+/// Where the network delivers peers' agent messages: the brain host.
+#[derive(Debug, Clone)]
+pub struct BrainInbox(pub Brains);
+
+impl AgentInbox for BrainInbox {
+    fn deliver(&self, from: NodeId, message: AgentMessage) -> AgentResponse {
+        self.0.deliver(from, message)
+    }
+
+    fn status(&self) -> Vec<AgentStatus> {
+        self.0.status()
+    }
+}
+
+/// The brain host's view of a configured agent.
+#[must_use]
+pub fn agent_config(entry: &AgentEntry) -> AgentConfig {
+    let source = match &entry.brain {
+        BrainRef::File(path) => Source::File(path.clone()),
+        BrainRef::Stored { name, version } => Source::Stored { name: name.clone(), version: version.clone() },
+    };
+    AgentConfig {
+        name: entry.name.clone(),
+        source,
+        language: entry.language.as_deref().and_then(|l| l.parse::<Language>().ok()),
+        recv_timeout: entry.recv_timeout,
+        inbox_max: entry.inbox_max,
+        busy: entry.busy,
+        memory_bytes: entry.memory_bytes,
+        grace: entry.grace,
+    }
+}
