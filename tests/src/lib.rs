@@ -66,6 +66,18 @@ pub fn murnode(args: &[&str]) -> Output {
     Command::new(bin("murnode")).args(args).env("MURNODE_LOG", "warn").output().expect("murnode runs")
 }
 
+/// Runs `murnode run` on `data_dir` (loopback only), expects it to refuse to start, and
+/// returns what it said on stderr.
+pub fn refused_run(data_dir: &Path) -> String {
+    let mut args =
+        vec!["run", "--data-dir", data_dir.to_str().expect("a UTF-8 path"), "--api", "127.0.0.1:0"];
+    args.extend(LOOPBACK);
+    let out = murnode(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "the node must not start: {stderr}");
+    stderr
+}
+
 /// A fresh data directory with a node key and the default config.
 pub fn init_data_dir() -> tempfile::TempDir {
     let dir = init_data_dir_as_shipped();

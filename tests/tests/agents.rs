@@ -268,11 +268,8 @@ fn a_bad_agent_manifest_is_refused_naming_the_key() {
     let manifest = "name = \"broken\"\nversion = \"0.1.0\"\nkind = \"agent\"\n[inference]\nmodel = \"m\"\nmax_turns = 0\ndriver = { artifact = \"missing@1.0.0\" }\n";
     std::fs::create_dir_all(dir.path().join("capsules")).unwrap();
     std::fs::write(dir.path().join("capsules/broken.toml"), manifest).unwrap();
-    let mut args = vec!["run", "--data-dir", dir.path().to_str().unwrap(), "--api", "127.0.0.1:0"];
-    args.extend(LOOPBACK);
-    let out = murmur_tests::murnode(&args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "a node with a broken capsule must not start: {stderr}");
+    // A node with a broken capsule must not start.
+    let stderr = murmur_tests::refused_run(dir.path());
     assert!(stderr.contains("broken.toml") && stderr.contains("`inference.max_turns`"), "{stderr}");
 }
 

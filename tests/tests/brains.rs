@@ -170,11 +170,7 @@ fn sigterm_tells_brains_shutdown_and_memory_survives_the_restart() {
 fn a_bad_agent_entry_stops_the_node_naming_the_key() {
     let dir =
         murmur_tests::init_data_dir_with(&format!("{CONFIG}[[agents]]\nname = \"Bad\"\nbrain = \"x\"\n"));
-    let mut args = vec!["run", "--data-dir", dir.path().to_str().unwrap(), "--api", "127.0.0.1:0"];
-    args.extend(LOOPBACK);
-    let out = murmur_tests::murnode(&args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    let stderr = murmur_tests::refused_run(dir.path());
     assert!(stderr.contains("agents[0].name") && stderr.contains("agents[0].brain"), "{stderr}");
 }
 
