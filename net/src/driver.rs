@@ -612,6 +612,9 @@ fn log_event(event: &Event) {
             debug!(peer = %node, source = ?source, reason = %reason, "advert refused");
         }
         Event::AdvertExpired { node } => info!(peer = %node, "advert expired"),
+        Event::AdvertEvicted { node, by } => {
+            info!(peer = %node, by = %by, "advert evicted from the full directory")
+        }
         Event::Departed { node, seq, witness, source } => {
             info!(peer = %node, seq, witness = %witness, source = ?source, "node departed")
         }

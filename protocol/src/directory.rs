@@ -35,6 +35,27 @@
 //! directory) is parked for [`PENDING_NOTICE_MS`] and judged again when an advert of either
 //! arrives: otherwise the departed node's advert, arriving after the notice, would stay.
 //!
+//! # Crowding
+//!
+//! In an open mesh anyone can mint identities, so a directory bounds what they can take:
+//!
+//! - A node not connected here is admitted only while fewer than `range_max` held records
+//!   claim its address range (the first address's IPv4 /24, IPv6 /48, or DNS domain) and
+//!   fewer than `peer_max` held records came from the peer that delivered it.
+//! - A full directory makes room for a newcomer by evicting the record its node refreshed
+//!   least recently (the oldest `issued_at`), if the newcomer was issued later: honest
+//!   nodes re-sign their advert every refresh interval, so identities minted once with
+//!   long TTLs age out of the way of every honest join. Relays cannot make a record look
+//!   fresher: the issue time is under its node's signature.
+//! - Connected nodes (see [`Directory::anchor`]) and this node's own advert are never
+//!   evicted and are not held to the range and peer bounds; a connected newcomer evicts
+//!   even a fresher record.
+//!
+//! What remains open to an attacker: identities re-signed faster than honest nodes refresh,
+//! spread over many claimed ranges and delivered through many peers, can still crowd out
+//! the records of nodes not connected here. A closed mesh (node certificates) is the answer
+//! to that; see the trust guide.
+//!
 //! # Shared bases
 //!
 //! A directory may start from a [`DirectoryBase`] that many directories share, and then
@@ -56,9 +77,10 @@ use crate::departure::Departure;
 use crate::digest::Digest;
 use crate::identity::{NodeId, PublicKey};
 use crate::limits::{
-    DIGEST_ENTRIES_MAX, DIRECTORY_NODES_MAX, DIRECTORY_OUTPUTS_MAX, ENVELOPE_OVERHEAD_MAX,
-    PENDING_NOTICES_MAX,
+    DIGEST_ENTRIES_MAX, DIRECTORY_NODES_MAX, DIRECTORY_OUTPUTS_MAX, DIRECTORY_PEER_MAX, DIRECTORY_RANGE_MAX,
+    ENVELOPE_OVERHEAD_MAX, PENDING_NOTICES_MAX,
 };
+use crate::plant::{Plant, Plants};
 use crate::signed::{Envelope, OpenError};
 use crate::sync::{Buckets, Scope, Summary};
 use crate::time::Millis;
@@ -85,10 +107,19 @@ pub struct DirectoryConfig {
     pub ttl_max_ms: u64,
     /// Clock difference tolerated between an advert's issuer and us.
     pub clock_skew_max_ms: u64,
-    /// Nodes held at most; adverts from further nodes are refused.
+    /// Nodes held at most. A full directory makes room for a newcomer by evicting the
+    /// record its node refreshed least recently, if the newcomer is fresher (see
+    /// "Crowding" in the module docs); otherwise it refuses the newcomer.
     pub nodes_max: usize,
+    /// Records of nodes not connected here that may claim one address range (an IPv4 /24,
+    /// an IPv6 /48, or a DNS name's last two labels).
+    pub range_max: usize,
+    /// Records of nodes not connected here that one peer may have delivered.
+    pub peer_max: usize,
     /// Open or closed mesh.
     pub admission: Admission,
+    /// Planted bugs, for the simulator's checkers (none in `murnode`).
+    pub plants: Plants,
 }
 
 impl Default for DirectoryConfig {
@@ -97,7 +128,10 @@ impl Default for DirectoryConfig {
             ttl_max_ms: crate::limits::ADVERT_TTL_MS_MAX,
             clock_skew_max_ms: 30_000,
             nodes_max: DIRECTORY_NODES_MAX,
+            range_max: DIRECTORY_RANGE_MAX,
+            peer_max: DIRECTORY_PEER_MAX,
             admission: Admission::Open,
+            plants: Plants::NONE,
         }
     }
 }
@@ -134,6 +168,9 @@ pub enum Output {
     Refused { node: NodeId, source: Source, reason: Refusal },
     /// A node's advert expired without a newer one.
     Expired { node: NodeId },
+    /// A full directory dropped `node`'s advert, the one refreshed least recently, to make
+    /// room for `by`'s.
+    Evicted { node: NodeId, by: NodeId },
     /// A departure notice from `witness` dropped `node`'s advert `seq`.
     /// `addrs`: where the dropped advert said the node listens (for reconnecting to it
     /// after a partition heals).
@@ -159,8 +196,12 @@ pub enum Refusal {
     FromFuture { ahead_ms: u64 },
     #[error("node is not admitted to this closed mesh: {0}")]
     NotAdmitted(String),
-    #[error("directory is full ({nodes_max} nodes)")]
+    #[error("directory is full ({nodes_max} nodes) of nodes refreshed more recently than this one")]
     Full { nodes_max: usize },
+    #[error("{range_max} nodes not connected here already claim this advert's address range")]
+    RangeFull { range_max: usize },
+    #[error("{peer_max} nodes not connected here were already delivered by this peer")]
+    PeerFull { peer_max: usize },
     /// The notice is genuine (known witness, fresh, signed) but names an advert this
     /// directory does not hold (a node it never heard of, or a newer advert than it has):
     /// worth relaying, since the advert may be on its way to others, and parked here.
@@ -176,7 +217,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// Every reason name, in a fixed order (for metrics that list zero counts too).
-    pub const REASONS: [&'static str; 12] = [
+    pub const REASONS: [&'static str; 14] = [
         "malformed",
         "bad_signature",
         "duplicate",
@@ -189,6 +230,8 @@ impl Refusal {
         "not_held",
         "unknown_witness",
         "wrong_advert",
+        "range_full",
+        "peer_full",
     ];
 
     /// A stable machine-readable name, one of [`Refusal::REASONS`].
@@ -207,6 +250,8 @@ impl Refusal {
             Self::NotHeld => "not_held",
             Self::UnknownWitness => "unknown_witness",
             Self::WrongAdvert { .. } => "wrong_advert",
+            Self::RangeFull { .. } => "range_full",
+            Self::PeerFull { .. } => "peer_full",
         }
     }
 
@@ -232,6 +277,10 @@ pub struct Record {
     advert: Arc<Advert>,
     received_at: Millis,
     expires_at: Millis,
+    /// The peer that delivered this copy (`None`: this node's own advert).
+    via: Option<NodeId>,
+    /// [`range_key`] of the advert.
+    range: u64,
 }
 
 impl Record {
@@ -264,6 +313,12 @@ impl Record {
     pub const fn expires_at(&self) -> Millis {
         self.expires_at
     }
+
+    /// The peer that delivered the copy held (`None` for this node's own advert).
+    #[must_use]
+    pub const fn via(&self) -> Option<NodeId> {
+        self.via
+    }
 }
 
 /// Counters for metrics.
@@ -281,6 +336,8 @@ pub struct DirectoryStats {
     pub outputs_dropped: u64,
     /// Tombstones dropped early because the tombstone table was full.
     pub tombstones_dropped: u64,
+    /// Adverts a full directory dropped to make room for a fresher one.
+    pub evicted: u64,
 }
 
 /// Records frozen for sharing: the common start of many directories (see the module
@@ -290,6 +347,9 @@ pub struct DirectoryBase {
     records: BTreeMap<NodeId, Record>,
     by_capsule: BTreeSet<(u64, [u8; 32])>,
     expiries: BTreeSet<(Millis, NodeId)>,
+    by_issued: BTreeSet<(Millis, NodeId)>,
+    ranges: BTreeMap<u64, usize>,
+    vias: BTreeMap<NodeId, usize>,
 }
 
 impl DirectoryBase {
@@ -335,6 +395,14 @@ pub struct Directory {
     /// a map node per name. Hash collisions are harmless: lookups confirm the name.
     by_capsule: BTreeSet<(u64, [u8; 32])>,
     expiries: BTreeSet<(Millis, NodeId)>,
+    /// (issue time, node) of own records: who its node refreshed least recently.
+    by_issued: BTreeSet<(Millis, NodeId)>,
+    /// Records per address range and per delivering peer, as differences from the base's
+    /// counts.
+    ranges: BTreeMap<u64, i64>,
+    vias: BTreeMap<NodeId, i64>,
+    /// Nodes connected here: never evicted, and not held to the range and peer bounds.
+    anchored: BTreeSet<NodeId>,
     tombstones: BTreeMap<NodeId, Tombstone>,
     tombstone_expiries: BTreeSet<(Millis, NodeId)>,
     /// Parked notices, oldest first, by arrival number; indexed by subject and by witness.
@@ -453,6 +521,10 @@ impl Directory {
             records: BTreeMap::new(),
             by_capsule: BTreeSet::new(),
             expiries: BTreeSet::new(),
+            by_issued: BTreeSet::new(),
+            ranges: BTreeMap::new(),
+            vias: BTreeMap::new(),
+            anchored: BTreeSet::new(),
             tombstones: BTreeMap::new(),
             tombstone_expiries: BTreeSet::new(),
             pending: BTreeMap::new(),
@@ -497,10 +569,13 @@ impl Directory {
     /// [`Output`]. Input from anywhere is safe: a refusal changes nothing held.
     pub fn insert(&mut self, now: Millis, envelope: Envelope, source: Source) -> Result<u64, Refusal> {
         let claimed = NodeId::from_key(envelope.signer());
-        match self.judge(now, &envelope) {
-            Ok(advert) => {
+        match self.judge(now, &envelope, source) {
+            Ok((advert, victim)) => {
                 let seq = advert.seq;
-                self.store(now, envelope, advert);
+                if let Some(victim) = victim {
+                    self.evict(victim, claimed);
+                }
+                self.store(now, envelope, advert, source);
                 self.stats.accepted += 1;
                 self.push(Output::Accepted { node: claimed, seq, source });
                 self.retry_pending(now, claimed);
@@ -567,6 +642,11 @@ impl Directory {
                 base.by_capsule.insert((key, *node.key().as_bytes()));
             }
             base.expiries.insert((record.expires_at, node));
+            base.by_issued.insert((record.advert.issued_at, node));
+            *base.ranges.entry(record.range).or_default() += 1;
+            if let Some(via) = record.via {
+                *base.vias.entry(via).or_default() += 1;
+            }
             base.records.insert(node, record.clone());
         }
         Arc::new(base)
@@ -969,7 +1049,13 @@ impl Directory {
 
     /// Runs every check on an advert, cheapest first; the signature is checked only once
     /// nothing cheaper refused it.
-    fn judge(&self, now: Millis, envelope: &Envelope) -> Result<Arc<Advert>, Refusal> {
+    /// Also returns the record to evict first when the directory is full.
+    fn judge(
+        &self,
+        now: Millis,
+        envelope: &Envelope,
+        source: Source,
+    ) -> Result<(Arc<Advert>, Option<NodeId>), Refusal> {
         let node = NodeId::from_key(envelope.signer());
         let held = self.get(&node);
         // The same bytes again (gossip and anti-entropy overlap): no need to decode.
@@ -1014,13 +1100,98 @@ impl Directory {
             verify_cert_with(cert, authorities, now, &node, self.verifier.as_ref())
                 .map_err(|err| Refusal::NotAdmitted(err.to_string()))?;
         }
-        if held.is_none() && self.len() >= self.config.nodes_max {
-            return Err(Refusal::Full { nodes_max: self.config.nodes_max });
-        }
-        Ok(advert)
+        let victim = if held.is_none() { self.make_room(&node, &advert, source)? } else { None };
+        Ok((advert, victim))
     }
 
-    fn store(&mut self, now: Millis, envelope: Envelope, advert: Arc<Advert>) {
+    /// Whether a node new to this directory may come in (see "Crowding" in the module
+    /// docs), and whose record it displaces if the directory is full.
+    fn make_room(&self, node: &NodeId, advert: &Advert, source: Source) -> Result<Option<NodeId>, Refusal> {
+        let via = via_of(source);
+        let anchored = via.is_none() || self.anchored.contains(node);
+        let full = self.len() >= self.config.nodes_max;
+        if self.config.plants.has(Plant::RefuseWhenFull) {
+            let refuse = full.then_some(Refusal::Full { nodes_max: self.config.nodes_max });
+            return refuse.map_or(Ok(None), Err);
+        }
+        // Full: the record refreshed least recently gives way to a fresher (or connected) one.
+        let victim = full
+            .then(|| self.stalest())
+            .flatten()
+            .filter(|(issued_at, _)| anchored || *issued_at < advert.issued_at)
+            .and_then(|(_, victim)| self.get(&victim));
+        if !anchored {
+            let range = range_key(advert);
+            let freed = usize::from(victim.is_some_and(|v| v.range == range));
+            if self.range_count(range) - freed >= self.config.range_max {
+                return Err(Refusal::RangeFull { range_max: self.config.range_max });
+            }
+            if let Some(via) = via {
+                let freed = usize::from(victim.is_some_and(|v| v.via == Some(via)));
+                if self.via_count(&via) - freed >= self.config.peer_max {
+                    return Err(Refusal::PeerFull { peer_max: self.config.peer_max });
+                }
+            }
+        }
+        match victim {
+            Some(victim) => Ok(Some(victim.node())),
+            None if full => Err(Refusal::Full { nodes_max: self.config.nodes_max }),
+            None => Ok(None),
+        }
+    }
+
+    /// The record whose node refreshed it least recently, among those that may be
+    /// evicted (not anchored, not this node's own), with its issue time.
+    fn stalest(&self) -> Option<(Millis, NodeId)> {
+        let evictable = |node: &NodeId| {
+            !self.anchored.contains(node) && self.get(node).is_some_and(|record| record.via.is_some())
+        };
+        let own = self.by_issued.iter().find(|(_, node)| evictable(node));
+        let base =
+            self.base.by_issued.iter().find(|(_, node)| !self.shadowed.contains(node) && evictable(node));
+        own.into_iter().chain(base).min().copied()
+    }
+
+    /// Drops `node`'s record to make room for `by`'s. No tombstone: the node may come back
+    /// with a fresher advert.
+    fn evict(&mut self, node: NodeId, by: NodeId) {
+        if self.remove(&node).is_some() {
+            self.stats.evicted += 1;
+            self.push(Output::Evicted { node, by });
+        }
+    }
+
+    /// Marks `node` as connected here (anchored) or no longer connected. An anchored node's
+    /// record is never evicted, and its adverts are not held to the range and peer bounds.
+    pub fn anchor(&mut self, node: NodeId, connected: bool) {
+        if connected {
+            self.anchored.insert(node);
+        } else {
+            self.anchored.remove(&node);
+        }
+    }
+
+    /// Records held that claim address range `range`.
+    fn range_count(&self, range: u64) -> usize {
+        let base = self.base.ranges.get(&range).copied().unwrap_or(0);
+        usize::try_from(base as i64 + self.ranges.get(&range).copied().unwrap_or(0)).unwrap_or(0)
+    }
+
+    /// Records held whose copy `via` delivered.
+    fn via_count(&self, via: &NodeId) -> usize {
+        let base = self.base.vias.get(via).copied().unwrap_or(0);
+        usize::try_from(base as i64 + self.vias.get(via).copied().unwrap_or(0)).unwrap_or(0)
+    }
+
+    /// Counts `record` in (`step` 1) or out of (`step` -1) its range's and its peer's tallies.
+    fn tally(&mut self, record: &Record, step: i64) {
+        *self.ranges.entry(record.range).or_default() += step;
+        if let Some(via) = record.via {
+            *self.vias.entry(via).or_default() += step;
+        }
+    }
+
+    fn store(&mut self, now: Millis, envelope: Envelope, advert: Arc<Advert>, source: Source) {
         let node = NodeId::from_key(envelope.signer());
         let ttl = self.clamped_ttl(&advert);
         let expires_at = now.plus(ttl).min(advert.issued_at.plus(ttl + self.config.clock_skew_max_ms));
@@ -1032,16 +1203,23 @@ impl Directory {
             self.by_capsule.insert((key, *node.key().as_bytes()));
         }
         self.expiries.insert((expires_at, node));
-        self.records.insert(node, Record { envelope, advert, received_at: now, expires_at });
+        self.by_issued.insert((advert.issued_at, node));
+        let range = range_key(&advert);
+        let record = Record { envelope, advert, received_at: now, expires_at, via: via_of(source), range };
+        self.tally(&record, 1);
+        self.records.insert(node, record);
     }
 
     fn remove(&mut self, node: &NodeId) -> Option<Record> {
         let Some(record) = self.records.remove(node) else {
             let record = self.base_record(node)?.clone();
             self.shadowed.insert(*node);
+            self.tally(&record, -1);
             return Some(record);
         };
+        self.tally(&record, -1);
         self.expiries.remove(&(record.expires_at, *node));
+        self.by_issued.remove(&(record.advert.issued_at, *node));
         for key in index_keys(record.advert()) {
             self.by_capsule.remove(&(key, *node.key().as_bytes()));
         }
@@ -1149,6 +1327,40 @@ impl<T, K: Ord, A: Iterator<Item = T>, B: Iterator<Item = T>, F: Fn(&T) -> K> It
 }
 
 /// A stable 64-bit hash of a capsule name (FNV-1a), for the capsule index.
+/// The peer that delivered an advert from `source` (`None`: this node's own).
+const fn via_of(source: Source) -> Option<NodeId> {
+    match source {
+        Source::Local => None,
+        Source::Gossip { from, .. } | Source::Sync { from } => Some(from),
+    }
+}
+
+/// The address range an advert claims, hashed: its first address's IPv4 /24, IPv6 /48,
+/// or DNS name's last two labels (anything else: its first component). Adverts without an
+/// address share one range. Only the first address counts, so listing many buys nothing.
+fn range_key(advert: &Advert) -> u64 {
+    let Some(addr) = advert.addrs.first() else { return fnv(0xcbf2_9ce4_8422_2325, b"none") };
+    let mut parts = addr.split('/').skip(1);
+    let (kind, value) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let range = match kind {
+        "ip4" => value.parse::<std::net::Ipv4Addr>().ok().map(|ip| {
+            let [a, b, c, _] = ip.octets();
+            format!("ip4/{a}.{b}.{c}")
+        }),
+        "ip6" => value.parse::<std::net::Ipv6Addr>().ok().map(|ip| {
+            let s = ip.segments();
+            format!("ip6/{:x}:{:x}:{:x}", s[0], s[1], s[2])
+        }),
+        "dns" | "dns4" | "dns6" | "dnsaddr" => {
+            let name = value.trim_end_matches('.').to_ascii_lowercase();
+            let labels: Vec<&str> = name.rsplit('.').take(2).collect();
+            Some(format!("dns/{}", labels.join(".")))
+        }
+        _ => None,
+    };
+    fnv(0xcbf2_9ce4_8422_2325, range.unwrap_or_else(|| kind.to_owned()).as_bytes())
+}
+
 fn name_key(name: &str) -> u64 {
     fnv(0xcbf2_9ce4_8422_2325, name.as_bytes())
 }

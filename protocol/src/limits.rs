@@ -79,6 +79,16 @@ pub const ADVERT_TTL_MS_MIN: u64 = 1000;
 /// Nodes a directory holds. The simulator's largest scenarios run 10,000 nodes.
 pub const DIRECTORY_NODES_MAX: usize = 16_384;
 
+/// Nodes not connected here whose adverts may claim one address range (an IPv4 /24, an
+/// IPv6 /48, a DNS domain): four times what a /24 can address, so no honest subnet is ever
+/// cut, while one machine minting identities fills at most a sixteenth of a directory.
+pub const DIRECTORY_RANGE_MAX: usize = DIRECTORY_NODES_MAX / 16;
+
+/// Nodes not connected here whose adverts one peer may have delivered: three quarters of a
+/// directory, so a newcomer's first sync from its one bootstrap peer fills a mesh of the
+/// simulator's largest size, while no single peer fills the whole directory.
+pub const DIRECTORY_PEER_MAX: usize = DIRECTORY_NODES_MAX * 3 / 4;
+
 /// Entries in an anti-entropy digest: one per node in the sender's directory.
 pub const DIGEST_ENTRIES_MAX: usize = DIRECTORY_NODES_MAX;
 
@@ -100,6 +110,7 @@ const _: () = assert!(CERT_BYTES_MAX <= ADVERT_BYTES_MAX / 4);
 const _: () = assert!(GRANT_BYTES_MAX + ENVELOPE_OVERHEAD_MAX <= ENVELOPE_BYTES_MAX);
 const _: () = assert!(ADVERT_TTL_MS_MIN < ADVERT_TTL_MS_MAX);
 const _: () = assert!(DIGEST_ENTRIES_MAX >= DIRECTORY_NODES_MAX);
+const _: () = assert!(DIRECTORY_RANGE_MAX >= 4 * 256 && DIRECTORY_PEER_MAX >= 10_000);
 
 /// Buckets in an anti-entropy summary (see [`crate::sync::Summary`]): a power of two. At
 /// 9 bytes a sum, the largest summary is 36 KiB, against 720 KiB for a full digest of

@@ -224,6 +224,8 @@ pub enum Event {
     AdvertRefused { node: NodeId, source: Source, reason: Refusal },
     /// A node's advert expired.
     AdvertExpired { node: NodeId },
+    /// A full directory dropped `node`'s advert, refreshed least recently, for `by`'s.
+    AdvertEvicted { node: NodeId, by: NodeId },
     /// A departure notice from `witness` dropped `node`'s advert `seq` (`source` is
     /// [`Source::Local`] when this node is the witness).
     Departed { node: NodeId, seq: u64, witness: NodeId, source: Source },
@@ -547,6 +549,7 @@ impl MeshNode {
             self.announce_soon(now);
         }
         self.suspects.remove(&peer);
+        self.directory.anchor(peer, true);
         self.peers.insert(peer, Peer::connected(now, admitted));
         self.start_sync(peer);
     }
@@ -556,6 +559,7 @@ impl MeshNode {
     /// a slot may start.
     fn on_disconnected(&mut self, now: Millis, peer: NodeId) {
         if let Some(lost) = self.peers.remove(&peer) {
+            self.directory.anchor(peer, false);
             self.rearm_bootstrap(now, &peer, lost.connected_at);
             self.suspect(now, peer, false);
         }
@@ -591,6 +595,7 @@ impl MeshNode {
                     Event::AdvertRefused { node, source, reason }
                 }
                 DirectoryOutput::Expired { node } => Event::AdvertExpired { node },
+                DirectoryOutput::Evicted { node, by } => Event::AdvertEvicted { node, by },
                 DirectoryOutput::Departed { node, seq, witness, source, addrs } => {
                     self.remember_departed(now, node, addrs);
                     Event::Departed { node, seq, witness, source }

@@ -21,6 +21,9 @@ pub enum Plant {
     VolatileAccept,
     /// A pull writes every chunk that arrives before checking it.
     WriteUnverified,
+    /// A full directory refuses every newcomer, and no address range or peer is bounded:
+    /// identities minted once with long TTLs keep honest joins out.
+    RefuseWhenFull,
 }
 
 /// The plants a machine runs with: none, unless the `plant` feature is on and a test set

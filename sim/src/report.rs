@@ -93,6 +93,11 @@ pub struct Metrics {
     pub gossip_rejected: u64,
     pub oversized_dropped: u64,
     pub byzantine_messages: u64,
+    /// Adverts of identities Sybil nodes minted, accepted across all directories; adverts
+    /// full directories evicted, and of them those of real (not minted) nodes.
+    pub sybil_accepted: u64,
+    pub evicted: u64,
+    pub evicted_real: u64,
     pub queries: u64,
     pub refusals: BTreeMap<String, u64>,
     pub adverts_published: u64,

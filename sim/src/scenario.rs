@@ -76,6 +76,9 @@ pub struct ProtocolParams {
     /// A peer whose connection closed and that is not back within this long is declared
     /// departed with a departure notice (`MeshConfig::suspect_ms`); 0 turns notices off.
     pub suspect_s: u64,
+    /// Nodes a directory holds (`DirectoryConfig::nodes_max`): small, to let a Sybil
+    /// flood fill directories at a simulable size.
+    pub directory_nodes_max: usize,
 }
 
 impl Default for ProtocolParams {
@@ -88,6 +91,7 @@ impl Default for ProtocolParams {
             clock_skew_max_s: 30,
             closed: false,
             suspect_s: 10,
+            directory_nodes_max: murmur_protocol::limits::DIRECTORY_NODES_MAX,
         }
     }
 }
@@ -265,6 +269,10 @@ pub enum ByzantineRole {
     /// victim has not reached, far or near, with a made-up advert signature (they must
     /// change nothing, even once the victim publishes that sequence number).
     Liar,
+    /// Mints a fresh identity every interval and gossips its advert: signed once, with the
+    /// longest TTL, never refreshed, claiming an address in a random range. An open mesh's
+    /// directories fill with nodes that do not exist; honest joins must still get in.
+    Sybil,
 }
 
 impl Fault {
@@ -390,6 +398,11 @@ impl Scenario {
             "protocol.refresh_s: must be at least 1 and below ttl_s"
         );
         anyhow::ensure!(self.topology.gossip_degree >= 1, "topology.gossip_degree: at least 1");
+        let nodes_max = murmur_protocol::limits::DIRECTORY_NODES_MAX;
+        anyhow::ensure!(
+            (16..=nodes_max).contains(&self.protocol.directory_nodes_max),
+            "protocol.directory_nodes_max: must be 16..={nodes_max}"
+        );
         let (ttl_min, ttl_max) = (ADVERT_TTL_MS_MIN.div_ceil(1000), ADVERT_TTL_MS_MAX / 1000);
         anyhow::ensure!(
             (ttl_min..=ttl_max).contains(&self.protocol.ttl_s),

@@ -44,7 +44,7 @@ use std::time::Instant;
 use murmur_protocol::advert::HostedCapsule;
 use murmur_protocol::cert::NodeCert;
 use murmur_protocol::directory::{Admission, DirectoryConfig};
-use murmur_protocol::limits::{DIRECTORY_NODES_MAX, GOSSIP_HEARTBEAT_MS};
+use murmur_protocol::limits::GOSSIP_HEARTBEAT_MS;
 use murmur_protocol::mesh::{MeshConfig, MeshNode};
 use murmur_protocol::sync::{SyncRequest, SyncResponse};
 use murmur_protocol::verify::Verifier;
@@ -201,6 +201,8 @@ pub struct Sim {
     queue: EventQueue<Event>,
     nodes: Vec<Node>,
     index: HashMap<NodeId, Ix>,
+    /// Identities Sybil nodes minted: real keys of nodes that do not exist.
+    sybils: HashMap<NodeId, Ix>,
     messages: Vec<Message>,
     links: HashMap<(Ix, Ix), SimRng>,
     faults_rng: SimRng,
@@ -282,8 +284,9 @@ impl Sim {
             suspect_ms: p.suspect_s * 1000,
             directory: DirectoryConfig {
                 clock_skew_max_ms: p.clock_skew_max_s * 1000,
-                nodes_max: DIRECTORY_NODES_MAX,
+                nodes_max: p.directory_nodes_max,
                 admission,
+                plants: options.plants(),
                 ..DirectoryConfig::default()
             },
             ..MeshConfig::default()
@@ -299,6 +302,7 @@ impl Sim {
             queue: EventQueue::default(),
             nodes: Vec::new(),
             index: HashMap::default(),
+            sybils: HashMap::default(),
             messages: Vec::new(),
             links: HashMap::default(),
             faults_rng: SimRng::stream(seed, "faults"),

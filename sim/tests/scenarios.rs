@@ -97,3 +97,28 @@ fn a_closed_mesh_turns_uncertified_nodes_away_and_still_converges() {
     .run();
     assert_eq!(planted.verdict, Verdict::Safety, "{:?}", planted.findings);
 }
+
+/// An open mesh flooded with minted identities (long TTLs, never refreshed): directories
+/// fill, and nodes that join meanwhile still get in, because a full directory evicts the
+/// record its node refreshed least recently. The directory as it was (refusing every
+/// newcomer once full) is planted and caught: the joins stay out.
+#[test]
+fn a_sybil_flood_fills_directories_but_honest_joins_still_get_in() {
+    let sybil = shipped("sybil");
+    let nodes_max = sybil.protocol.directory_nodes_max as u64;
+    for seed in [1, 2] {
+        let outcome = run(&sybil, seed);
+        assert_eq!(outcome.verdict, Verdict::Pass, "seed {seed}: {:?}", outcome.findings);
+        let m = &outcome.metrics;
+        // Every directory was full of minted nodes, many times over.
+        assert!(m.sybil_accepted > 100 * nodes_max && m.evicted > 100 * nodes_max, "seed {seed}: {m:?}");
+        assert_eq!(m.evicted_real, 0, "seed {seed}: honest nodes refresh faster than the flood mints");
+    }
+    let planted = Sim::new(
+        sybil,
+        Options { seed: 1, canary: false, uncached: false, plant: Some(Plant::RefuseWhenFull) },
+    )
+    .run();
+    assert_eq!(planted.verdict, Verdict::Liveness, "{:?}", planted.findings);
+    assert_eq!(planted.metrics.evicted, 0);
+}

@@ -78,6 +78,12 @@ pub fn render(m: &NetMetrics, brains: &BrainMetrics) -> String {
     metric("murmur_adverts_refused_total", "counter", "Adverts refused, by reason.", &refused);
     metric("murmur_adverts_expired_total", "counter", "Adverts dropped at their TTL.", &[("", d.expired)]);
     metric(
+        "murmur_adverts_evicted_total",
+        "counter",
+        "Adverts a full directory dropped, least recently refreshed first, to admit a fresher one.",
+        &[("", d.evicted)],
+    );
+    metric(
         "murmur_departures_total",
         "counter",
         "Departure notices: adverts they dropped here, notices this node signed as a witness, and notices about this node it refuted by republishing.",

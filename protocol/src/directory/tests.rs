@@ -494,3 +494,142 @@ fn bucket_reads_agree_with_a_full_scan_on_a_shared_base_too() {
     }
     assert_eq!(dir.adverts_in(&Scope::new(Buckets::new(7, 1), vec![0]), 10), None, "more than 10");
 }
+
+/// An advert of node `n` issued at `issued_at`, claiming address `addr`.
+fn at(n: u8, issued_at: Millis, addr: &str) -> Envelope {
+    let mut advert = advert(1, issued_at, &[]);
+    advert.addrs = vec![addr.into()];
+    signed(&key(n), advert)
+}
+
+fn later(ms: u64) -> Millis {
+    T0.plus(ms)
+}
+
+#[test]
+fn a_full_directory_evicts_the_least_recently_refreshed_node_for_a_fresher_one() {
+    // 16,384 long-TTL adverts minted once used to fill a directory for a day, refusing
+    // every honest newcomer as "full".
+    let config = DirectoryConfig { nodes_max: 3, ..DirectoryConfig::default() };
+    let mut dir = Directory::new(config);
+    dir.insert(T0, at(1, T0, "/ip4/10.0.1.1/tcp/1"), gossip(9)).unwrap();
+    dir.insert(T0, at(2, later(10), "/ip4/10.0.2.1/tcp/1"), gossip(9)).unwrap();
+    dir.insert(T0, at(3, later(20), "/ip4/10.0.3.1/tcp/1"), gossip(9)).unwrap();
+    drain(&mut dir);
+    // Issued no later than the stalest held: refused, nothing changes.
+    assert_eq!(
+        dir.insert(later(30), at(4, T0, "/ip4/10.0.4.1/tcp/1"), gossip(9)),
+        Err(Refusal::Full { nodes_max: 3 })
+    );
+    assert_eq!(dir.len(), 3);
+    // Fresher: node 1, refreshed least recently, makes room.
+    dir.insert(later(30), at(5, later(30), "/ip4/10.0.5.1/tcp/1"), gossip(9)).unwrap();
+    assert!(dir.get(&key(1).node_id()).is_none());
+    assert!(dir.get(&key(5).node_id()).is_some());
+    assert_eq!(dir.len(), 3);
+    assert_eq!(
+        drain(&mut dir)[1..],
+        [
+            Output::Evicted { node: key(1).node_id(), by: key(5).node_id() },
+            Output::Accepted { node: key(5).node_id(), seq: 1, source: gossip(9) },
+        ]
+    );
+    assert_eq!(dir.stats().evicted, 1);
+    // Node 1's record coming back as it was is refused; a refresh of it is fresher.
+    assert!(dir.insert(later(40), at(1, T0, "/ip4/10.0.1.1/tcp/1"), gossip(9)).is_err());
+    let mut refreshed = advert(2, later(40), &[]);
+    refreshed.addrs = vec!["/ip4/10.0.1.1/tcp/1".into()];
+    dir.insert(later(40), signed(&key(1), refreshed), gossip(9)).unwrap();
+    assert!(dir.get(&key(2).node_id()).is_none(), "node 2 was the stalest");
+}
+
+#[test]
+fn connected_nodes_and_our_own_advert_are_never_evicted() {
+    let config = DirectoryConfig { nodes_max: 3, ..DirectoryConfig::default() };
+    let mut dir = Directory::new(config);
+    dir.insert(T0, at(1, T0, "/ip4/10.0.1.1/tcp/1"), Source::Local).unwrap();
+    dir.insert(T0, at(2, T0, "/ip4/10.0.2.1/tcp/1"), gossip(2)).unwrap();
+    dir.anchor(key(2).node_id(), true);
+    dir.insert(T0, at(3, later(10), "/ip4/10.0.3.1/tcp/1"), gossip(9)).unwrap();
+    // The stalest evictable record is node 3's, however fresh node 1 and 2 are not.
+    dir.insert(later(20), at(4, later(20), "/ip4/10.0.4.1/tcp/1"), gossip(9)).unwrap();
+    assert!(dir.get(&key(3).node_id()).is_none());
+    assert!(dir.get(&key(1).node_id()).is_some() && dir.get(&key(2).node_id()).is_some());
+    // A connected newcomer gets in even when it is staler than everything held.
+    dir.anchor(key(5).node_id(), true);
+    dir.insert(later(20), at(5, T0, "/ip4/10.0.5.1/tcp/1"), gossip(5)).unwrap();
+    assert!(dir.get(&key(4).node_id()).is_none());
+    // Once every record is anchored or our own, a newcomer is refused.
+    assert_eq!(
+        dir.insert(later(30), at(6, later(30), "/ip4/10.0.6.1/tcp/1"), gossip(9)),
+        Err(Refusal::Full { nodes_max: 3 })
+    );
+    // Disconnected, node 2 may be evicted again.
+    dir.anchor(key(2).node_id(), false);
+    dir.insert(later(30), at(6, later(30), "/ip4/10.0.6.1/tcp/1"), gossip(9)).unwrap();
+    assert!(dir.get(&key(2).node_id()).is_none());
+}
+
+#[test]
+fn one_address_range_and_one_peer_place_a_bounded_number_of_nodes() {
+    let config = DirectoryConfig { range_max: 2, peer_max: 3, ..DirectoryConfig::default() };
+    let mut dir = Directory::new(config);
+    dir.insert(T0, at(1, T0, "/ip4/10.0.7.1/tcp/1"), gossip(8)).unwrap();
+    dir.insert(T0, at(2, T0, "/ip4/10.0.7.200/udp/1/quic-v1"), gossip(9)).unwrap();
+    // A third node claiming 10.0.7.0/24, whoever delivers it.
+    assert_eq!(
+        dir.insert(T0, at(3, T0, "/ip4/10.0.7.3/tcp/1"), gossip(7)),
+        Err(Refusal::RangeFull { range_max: 2 })
+    );
+    // Refreshes of held nodes are not new nodes; a connected node is not bounded.
+    let mut refresh = advert(2, later(1), &[]);
+    refresh.addrs = vec!["/ip4/10.0.7.1/tcp/1".into()];
+    dir.insert(later(1), signed(&key(1), refresh), gossip(8)).unwrap();
+    dir.anchor(key(3).node_id(), true);
+    dir.insert(T0, at(3, T0, "/ip4/10.0.7.3/tcp/1"), gossip(7)).unwrap();
+    // IPv6 ranges are /48s, DNS names their last two labels.
+    dir.insert(T0, at(4, T0, "/ip6/2001:db8:1:2::1/tcp/1"), gossip(6)).unwrap();
+    dir.insert(T0, at(5, T0, "/ip6/2001:db8:1:ffff::9/tcp/1"), gossip(6)).unwrap();
+    assert_eq!(
+        dir.insert(T0, at(6, T0, "/ip6/2001:db8:1::7/tcp/1"), gossip(5)),
+        Err(Refusal::RangeFull { range_max: 2 })
+    );
+    dir.insert(T0, at(6, T0, "/ip6/2001:db8:2::7/tcp/1"), gossip(5)).unwrap();
+    dir.insert(T0, at(10, T0, "/dns4/a.example.org/tcp/1"), gossip(5)).unwrap();
+    dir.insert(T0, at(11, T0, "/dns4/b.Example.org./tcp/1"), gossip(4)).unwrap();
+    assert_eq!(
+        dir.insert(T0, at(12, T0, "/dns/c.d.example.org/tcp/1"), gossip(3)),
+        Err(Refusal::RangeFull { range_max: 2 })
+    );
+    // Peer 5 delivered nodes 6 and 10; a third is its last.
+    dir.insert(T0, at(13, T0, "/ip4/10.1.0.1/tcp/1"), gossip(5)).unwrap();
+    assert_eq!(
+        dir.insert(T0, at(14, T0, "/ip4/10.2.0.1/tcp/1"), gossip(5)),
+        Err(Refusal::PeerFull { peer_max: 3 })
+    );
+    assert_eq!(dir.stats().refused["range_full"], 3);
+    assert_eq!(dir.stats().refused["peer_full"], 1);
+    // The nodes refused changed nothing held.
+    for n in [12, 14] {
+        assert!(dir.get(&key(n).node_id()).is_none());
+    }
+}
+
+#[test]
+fn eviction_and_bounds_count_records_of_a_shared_base() {
+    let config = DirectoryConfig { nodes_max: 3, range_max: 2, ..DirectoryConfig::default() };
+    let mut seed = Directory::new(config.clone());
+    seed.insert(T0, at(1, T0, "/ip4/10.0.9.1/tcp/1"), gossip(9)).unwrap();
+    seed.insert(T0, at(2, later(5), "/ip4/10.0.9.2/tcp/1"), gossip(9)).unwrap();
+    let base = seed.freeze();
+    let mut dir = Directory::with_base(config, Arc::new(Ed25519Verifier), base);
+    assert_eq!(
+        dir.insert(T0, at(3, T0, "/ip4/10.0.9.3/tcp/1"), gossip(8)),
+        Err(Refusal::RangeFull { range_max: 2 })
+    );
+    dir.insert(T0, at(3, later(10), "/ip4/10.0.8.3/tcp/1"), gossip(8)).unwrap();
+    // Full: the base's node 1 is the stalest; evicting it frees a place in its range too.
+    dir.insert(later(20), at(4, later(20), "/ip4/10.0.9.4/tcp/1"), gossip(8)).unwrap();
+    assert!(dir.get(&key(1).node_id()).is_none() && dir.shadows(&key(1).node_id()));
+    assert_eq!(dir.len(), 3);
+}

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use murmur_protocol::advert::HostedCapsule;
 use murmur_protocol::departure::Departure;
-use murmur_protocol::limits::GOSSIP_TRANSMIT_BYTES_MAX;
-use murmur_protocol::{Advert, Envelope, Signature, Signed};
+use murmur_protocol::limits::{ADVERT_TTL_MS_MAX, GOSSIP_TRANSMIT_BYTES_MAX};
+use murmur_protocol::{Advert, Envelope, SecretKey, Signature, Signed};
 
 use super::{Event, Ix, Role, Sim};
 use crate::scenario::{ByzantineRole, Fault};
@@ -25,6 +25,7 @@ impl Sim {
             ByzantineRole::Replayer => self.replay(ix),
             ByzantineRole::Flooder => self.flood_junk(ix),
             ByzantineRole::Liar => self.lie(ix),
+            ByzantineRole::Sybil => self.mint_sybil(ix),
             ByzantineRole::UnauthorizedSender => self.send_unauthorized(ix),
             // It acts when asked for chunks (`pulls`), not on a timer.
             ByzantineRole::CorruptProvider => return,
@@ -83,6 +84,24 @@ impl Sim {
         let now = self.clock(ix);
         let notice = Departure::new(victim_id, seq, advert, now);
         let Ok(signed) = Signed::sign(notice, &self.nodes[ix as usize].key) else { return false };
+        let envelope = signed.into_envelope();
+        let len = envelope.encode().len();
+        let msg = self.new_message(Some(envelope), None, len, ix);
+        self.flood(ix, msg);
+        true
+    }
+
+    /// Mints a fresh identity and gossips its only advert: the longest TTL, never
+    /// refreshed, an address in a random range of 172.16.0.0/12 (so no range bound stops
+    /// it; the directories' freshness order must).
+    fn mint_sybil(&mut self, ix: Ix) -> bool {
+        let rng = &mut self.nodes[ix as usize].rng;
+        let key = SecretKey::from_seed(rng.bytes32());
+        let (b, c, d) = (16 + rng.below(16), rng.below(256), 1 + rng.below(254));
+        let mut advert = Advert::new(1, self.clock(ix), ADVERT_TTL_MS_MAX);
+        advert.addrs = vec![format!("/ip4/172.{b}.{c}.{d}/tcp/7421")];
+        let Ok(signed) = Signed::sign(advert, &key) else { return false };
+        self.sybils.insert(key.node_id(), ix);
         let envelope = signed.into_envelope();
         let len = envelope.encode().len();
         let msg = self.new_message(Some(envelope), None, len, ix);

@@ -191,6 +191,12 @@ impl Sim {
         match event {
             MeshEvent::AdvertAccepted { node, seq, source } => {
                 let Some(&subject) = self.index.get(&node) else {
+                    if let Some(&minter) = self.sybils.get(&node) {
+                        // A real key of a node that does not exist: accepted on its merits.
+                        self.trace.record(27, u64::from(ix), u64::from(minter), seq);
+                        self.metrics.sybil_accepted += 1;
+                        return;
+                    }
                     self.violation(format!(
                         "node {ix} accepted an advert from {node}, a node that does not exist (forged)"
                     ));
@@ -225,6 +231,15 @@ impl Sim {
             MeshEvent::AdvertRefused { reason, .. } => {
                 self.trace.record(22, u64::from(ix), refusal_tag(&reason), 0);
                 *self.metrics.refusals.entry(reason.reason().to_owned()).or_default() += 1;
+            }
+            MeshEvent::AdvertEvicted { node, by } => {
+                let (subject, by) = (self.index.get(&node), self.index.get(&by));
+                let tag = |ix: Option<&Ix>| ix.map_or(u64::MAX, |&ix| u64::from(ix));
+                self.trace.record(26, u64::from(ix), tag(subject), tag(by));
+                self.metrics.evicted += 1;
+                if subject.is_some() {
+                    self.metrics.evicted_real += 1;
+                }
             }
             MeshEvent::AdvertExpired { node } => {
                 let subject = self.index.get(&node).copied().unwrap_or(Ix::MAX);

@@ -28,6 +28,7 @@ impl Options {
             Some(Plant::RetryLost) => Plants::one(Shipped::RetryLost),
             Some(Plant::VolatileAccept) => Plants::one(Shipped::VolatileAccept),
             Some(Plant::WriteUnverified) => Plants::one(Shipped::WriteUnverified),
+            Some(Plant::RefuseWhenFull) => Plants::one(Shipped::RefuseWhenFull),
             Some(Plant::TrustAnyOffer | Plant::OpenAdmission) | None => Plants::NONE,
         }
     }
@@ -35,8 +36,8 @@ impl Options {
 
 /// A known bug, planted on purpose: each must be caught by its checker
 /// (`sim/tests/tasks.rs`, `sim/tests/artifacts.rs`, `sim/tests/scenarios.rs`). The first
-/// four are planted in the protocol's own machines (the code `murnode` runs); the last two
-/// are configurations a node could be given.
+/// four and the last are planted in the protocol's own machines (the code `murnode` runs);
+/// `trust-any-offer` and `open-admission` are configurations a node could be given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Plant {
     /// The task exchange accepts peers' tasks without the receiving node's grant check
@@ -63,17 +64,22 @@ pub enum Plant {
     /// admission checker (the scenario is made closed, with an uncertified node, if it is
     /// not).
     OpenAdmission,
+    /// A full directory refuses every newcomer and bounds no address range or peer (the
+    /// directory before it made room by freshness). Caught by the liveness checker in the
+    /// `sybil` scenario: the joins made while the flood fills directories never get in.
+    RefuseWhenFull,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::SkipIncomingCheck,
         Self::RetryLost,
         Self::VolatileAccept,
         Self::WriteUnverified,
         Self::TrustAnyOffer,
         Self::OpenAdmission,
+        Self::RefuseWhenFull,
     ];
 
     /// The name on the command line (`--plant NAME`).
@@ -86,6 +92,7 @@ impl Plant {
             Self::WriteUnverified => "write-unverified",
             Self::TrustAnyOffer => "trust-any-offer",
             Self::OpenAdmission => "open-admission",
+            Self::RefuseWhenFull => "refuse-when-full",
         }
     }
 }

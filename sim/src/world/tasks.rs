@@ -198,9 +198,12 @@ pub(super) fn is_task_capsule(name: &str) -> bool {
 /// unauthorized sender for the grant checker to catch.
 pub(super) fn prepare(scenario: &mut Scenario, options: Options) {
     let Some(plant) = options.plant else { return };
-    if matches!(plant, Plant::WriteUnverified | Plant::TrustAnyOffer | Plant::OpenAdmission) {
-        // An artifact or admission bug: `artifacts::prepare` or the world sets up what it
-        // needs.
+    if matches!(
+        plant,
+        Plant::WriteUnverified | Plant::TrustAnyOffer | Plant::OpenAdmission | Plant::RefuseWhenFull
+    ) {
+        // An artifact, admission or directory bug: `artifacts::prepare` or the world sets
+        // up what it needs.
         return;
     }
     if scenario.tasks.is_none() {
