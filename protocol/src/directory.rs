@@ -81,6 +81,7 @@ use crate::limits::{
     ENVELOPE_OVERHEAD_MAX, PENDING_NOTICES_MAX,
 };
 use crate::plant::{Plant, Plants};
+use crate::revocation::{RevocationRefusal, Revocations, Taken};
 use crate::signed::{Envelope, OpenError};
 use crate::sync::{Buckets, Scope, Summary};
 use crate::time::Millis;
@@ -118,6 +119,9 @@ pub struct DirectoryConfig {
     pub peer_max: usize,
     /// Open or closed mesh.
     pub admission: Admission,
+    /// Authorities whose revocation lists this directory takes (`trust.authorities`): a
+    /// node one of them revoked is refused and dropped, open mesh or closed.
+    pub authorities: Vec<PublicKey>,
     /// Planted bugs, for the simulator's checkers (none in `murnode`).
     pub plants: Plants,
 }
@@ -131,6 +135,7 @@ impl Default for DirectoryConfig {
             range_max: DIRECTORY_RANGE_MAX,
             peer_max: DIRECTORY_PEER_MAX,
             admission: Admission::Open,
+            authorities: Vec::new(),
             plants: Plants::NONE,
         }
     }
@@ -171,6 +176,9 @@ pub enum Output {
     /// A full directory dropped `node`'s advert, the one refreshed least recently, to make
     /// room for `by`'s.
     Evicted { node: NodeId, by: NodeId },
+    /// A revocation list of `authority` (list `seq`) revoked `node`: its advert, if one was
+    /// held, is dropped, and further adverts of it are refused.
+    Revoked { node: NodeId, authority: PublicKey, seq: u64 },
     /// A departure notice from `witness` dropped `node`'s advert `seq`.
     /// `addrs`: where the dropped advert said the node listens (for reconnecting to it
     /// after a partition heals).
@@ -202,6 +210,8 @@ pub enum Refusal {
     RangeFull { range_max: usize },
     #[error("{peer_max} nodes not connected here were already delivered by this peer")]
     PeerFull { peer_max: usize },
+    #[error("node is revoked by authority {authority} (revocation list {seq})")]
+    Revoked { authority: PublicKey, seq: u64 },
     /// The notice is genuine (known witness, fresh, signed) but names an advert this
     /// directory does not hold (a node it never heard of, or a newer advert than it has):
     /// worth relaying, since the advert may be on its way to others, and parked here.
@@ -217,7 +227,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// Every reason name, in a fixed order (for metrics that list zero counts too).
-    pub const REASONS: [&'static str; 14] = [
+    pub const REASONS: [&'static str; 15] = [
         "malformed",
         "bad_signature",
         "duplicate",
@@ -232,6 +242,7 @@ impl Refusal {
         "wrong_advert",
         "range_full",
         "peer_full",
+        "revoked",
     ];
 
     /// A stable machine-readable name, one of [`Refusal::REASONS`].
@@ -252,6 +263,7 @@ impl Refusal {
             Self::WrongAdvert { .. } => "wrong_advert",
             Self::RangeFull { .. } => "range_full",
             Self::PeerFull { .. } => "peer_full",
+            Self::Revoked { .. } => "revoked",
         }
     }
 
@@ -338,6 +350,8 @@ pub struct DirectoryStats {
     pub tombstones_dropped: u64,
     /// Adverts a full directory dropped to make room for a fresher one.
     pub evicted: u64,
+    /// Adverts dropped because their node was revoked.
+    pub revoked: u64,
 }
 
 /// Records frozen for sharing: the common start of many directories (see the module
@@ -403,6 +417,8 @@ pub struct Directory {
     vias: BTreeMap<NodeId, i64>,
     /// Nodes connected here: never evicted, and not held to the range and peer bounds.
     anchored: BTreeSet<NodeId>,
+    /// The latest revocation list of each trusted authority.
+    revocations: Revocations,
     tombstones: BTreeMap<NodeId, Tombstone>,
     tombstone_expiries: BTreeSet<(Millis, NodeId)>,
     /// Parked notices, oldest first, by arrival number; indexed by subject and by witness.
@@ -512,6 +528,7 @@ impl Directory {
     /// A directory that starts out holding everything `base` holds (see the module docs).
     #[must_use]
     pub fn with_base(config: DirectoryConfig, verifier: Arc<dyn Verifier>, base: Arc<DirectoryBase>) -> Self {
+        let revocations = Revocations::new(config.authorities.clone(), config.plants);
         Self {
             config,
             verifier,
@@ -525,6 +542,7 @@ impl Directory {
             ranges: BTreeMap::new(),
             vias: BTreeMap::new(),
             anchored: BTreeSet::new(),
+            revocations,
             tombstones: BTreeMap::new(),
             tombstone_expiries: BTreeSet::new(),
             pending: BTreeMap::new(),
@@ -1057,6 +1075,9 @@ impl Directory {
         source: Source,
     ) -> Result<(Arc<Advert>, Option<NodeId>), Refusal> {
         let node = NodeId::from_key(envelope.signer());
+        if let Some((authority, seq)) = self.revocations.node_revoked(&node) {
+            return Err(Refusal::Revoked { authority, seq });
+        }
         let held = self.get(&node);
         // The same bytes again (gossip and anti-entropy overlap): no need to decode.
         if let Some(record) = held
@@ -1150,6 +1171,30 @@ impl Directory {
         let base =
             self.base.by_issued.iter().find(|(_, node)| !self.shadowed.contains(node) && evictable(node));
         own.into_iter().chain(base).min().copied()
+    }
+
+    /// The revocation lists held (see [`crate::revocation`]).
+    #[must_use]
+    pub const fn revocations(&self) -> &Revocations {
+        &self.revocations
+    }
+
+    /// Takes a revocation list, if it is valid, trusted and newer than the one held, and
+    /// drops the adverts of the nodes it newly revokes (this node's own excepted: a node
+    /// does not forget itself, its peers refuse it). A refusal changes nothing.
+    pub fn revoke(&mut self, envelope: Envelope) -> Result<Taken, RevocationRefusal> {
+        let taken = self.revocations.insert(envelope, self.verifier.as_ref())?;
+        for node in &taken.nodes {
+            if self.revocations.node_revoked(node).is_none() {
+                continue; // a planted bug ignores revocations
+            }
+            let own = self.get(node).is_some_and(|record| record.via.is_none());
+            if !own && self.remove(node).is_some() {
+                self.stats.revoked += 1;
+            }
+            self.push(Output::Revoked { node: *node, authority: taken.authority, seq: taken.seq });
+        }
+        Ok(taken)
     }
 
     /// Drops `node`'s record to make room for `by`'s. No tombstone: the node may come back

@@ -65,6 +65,7 @@ pub mod plant;
 pub mod pull;
 pub mod replicate;
 pub mod resolve;
+pub mod revocation;
 pub mod route;
 pub mod signed;
 pub mod sync;

@@ -106,6 +106,20 @@ pub const PENDING_NOTICES_MAX: usize = 256;
 /// Departure notices in one sync response.
 pub const SYNC_NOTICES_MAX: usize = 256;
 
+/// Largest encoded revocation list body.
+pub const REVOCATION_BYTES_MAX: usize = ADVERT_BYTES_MAX;
+
+/// Nodes one revocation list may name (about 36 bytes each).
+pub const REVOCATION_NODES_MAX: usize = 256;
+
+/// Grant serials one revocation list may name (at most 9 bytes each).
+pub const REVOCATION_GRANTS_MAX: usize = 512;
+
+/// Authorities whose lists a node holds (and names in a sync request).
+pub const REVOCATIONS_HELD_MAX: usize = 16;
+
+const _: () = assert!(REVOCATION_NODES_MAX * 36 + REVOCATION_GRANTS_MAX * 9 + 64 <= REVOCATION_BYTES_MAX);
+const _: () = assert!(REVOCATION_BYTES_MAX + ENVELOPE_OVERHEAD_MAX <= ENVELOPE_BYTES_MAX);
 const _: () = assert!(CERT_BYTES_MAX <= ADVERT_BYTES_MAX / 4);
 const _: () = assert!(GRANT_BYTES_MAX + ENVELOPE_OVERHEAD_MAX <= ENVELOPE_BYTES_MAX);
 const _: () = assert!(ADVERT_TTL_MS_MIN < ADVERT_TTL_MS_MAX);

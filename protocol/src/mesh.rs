@@ -65,6 +65,7 @@ mod departures;
 mod dialling;
 mod gossip;
 mod publishing;
+mod revoking;
 
 pub use admission::REFUSED_HOLD_MS;
 pub use anti_entropy::SYNCS_IN_FLIGHT_MAX;
@@ -80,6 +81,10 @@ use dialling::{Bootstrap, Departed, dial_salt};
 
 /// The gossipsub topic adverts travel on.
 pub const ADVERT_TOPIC: &str = "murmur/adverts/1";
+
+/// The gossipsub topic revocation lists travel on (wire 1.2: older nodes do not subscribe,
+/// so they are never sent a document they cannot read).
+pub const REVOCATION_TOPIC: &str = "murmur/revocations/1";
 
 /// How a node takes part in the mesh.
 #[derive(Clone, Debug)]
@@ -139,7 +144,7 @@ pub enum Input {
     PeerConnected { peer: NodeId },
     /// The last connection to `peer` closed.
     PeerDisconnected { peer: NodeId },
-    /// A gossip message on [`ADVERT_TOPIC`] arrived from `from`; the driver must later
+    /// A gossip message on [`ADVERT_TOPIC`] or [`REVOCATION_TOPIC`] arrived from `from`; the driver must later
     /// receive a [`Output::Report`] with the same `token`.
     GossipReceived { from: NodeId, token: u64, bytes: Vec<u8> },
     /// As [`Input::GossipReceived`], for a driver that already decoded the envelope (the
@@ -168,6 +173,9 @@ pub enum Input {
     SetLoad { load: u16 },
     /// This node's closed-mesh certificate (an envelope of a [`crate::NodeCert`]).
     SetCert { cert: Option<Envelope> },
+    /// A revocation list (an envelope of a [`crate::revocation::Revocation`]) from this
+    /// node's operator or its store: taken if valid, trusted and new, then gossiped.
+    Revoke { envelope: Envelope },
     /// The peers to dial at start and again, with a growing wait, whenever they are not
     /// connected (see [`BOOTSTRAP_RETRY_MS`]). Entries for one peer are merged; at most
     /// [`crate::limits::BOOTSTRAP_PEERS_MAX`] peers with
@@ -194,6 +202,8 @@ pub enum Verdict {
 pub enum Output {
     /// Publish this envelope (an advert or a departure notice) on [`ADVERT_TOPIC`].
     Publish { bytes: Vec<u8> },
+    /// Publish this revocation list on [`REVOCATION_TOPIC`].
+    PublishRevocation { bytes: Vec<u8> },
     /// The verdict on the gossip message with `token`.
     Report { token: u64, verdict: Verdict },
     /// Send a sync request to `peer`.
@@ -231,6 +241,17 @@ pub enum Event {
     Departed { node: NodeId, seq: u64, witness: NodeId, source: Source },
     /// We published our own advert with this sequence number.
     Published { seq: u64 },
+    /// A revocation list was taken: list `seq` of `authority`, newly revoking `nodes` and
+    /// revoking `grants` grants in all. The driver stores the lists held
+    /// ([`Directory::revocations`]).
+    Revoked { authority: crate::identity::PublicKey, seq: u64, nodes: Vec<NodeId>, grants: usize },
+    /// A revocation list was refused (`from`: the peer that sent it, `None` for this node's
+    /// own operator).
+    RevocationRefused {
+        authority: crate::identity::PublicKey,
+        from: Option<NodeId>,
+        reason: crate::revocation::RevocationRefusal,
+    },
 }
 
 /// Counters for metrics (the directory keeps its own, see [`MeshNode::directory`]).
@@ -255,6 +276,9 @@ pub struct MeshStats {
     /// Peers cut off and held off for overrunning a connection's request budget.
     pub peers_cut_off: u64,
     pub outputs_dropped: u64,
+    /// Revocation lists taken, and refused (old copies included).
+    pub revocations_taken: u64,
+    pub revocations_refused: u64,
     /// Departure notices this node signed as a witness.
     pub departures_declared: u64,
     /// Departure notices about this node's current advert that brought its next
@@ -459,6 +483,9 @@ impl MeshNode {
             // traffic into advert traffic.
             Input::SetLoad { load } => self.local.load = load,
             Input::SetCert { cert } => self.update_local(now, |l| l.cert = cert),
+            Input::Revoke { envelope } => {
+                self.on_revocation(now, envelope, revoking::Via::Local, true);
+            }
             Input::SetBootstrap { peers } => self.set_bootstrap(now, peers),
             Input::Tick => {}
         }
@@ -549,6 +576,9 @@ impl MeshNode {
             self.announce_soon(now);
         }
         self.suspects.remove(&peer);
+        if self.expel_if_revoked(now, peer) {
+            return;
+        }
         self.directory.anchor(peer, true);
         self.peers.insert(peer, Peer::connected(now, admitted));
         self.start_sync(peer);
@@ -596,6 +626,8 @@ impl MeshNode {
                 }
                 DirectoryOutput::Expired { node } => Event::AdvertExpired { node },
                 DirectoryOutput::Evicted { node, by } => Event::AdvertEvicted { node, by },
+                // Told by the mesh itself (`Event::Revoked`), peers expelled there.
+                DirectoryOutput::Revoked { .. } => continue,
                 DirectoryOutput::Departed { node, seq, witness, source, addrs } => {
                     self.remember_departed(now, node, addrs);
                     Event::Departed { node, seq, witness, source }

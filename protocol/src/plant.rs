@@ -24,6 +24,9 @@ pub enum Plant {
     /// A full directory refuses every newcomer, and no address range or peer is bounded:
     /// identities minted once with long TTLs keep honest joins out.
     RefuseWhenFull,
+    /// Revocation lists are taken and spread, but no check consults them: revoked grants
+    /// and nodes keep working until they expire.
+    IgnoreRevocations,
 }
 
 /// The plants a machine runs with: none, unless the `plant` feature is on and a test set

@@ -55,6 +55,10 @@ pub enum DocKind {
     /// node departed, signed by the witness. Its wire name predates the type's name.
     #[serde(rename = "node-gone")]
     NodeDeparture,
+    /// An authority's revocation list ([`crate::revocation::Revocation`]), signed by the
+    /// authority.
+    #[serde(rename = "revocation")]
+    Revocation,
 }
 
 impl DocKind {
@@ -67,6 +71,7 @@ impl DocKind {
             Self::NodeCert => "node-cert",
             Self::Catalog => "catalog",
             Self::NodeDeparture => "node-gone",
+            Self::Revocation => "revocation",
         }
     }
 }

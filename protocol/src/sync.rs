@@ -32,10 +32,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::codec::{self, DecodeError};
 use crate::directory::DirectoryDigest;
-use crate::identity::NodeId;
+use crate::identity::{NodeId, PublicKey};
 use crate::limits::{
-    SYNC_ADVERTS_MAX, SYNC_BUCKETS_MAX, SYNC_INLINE_ADVERTS_MAX, SYNC_NOTICES_MAX, SYNC_REQUEST_BYTES_MAX,
-    SYNC_RESPONSE_BYTES_MAX,
+    REVOCATIONS_HELD_MAX, SYNC_ADVERTS_MAX, SYNC_BUCKETS_MAX, SYNC_INLINE_ADVERTS_MAX, SYNC_NOTICES_MAX,
+    SYNC_REQUEST_BYTES_MAX, SYNC_RESPONSE_BYTES_MAX,
 };
 use crate::signed::{DocKind, Envelope, decode_versioned};
 
@@ -60,6 +60,11 @@ pub struct SyncRequest {
     /// What the requester holds, bucket by bucket (omitted when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<Summary>,
+    /// The revocation lists the requester holds, as `[authority, seq]` (wire 1.2, sent only
+    /// to peers announcing it; omitted otherwise). A responder that sees it answers with
+    /// the lists it holds that are newer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revocations: Option<Vec<(PublicKey, u64)>>,
 }
 
 /// How an exchange cuts directories into buckets: `count` (a power of two) buckets by the
@@ -280,13 +285,17 @@ pub struct SyncResponse {
     pub differ: Option<Vec<BucketSum>>,
     /// Advert envelopes, each to be judged by the requester's directory.
     pub adverts: Vec<Envelope>,
+    /// Revocation lists newer than the request said the requester holds (only to a request
+    /// that said so; omitted when empty).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub revocations: Vec<Envelope>,
 }
 
 impl SyncRequest {
     /// A request carrying `digest` and an optional certificate.
     #[must_use]
     pub const fn new(cert: Option<Envelope>, digest: DirectoryDigest) -> Self {
-        Self { v: SYNC_VERSION, cert, scope: None, digest, summary: None }
+        Self { v: SYNC_VERSION, cert, scope: None, digest, summary: None, revocations: None }
     }
 
     /// A request carrying a summary and an optional certificate.
@@ -298,13 +307,21 @@ impl SyncRequest {
             scope: None,
             digest: DirectoryDigest::default(),
             summary: Some(summary),
+            revocations: None,
         }
     }
 
     /// A request carrying `digest`, which covers only `scope`.
     #[must_use]
     pub const fn scoped(cert: Option<Envelope>, scope: Scope, digest: DirectoryDigest) -> Self {
-        Self { v: SYNC_VERSION, cert, scope: Some(scope), digest, summary: None }
+        Self { v: SYNC_VERSION, cert, scope: Some(scope), digest, summary: None, revocations: None }
+    }
+
+    /// The request, telling the responder which revocation lists the requester holds.
+    #[must_use]
+    pub fn with_revocations(mut self, seen: Vec<(PublicKey, u64)>) -> Self {
+        self.revocations = Some(seen);
+        self
     }
 
     /// Canonical bytes.
@@ -331,6 +348,15 @@ impl SyncRequest {
         if let Some(scope) = &request.scope {
             scope.validate()?;
         }
+        if let Some(seen) = &request.revocations
+            && seen.len() > REVOCATIONS_HELD_MAX
+        {
+            return Err(DecodeError::Invalid {
+                what: "sync request",
+                field: "revocations",
+                reason: format!("has {} entries, more than {REVOCATIONS_HELD_MAX}", seen.len()),
+            });
+        }
         if let Some(cert) = &request.cert
             && cert.kind() != DocKind::NodeCert
         {
@@ -348,14 +374,28 @@ impl SyncResponse {
     /// A response carrying `adverts`.
     #[must_use]
     pub const fn new(adverts: Vec<Envelope>, more: bool) -> Self {
-        Self { v: SYNC_VERSION, gone: Vec::new(), more, differ: None, adverts }
+        Self { v: SYNC_VERSION, gone: Vec::new(), more, differ: None, adverts, revocations: Vec::new() }
     }
 
     /// The answer to a summary: the buckets that differ, and (when few) the responder's
     /// adverts in them.
     #[must_use]
     pub const fn differing(buckets: Vec<BucketSum>, adverts: Vec<Envelope>) -> Self {
-        Self { v: SYNC_VERSION, gone: Vec::new(), more: false, differ: Some(buckets), adverts }
+        Self {
+            v: SYNC_VERSION,
+            gone: Vec::new(),
+            more: false,
+            differ: Some(buckets),
+            adverts,
+            revocations: Vec::new(),
+        }
+    }
+
+    /// The response with revocation lists added.
+    #[must_use]
+    pub fn with_revocations(mut self, revocations: Vec<Envelope>) -> Self {
+        self.revocations = revocations;
+        self
     }
 
     /// The response with departure notices added.
@@ -393,6 +433,23 @@ impl SyncResponse {
             return Err(DecodeError::Invalid {
                 what: "sync response",
                 field: "gone",
+                reason: format!("holds a {} document", other.kind()),
+            });
+        }
+        if response.revocations.len() > REVOCATIONS_HELD_MAX {
+            return Err(DecodeError::Invalid {
+                what: "sync response",
+                field: "revocations",
+                reason: format!(
+                    "has {} entries, more than {REVOCATIONS_HELD_MAX}",
+                    response.revocations.len()
+                ),
+            });
+        }
+        if let Some(other) = response.revocations.iter().find(|n| n.kind() != DocKind::Revocation) {
+            return Err(DecodeError::Invalid {
+                what: "sync response",
+                field: "revocations",
                 reason: format!("holds a {} document", other.kind()),
             });
         }

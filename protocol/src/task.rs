@@ -23,6 +23,7 @@ use crate::directory::Directory;
 use crate::grant::{GrantError, GrantExpectation, verify_grant};
 use crate::identity::{NodeId, PublicKey};
 use crate::peer_url::PeerUrl;
+use crate::revocation::Revocations;
 use crate::signed::Envelope;
 use crate::time::Millis;
 
@@ -366,6 +367,10 @@ pub enum TaskRefusal {
     NoGrant { capsule: String },
     #[error("{0}")]
     Grant(GrantError),
+    #[error(
+        "grant {serial} of capsule `{capsule}` is revoked by its authority {authority} (revocation list {seq}): ask the authority for a new grant"
+    )]
+    GrantRevoked { capsule: String, serial: u64, authority: PublicKey, seq: u64 },
     #[error("the grant does not allow `{capsule}` to send to {target}")]
     TargetNotAllowed { capsule: String, target: String },
     #[error("the sending node {node} does not host capsule `{capsule}`")]
@@ -389,6 +394,7 @@ impl TaskRefusal {
         match self {
             Self::NoGrant { .. } => "no_grant",
             Self::Grant(err) => err.reason(),
+            Self::GrantRevoked { .. } => "revoked",
             Self::TargetNotAllowed { .. } => "target_not_allowed",
             Self::SenderNotHosted { .. } => "sender_not_hosted",
             Self::NotHosted { .. } => "not_hosted",
@@ -486,6 +492,7 @@ impl std::fmt::Display for Check {
 pub fn check_outgoing(
     grant: Option<&Envelope>,
     authorities: &[PublicKey],
+    revocations: &Revocations,
     now: Millis,
     capsule: &str,
     artifact: Option<&crate::Digest>,
@@ -495,10 +502,28 @@ pub fn check_outgoing(
     let verified =
         verify_grant(grant.clone(), authorities, now, GrantExpectation { capsule: Some(capsule), artifact })
             .map_err(TaskRefusal::Grant)?;
+    check_not_revoked(&verified, revocations)?;
     if !verified.doc().allows_target(target) {
         return Err(TaskRefusal::TargetNotAllowed { capsule: capsule.into(), target: target.to_string() });
     }
     Ok(())
+}
+
+/// Refuses a verified grant that a list of its own authority revokes.
+fn check_not_revoked(
+    grant: &crate::Signed<crate::Grant>,
+    revocations: &Revocations,
+) -> Result<(), TaskRefusal> {
+    let serial = grant.doc().serial;
+    match revocations.grant_revoked(&grant.signer(), serial) {
+        Some(seq) => Err(TaskRefusal::GrantRevoked {
+            capsule: grant.doc().capsule.clone(),
+            serial,
+            authority: grant.signer(),
+            seq,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// The receiving node's check of a capsule-sent task, before it accepts: the grant carried
@@ -529,6 +554,7 @@ pub fn check_incoming(
         GrantExpectation { capsule: Some(name), artifact: sender_artifact.as_ref() },
     )
     .map_err(TaskRefusal::Grant)?;
+    check_not_revoked(&verified, directory.revocations())?;
     let hosted =
         directory.get(from).is_some_and(|r| r.expires_at() > now && r.advert().hosts(name).is_some());
     if !hosted {

@@ -20,7 +20,7 @@ use std::fmt;
 /// This build's major wire version: only peers of the same major are admitted.
 pub const WIRE_MAJOR: u16 = 1;
 /// This build's minor wire version: the features of [`Feature::since`] up to it.
-pub const WIRE_MINOR: u16 = 1;
+pub const WIRE_MINOR: u16 = 2;
 
 /// A negotiated addition to the wire, with the minor version that introduced it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,6 +29,9 @@ pub enum Feature {
     SettleWait,
     /// Version-2 chunk lists (chained values) in artifact manifests.
     ChainedChunkLists,
+    /// Revocation lists: `revocations` in sync requests and answers, and the
+    /// [`crate::mesh::REVOCATION_TOPIC`] gossip topic.
+    Revocations,
 }
 
 impl Feature {
@@ -37,6 +40,7 @@ impl Feature {
     pub const fn since(self) -> u16 {
         match self {
             Self::SettleWait | Self::ChainedChunkLists => 1,
+            Self::Revocations => 2,
         }
     }
 }
@@ -79,6 +83,21 @@ impl WireVersion {
         {
             submit.settle_wait_ms = 0;
         }
+    }
+
+    /// Shapes a sync request for a peer announcing `peer`: without `revocations` for a peer
+    /// that predates them (its answer then carries none either).
+    pub fn shape_sync_for(self, peer: Option<Self>, request: &mut crate::sync::SyncRequest) {
+        if !self.shares(peer, Feature::Revocations) {
+            request.revocations = None;
+        }
+    }
+
+    /// Whether this node, at this version, reads a sync `request` (a node rehearsing a
+    /// minor before 1.2 refuses `revocations`, as that minor's strict decoder would).
+    #[must_use]
+    pub fn reads_sync(self, request: &crate::sync::SyncRequest) -> bool {
+        request.revocations.is_none() || self.has(Feature::Revocations)
     }
 
     /// Whether this node, at this version, reads `request` (a node rehearsing an older
@@ -202,5 +221,22 @@ mod tests {
         OURS.shape_for(Some(old), &mut request);
         assert_eq!(request, submit(0));
         assert!(OURS.reads(&submit(5000)) && old.reads(&submit(0)) && !old.reads(&submit(5000)));
+    }
+
+    #[test]
+    fn a_sync_request_to_a_peer_before_1_2_carries_no_revocations() {
+        use crate::sync::SyncRequest;
+        let v12 = WireVersion { major: 1, minor: 2 };
+        let fresh = || SyncRequest::new(None, crate::DirectoryDigest::default()).with_revocations(vec![]);
+        let mut request = fresh();
+        v12.shape_sync_for(Some(v12), &mut request);
+        assert!(request.revocations.is_some());
+        for older in [Some(OURS), None] {
+            let mut request = fresh();
+            v12.shape_sync_for(older, &mut request);
+            assert_eq!(request, SyncRequest::new(None, crate::DirectoryDigest::default()));
+            assert_eq!(request.encode(), SyncRequest::new(None, crate::DirectoryDigest::default()).encode());
+        }
+        assert!(v12.reads_sync(&fresh()) && !OURS.reads_sync(&fresh()));
     }
 }

@@ -46,6 +46,12 @@ impl MeshNode {
                 verify_cert_with(cert, authorities, now, &from, self.directory.verifier())
                     .map_err(|e| e.to_string())
             });
+        let admitted = admitted.and_then(|cert| match self.directory.revocations().node_revoked(&from) {
+            Some((authority, seq)) => {
+                Err(format!("revoked by authority {authority} (revocation list {seq})"))
+            }
+            None => Ok(cert),
+        });
         match admitted {
             Ok(_) => {
                 if let Some(peer) = self.peers.get_mut(&from) {

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeSet;
 
+use super::revoking::Via;
 use super::{MeshNode, Output, Peer};
 use crate::digest::Digest;
 use crate::directory::{DirectoryDigest, Source};
@@ -61,6 +62,7 @@ impl MeshNode {
         if let Some(state) = self.peers.get_mut(&peer) {
             state.summary = summary;
         }
+        let request = request.with_revocations(self.directory.revocations().seen());
         self.push(Output::SendSyncRequest { peer, request });
     }
 
@@ -87,16 +89,21 @@ impl MeshNode {
         if !self.admits_requester(now, from, &request) {
             return;
         }
+        // Lists the requester lacks go first (at most 16 of 16 KiB); adverts get the rest.
+        let revocations = request
+            .revocations
+            .as_ref()
+            .map(|seen| self.directory.revocations().newer_than(seen))
+            .unwrap_or_default();
+        let budget = SYNC_RESPONSE_BYTES_MAX
+            - revocations.iter().map(|e| e.body().len() + ENVELOPE_OVERHEAD_MAX).sum::<usize>();
         if let Some(summary) = &request.summary {
             self.stats.syncs_answered += 1;
             let response = if self.directory.len() < SYNC_SUMMARY_NODES_MIN {
                 // We hold little (a newcomer): all of it is smaller than a second round trip
                 // for the requester's digest. It judges each advert as usual.
-                let (adverts, more) = self.directory.missing_for(
-                    &DirectoryDigest::default(),
-                    SYNC_ADVERTS_MAX,
-                    SYNC_RESPONSE_BYTES_MAX,
-                );
+                let (adverts, more) =
+                    self.directory.missing_for(&DirectoryDigest::default(), SYNC_ADVERTS_MAX, budget);
                 SyncResponse::new(adverts, more)
             } else {
                 let buckets = summary.buckets();
@@ -105,6 +112,7 @@ impl MeshNode {
                 let inline = self.directory.adverts_in(&scope, SYNC_INLINE_ADVERTS_MAX).unwrap_or_default();
                 SyncResponse::differing(differ, inline)
             };
+            let response = response.with_revocations(revocations);
             self.push(Output::SendSyncResponse { token, response });
             return;
         }
@@ -115,7 +123,7 @@ impl MeshNode {
         let (mut gone, mut adverts, mut bytes) = (Vec::new(), Vec::new(), 0);
         for (notice, advert) in self.directory.notices_for(&request.digest, SYNC_NOTICES_MAX) {
             let cost = size(&notice) + advert.as_ref().map_or(0, size);
-            if bytes + cost > SYNC_RESPONSE_BYTES_MAX / 2 || adverts.len() == SYNC_ADVERTS_MAX / 2 {
+            if bytes + cost > budget / 2 || adverts.len() == SYNC_ADVERTS_MAX / 2 {
                 break;
             }
             bytes += cost;
@@ -126,11 +134,11 @@ impl MeshNode {
             &request.digest,
             request.scope.as_ref(),
             SYNC_ADVERTS_MAX - adverts.len(),
-            SYNC_RESPONSE_BYTES_MAX - bytes,
+            budget - bytes,
         );
         adverts.extend(missing);
         self.stats.syncs_answered += 1;
-        let response = SyncResponse::new(adverts, more).with_notices(gone);
+        let response = SyncResponse::new(adverts, more).with_notices(gone).with_revocations(revocations);
         self.push(Output::SendSyncResponse { token, response });
     }
 
@@ -141,6 +149,12 @@ impl MeshNode {
         peer.syncing = false;
         let peer_admitted = peer.admitted;
         let summary = peer.summary.take();
+        // Revocations first: a list may revoke a node whose advert comes in this answer.
+        for list in response.revocations {
+            // Relayed when new here: the gossip that brought it passed us by, and likely
+            // our neighbours too.
+            self.on_revocation(now, list, Via::Peer(from), true);
+        }
         // Adverts that come with `differ` are all the responder holds in those buckets.
         let inline: Option<BTreeSet<NodeId>> = (response.differ.is_some() && !response.adverts.is_empty())
             .then(|| response.adverts.iter().map(|e| NodeId::from_key(e.signer())).collect());

@@ -4,6 +4,7 @@
 //! penalise the sender). The driver relays only what is accepted. In a closed mesh, a peer
 //! not yet admitted that sends junk or forgeries is refused at once.
 
+use super::revoking::Via;
 use super::{MeshNode, Output, Verdict};
 use crate::directory::{Refusal, Source};
 use crate::identity::NodeId;
@@ -53,6 +54,10 @@ impl MeshNode {
 
     /// The verdict on a gossiped advert, and whether it was malformed or forged.
     fn judge_gossip(&mut self, now: Millis, from: NodeId, token: u64, envelope: Envelope) -> (Verdict, bool) {
+        if envelope.kind() == DocKind::Revocation {
+            let verdict = self.on_revocation(now, envelope, Via::Peer(from), false);
+            return (verdict, verdict == Verdict::Reject);
+        }
         if envelope.kind() == DocKind::NodeDeparture {
             return match self.on_notice(now, &envelope, Source::Gossip { from, token }) {
                 // Relayed also when it names a node we never held: others may hold it.

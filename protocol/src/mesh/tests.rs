@@ -102,7 +102,7 @@ impl Net {
                 while let Some(out) = self.nodes[i].poll_output() {
                     progressed = true;
                     match out {
-                        Output::Publish { bytes } => {
+                        Output::Publish { bytes } | Output::PublishRevocation { bytes } => {
                             self.published.push((i, bytes.clone()));
                             for j in 0..self.nodes.len() {
                                 if self.linked(i, j) {
@@ -905,4 +905,72 @@ fn anti_entropy_hands_notices_to_peers_that_missed_them() {
     net.advance(REFUTE_INTERVAL_MS);
     assert_eq!((net.nodes[0].stats().refutations, net.nodes[1].stats().refutations), (1, 1));
     assert_eq!((net.nodes[0].directory().len(), net.nodes[1].directory().len()), (2, 2));
+}
+
+/// A closed mesh whose certificates and revocation lists `authority` signs.
+fn revoking_config(authority: &SecretKey) -> MeshConfig {
+    let mut config = closed_config(authority);
+    config.directory.authorities = vec![authority.public()];
+    config
+}
+
+fn revocation(authority: &SecretKey, seq: u64, nodes: &[u8], grants: &[u64]) -> Envelope {
+    let nodes = nodes.iter().map(|n| key(*n).node_id()).collect();
+    Signed::sign(crate::revocation::Revocation::new(seq, T0, nodes, grants.to_vec()), authority)
+        .unwrap()
+        .into_envelope()
+}
+
+#[test]
+fn a_revocation_spreads_by_gossip_and_anti_entropy_and_expels_the_revoked_node() {
+    let authority = key(50);
+    let mut net = Net::new((1..=4).map(|n| (key(n), revoking_config(&authority))).collect());
+    for i in 0..4 {
+        net.handle(i, Input::SetCert { cert: Some(cert_of(&authority, i as u8 + 1)) });
+    }
+    net.connect(0, 1);
+    net.connect(1, 2);
+    let node3 = key(3).node_id();
+    assert!(net.nodes[1].directory().get(&node3).is_some(), "node 3 is listed before");
+
+    // Node 1's operator revokes node 3's certificate; node 4 is not connected yet.
+    net.handle(0, Input::Revoke { envelope: revocation(&authority, 1, &[3], &[]) });
+    for i in 0..2 {
+        assert!(net.nodes[i].directory().revocations().node_revoked(&node3).is_some(), "node {i} took it");
+        assert!(net.nodes[i].directory().get(&node3).is_none(), "node {i} dropped node 3's advert");
+    }
+    assert!(net.disconnects.contains(&(1, node3)), "node 2, its peer, expelled it");
+    assert!(!net.nodes[1].peers().any(|(p, _, _)| p == node3));
+    // Its adverts are refused from now on, whoever relays them.
+    net.advance(30_000);
+    assert!(net.nodes[0].directory().get(&node3).is_none());
+    assert!(net.nodes[1].directory().stats().refused.get("revoked").is_some_and(|n| *n > 0));
+
+    // Node 4 joins later and learns the list in its first sync.
+    net.connect(3, 0);
+    assert!(net.nodes[3].directory().revocations().node_revoked(&node3).is_some(), "learned by anti-entropy");
+    // A revoked node that reconnects is turned away at once.
+    let before = net.disconnects.len();
+    net.nodes[0].handle(net.now, Input::PeerConnected { peer: node3 });
+    net.pump();
+    assert!(net.disconnects[before..].iter().any(|d| *d == (0, node3)));
+}
+
+#[test]
+fn an_old_or_untrusted_revocation_changes_nothing_and_is_not_relayed() {
+    let authority = key(50);
+    let mut net = Net::new((1..=2).map(|n| (key(n), revoking_config(&authority))).collect());
+    for i in 0..2 {
+        net.handle(i, Input::SetCert { cert: Some(cert_of(&authority, i as u8 + 1)) });
+    }
+    net.connect(0, 1);
+    net.handle(0, Input::Revoke { envelope: revocation(&authority, 2, &[], &[7]) });
+    let published = net.published.len();
+    // An older list, and one from an authority nobody here trusts.
+    net.handle(0, Input::Revoke { envelope: revocation(&authority, 1, &[2], &[]) });
+    net.handle(0, Input::Revoke { envelope: revocation(&key(51), 5, &[2], &[]) });
+    assert_eq!(net.published.len(), published, "nothing more gossiped");
+    assert!(net.nodes[1].directory().revocations().node_revoked(&key(2).node_id()).is_none());
+    assert_eq!(net.nodes[1].directory().revocations().grant_revoked(&authority.public(), 7), Some(2));
+    assert!(net.nodes[0].peers().any(|(p, _, _)| p == key(2).node_id()), "still connected");
 }

@@ -96,9 +96,9 @@ fn outgoing_checks_name_the_failed_check() {
     let trusted = [authority.public()];
     let echo: PeerUrl = "mesh://echo".parse().unwrap();
     let ok = grant(&authority, "pipeline", &["mesh://echo"]);
-    check_outgoing(Some(&ok), &trusted, T0, "pipeline", None, &echo).unwrap();
+    check_outgoing(Some(&ok), &trusted, &Revocations::default(), T0, "pipeline", None, &echo).unwrap();
     let check = |g: Option<&Envelope>, now: Millis, capsule: &str, target: &PeerUrl| {
-        check_outgoing(g, &trusted, now, capsule, None, target).unwrap_err().check()
+        check_outgoing(g, &trusted, &Revocations::default(), now, capsule, None, target).unwrap_err().check()
     };
     assert_eq!(check(None, T0, "pipeline", &echo), "no_grant");
     assert_eq!(check(Some(&ok), T0, "pipeline", &"mesh://other".parse().unwrap()), "target_not_allowed");
@@ -230,4 +230,38 @@ fn task_messages_keep_their_documented_key_order() {
     }
     .encode();
     assert_eq!(keys_at(&answer, &["body", "events"]), ["events", "snapshot", "gap"]);
+}
+
+#[test]
+fn a_revoked_grant_is_refused_at_both_ends() {
+    use crate::revocation::Revocation;
+    let authority = key(9);
+    let trusted = [authority.public()];
+    let echo: PeerUrl = "mesh://echo".parse().unwrap();
+    let (sender, receiver) = (key(1), key(2));
+    let granted = grant(&authority, "pipeline", &["mesh://echo"]); // serial 1
+    let list = Signed::sign(Revocation::new(1, T0, vec![], vec![1]), &authority).unwrap().into_envelope();
+    let mut revocations = Revocations::new(trusted.to_vec(), crate::plant::Plants::NONE);
+    revocations.insert(list.clone(), &crate::verify::Ed25519Verifier).unwrap();
+    let err =
+        check_outgoing(Some(&granted), &trusted, &revocations, T0, "pipeline", None, &echo).unwrap_err();
+    assert_eq!(err.check(), "revoked");
+    assert!(err.to_string().contains("grant 1 of capsule `pipeline` is revoked"), "{err}");
+
+    let mut dir = directory_with(&sender, &["pipeline"]);
+    let submit = placed_by(&sender, Sender::Capsule { name: "pipeline".into(), grant: granted }, "echo");
+    let check =
+        |dir: &Directory| check_incoming(&submit, &sender.node_id(), &receiver.node_id(), &trusted, dir, T0);
+    check(&dir).unwrap();
+    // A directory that trusts no authority takes no list: nothing changes.
+    assert!(dir.revoke(list.clone()).is_err());
+    check(&dir).unwrap();
+    let config = DirectoryConfig { authorities: trusted.to_vec(), ..DirectoryConfig::default() };
+    let mut dir = Directory::new(config);
+    let mut advert = Advert::new(1, T0, 90_000);
+    advert.capsules = vec![HostedCapsule { name: "pipeline".into(), digest: None, version: "1".into() }];
+    dir.insert(T0, Signed::sign(advert, &sender).unwrap().into_envelope(), Source::Local).unwrap();
+    check(&dir).unwrap();
+    dir.revoke(list).unwrap();
+    assert_eq!(check(&dir).unwrap_err().check(), "revoked");
 }
