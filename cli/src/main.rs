@@ -16,6 +16,7 @@ mod grant;
 mod key;
 mod peers;
 mod pull;
+mod revocation;
 mod task;
 mod tool;
 mod trace;
@@ -72,6 +73,9 @@ enum Command {
     /// Sign node certificates for a closed mesh.
     #[command(subcommand)]
     Cert(cert::CertCommand),
+    /// Revoke grants and node certificates before they expire: sign a list, publish it.
+    #[command(subcommand)]
+    Revocation(revocation::RevocationCommand),
     /// List connected and known peers of a node.
     Peers(peers::PeersArgs),
     /// The mesh directory: every capsule any node advertises, and the nodes hosting it.
@@ -126,6 +130,7 @@ fn dispatch(command: Command) -> CliResult {
         Command::Key(command) => key::run(command),
         Command::Grant(command) => grant::run(command),
         Command::Cert(command) => cert::run(command),
+        Command::Revocation(command) => revocation::run(command),
         Command::Peers(args) => peers::run(args),
         Command::Directory(args) => directory::run(args),
         Command::Tool(command) => tool::run(command),

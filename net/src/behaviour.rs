@@ -16,7 +16,7 @@ use murmur_protocol::Digest;
 use murmur_protocol::agent::{AgentRequest, AgentResponse};
 use murmur_protocol::artifact::{ArtifactRequest, ArtifactResponse};
 use murmur_protocol::limits::{GOSSIP_HEARTBEAT_MS, GOSSIP_TRANSMIT_BYTES_MAX};
-use murmur_protocol::mesh::ADVERT_TOPIC;
+use murmur_protocol::mesh::{ADVERT_TOPIC, REVOCATION_TOPIC};
 use murmur_protocol::sync::{SyncRequest, SyncResponse};
 use murmur_protocol::task::{TaskRequest, TaskResponse};
 use murmur_protocol::version::WireVersion;
@@ -134,6 +134,11 @@ impl Behaviour {
             gossipsub::Behaviour::new(gossipsub::MessageAuthenticity::Signed(keypair.clone()), gossip_config)
                 .map_err(|err| anyhow::anyhow!("gossipsub: {err}"))?;
         gossipsub.subscribe(&gossipsub::IdentTopic::new(ADVERT_TOPIC))?;
+        // A node rehearsing a minor before revocations does not subscribe, so gossipsub
+        // sends it none: what such a build does.
+        if wire.has(murmur_protocol::version::Feature::Revocations) {
+            gossipsub.subscribe(&gossipsub::IdentTopic::new(REVOCATION_TOPIC))?;
+        }
 
         // One node-wide budget for request bytes, one per connection and protocol.
         let in_flight =

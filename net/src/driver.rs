@@ -1,6 +1,7 @@
 //! The event loop that joins the swarm and the mesh state machine.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -8,7 +9,8 @@ use libp2p::core::transport::ListenerId;
 use libp2p::swarm::SwarmEvent;
 use libp2p::swarm::dial_opts::DialOpts;
 use libp2p::{Multiaddr, PeerId, Swarm, gossipsub, identify, mdns, ping, request_response};
-use murmur_protocol::mesh::{ADVERT_TOPIC, Event, Input, MeshNode, Output, Verdict};
+use murmur_protocol::mesh::{ADVERT_TOPIC, Event, Input, MeshNode, Output, REVOCATION_TOPIC, Verdict};
+use murmur_protocol::revocation::Revocations;
 use murmur_protocol::sync::SyncResponse;
 use murmur_protocol::{Envelope, NodeId};
 use tokio::sync::{mpsc, watch};
@@ -19,7 +21,7 @@ use super::behaviour::{Behaviour, BehaviourEvent};
 use super::codec::{Overrun, Scope};
 use super::{NetMetrics, Query};
 use murmur_config::{Config, clock};
-use murmur_protocol::version::WireVersion;
+use murmur_protocol::version::{Feature, WireVersion};
 mod agents;
 mod artifacts;
 mod tasks;
@@ -41,12 +43,18 @@ struct PeerInfo {
     last_seen: Instant,
     /// The wire version its identify announced (none yet: treated as the oldest minor).
     wire: Option<WireVersion>,
+    /// A sync request went to it in the oldest minor's shape, before its identify arrived:
+    /// if it reads more, exchange again once it says so.
+    synced_blind: bool,
 }
 
 pub(super) struct Driver {
     swarm: Swarm<Behaviour>,
     mesh: MeshNode,
     topic: gossipsub::IdentTopic,
+    revocation_topic: gossipsub::IdentTopic,
+    /// Where the node reads the revocation lists held (its sending-end check, its store).
+    revocations: watch::Sender<Arc<Revocations>>,
     queries: mpsc::Receiver<Query>,
     shutdown: watch::Receiver<bool>,
     peers: BTreeMap<PeerId, PeerInfo>,
@@ -81,8 +89,11 @@ impl Driver {
         shutdown: watch::Receiver<bool>,
         wire: WireVersion,
         overruns: mpsc::Receiver<(Option<PeerId>, Overrun)>,
+        revocations: watch::Sender<Arc<Revocations>>,
     ) -> Self {
         Self {
+            revocation_topic: gossipsub::IdentTopic::new(REVOCATION_TOPIC),
+            revocations,
             overruns,
             swarm,
             mesh,
@@ -137,8 +148,13 @@ impl Driver {
         hosted: Vec<murmur_protocol::HostedCapsule>,
         agents: Vec<String>,
         cert: Option<Envelope>,
+        revocations: Vec<Envelope>,
     ) {
         let now = clock::now();
+        for envelope in revocations {
+            self.mesh.handle(now, Input::Revoke { envelope });
+        }
+        self.publish_revocations();
         self.mesh.handle(now, Input::SetCert { cert });
         self.mesh.handle(now, Input::SetHosted { capsules: hosted });
         self.mesh.handle(now, Input::SetAgents { agents });
@@ -222,6 +238,7 @@ impl Driver {
                     rtt: None,
                     last_seen: Instant::now(),
                     wire: None,
+                    synced_blind: false,
                 });
                 info.addrs.insert(endpoint.get_remote_address().clone());
                 info.last_seen = Instant::now();
@@ -285,6 +302,12 @@ impl Driver {
                         if self.sync_pending.len() >= DRIVER_PENDING_MAX {
                             return;
                         }
+                        if !self.wire.reads_sync(&request) {
+                            // Rehearsing an older minor: its strict decoder fails such a
+                            // request, unanswered.
+                            debug!(peer = %peer, wire = %self.wire, "sync request with revocations not read");
+                            return;
+                        }
                         let token = self.token();
                         self.sync_pending.insert(token, channel);
                         self.mesh.handle(now, Input::SyncRequested { from, token, request });
@@ -315,8 +338,14 @@ impl Driver {
             BehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. }) => {
                 match WireVersion::admit(self.wire, &info.protocol_version) {
                     Ok(wire) => {
+                        let mut resync = false;
                         if let Some(peer) = self.peers.get_mut(&peer_id) {
                             peer.wire = Some(wire);
+                            resync = std::mem::take(&mut peer.synced_blind)
+                                && self.wire.shares(Some(wire), Feature::Revocations);
+                        }
+                        if resync && let Ok(peer) = NodeId::from_peer_id(&peer_id) {
+                            self.mesh.handle(now, Input::Resync { peer });
                         }
                         if wire != self.wire {
                             debug!(peer = %peer_id, wire = %wire, ours = %self.wire, "peer speaks another minor wire version");
@@ -399,6 +428,7 @@ impl Driver {
 
     /// Carries out everything the mesh asked for.
     fn drain(&mut self) {
+        let mut revoked = false;
         while let Some(output) = self.mesh.poll_output() {
             match output {
                 Output::Publish { bytes } => {
@@ -406,6 +436,13 @@ impl Driver {
                     if let Err(err) = self.swarm.behaviour_mut().gossipsub.publish(topic, bytes) {
                         // With no subscribed peer yet, anti-entropy delivers it on connect.
                         debug!(error = %err, "advert not gossiped");
+                    }
+                }
+                Output::PublishRevocation { bytes } => {
+                    let topic = self.revocation_topic.clone();
+                    if let Err(err) = self.swarm.behaviour_mut().gossipsub.publish(topic, bytes) {
+                        // With no subscribed peer yet, anti-entropy delivers it on connect.
+                        debug!(error = %err, "revocation list not gossiped");
                     }
                 }
                 Output::Report { token, verdict } => {
@@ -418,8 +455,15 @@ impl Driver {
                         self.report(&id, &source, acceptance);
                     }
                 }
-                Output::SendSyncRequest { peer, request } => {
-                    self.swarm.behaviour_mut().sync.send_request(&peer.to_peer_id(), request);
+                Output::SendSyncRequest { peer, mut request } => {
+                    let peer_id = peer.to_peer_id();
+                    let info = self.peers.get_mut(&peer_id);
+                    let theirs = info.as_ref().and_then(|info| info.wire);
+                    if let Some(info) = info.filter(|info| info.wire.is_none()) {
+                        info.synced_blind = true;
+                    }
+                    self.wire.shape_sync_for(theirs, &mut request);
+                    self.swarm.behaviour_mut().sync.send_request(&peer_id, request);
                 }
                 Output::SendSyncResponse { token, response } => {
                     if let Some(channel) = self.sync_pending.remove(&token) {
@@ -456,9 +500,20 @@ impl Driver {
                     debug!(peer = %peer, "hold over; peer may connect again");
                     self.swarm.behaviour_mut().blocked.unblock_peer(peer.to_peer_id());
                 }
-                Output::Event(event) => log_event(&event),
+                Output::Event(event) => {
+                    log_event(&event);
+                    revoked |= matches!(event, Event::Revoked { .. });
+                }
             }
         }
+        if revoked {
+            self.publish_revocations();
+        }
+    }
+
+    /// Tells the rest of the node which revocation lists the mesh holds now.
+    fn publish_revocations(&self) {
+        self.revocations.send_replace(Arc::new(self.mesh.directory().revocations().clone()));
     }
 
     /// A request failed for overrunning a budget of request bytes in flight (see `codec`).
@@ -497,6 +552,16 @@ impl Driver {
             Query::Capsules(reply) => {
                 let _ = reply.send(self.capsules_view());
             }
+            Query::Revoke(envelope, reply) => {
+                // Judged on a copy for the answer; the mesh then takes it the one way it
+                // takes every list (and gossips it).
+                let mut probe = self.mesh.directory().revocations().clone();
+                let verdict = probe.insert(envelope.clone(), self.mesh.directory().verifier());
+                if verdict.is_ok() {
+                    self.mesh.handle(clock::now(), Input::Revoke { envelope });
+                }
+                let _ = reply.send(verdict);
+            }
             Query::SetHosted(capsules, reply) => {
                 info!(capsules = capsules.len(), "hosted capsules changed");
                 self.mesh.handle(clock::now(), Input::SetHosted { capsules });
@@ -519,6 +584,7 @@ impl Driver {
                     request_overruns: self.request_overruns.clone(),
                     agent_refusals: self.agents.refusals.clone(),
                     agent_delivered: self.agents.delivered,
+                    revocation_lists: self.mesh.directory().revocations().lists().len(),
                 });
             }
         }
@@ -619,5 +685,15 @@ fn log_event(event: &Event) {
             info!(peer = %node, seq, witness = %witness, source = ?source, "node departed")
         }
         Event::Published { seq } => debug!(seq, "advert published"),
+        Event::Revoked { authority, seq, nodes, grants } => {
+            let nodes: Vec<String> = nodes.iter().map(ToString::to_string).collect();
+            warn!(authority = %authority, seq, grants, nodes = ?nodes, "revocation list taken");
+        }
+        Event::RevocationRefused { authority, from, reason } if reason.is_invalid() => {
+            warn!(authority = %authority, from = ?from.map(|f| f.to_string()), reason = %reason, "revocation list refused");
+        }
+        Event::RevocationRefused { authority, from, reason } => {
+            debug!(authority = %authority, from = ?from.map(|f| f.to_string()), reason = %reason, "revocation list refused");
+        }
     }
 }

@@ -3,6 +3,7 @@
 //! whatever needs the network can be built first; its requests wait in the channels until
 //! the driver starts, which happens before the node serves anything.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -12,9 +13,10 @@ use std::collections::BTreeMap;
 use murmur_protocol::agent::{AddressError, AgentAddress, AgentMessage, AgentStatus};
 use murmur_protocol::artifact::{ArtifactRequest, ArtifactResponse};
 use murmur_protocol::exchange::Placement;
+use murmur_protocol::revocation::{RevocationRefusal, Revocations, Taken};
 use murmur_protocol::task::{Submit, TaskId, TaskRequest, TaskResponse};
 use murmur_protocol::{Digest, NodeId};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use murmur_config::limits::{
     AGENT_REQUEST_TIMEOUT, ARTIFACT_REQUEST_TIMEOUT, QUERY_TIMEOUT, TASK_REQUEST_TIMEOUT,
@@ -28,6 +30,8 @@ pub enum Query {
     Metrics(oneshot::Sender<NetMetrics>),
     /// Replace the capsules this node advertises (config reload).
     SetHosted(Vec<murmur_protocol::HostedCapsule>, oneshot::Sender<()>),
+    /// Take a revocation list and spread it: what it revokes, or why it was refused.
+    Revoke(murmur_protocol::Envelope, oneshot::Sender<Result<Taken, RevocationRefusal>>),
 }
 
 /// Task work for the driver: placing tasks and asking their owners.
@@ -125,6 +129,8 @@ pub struct NetMetrics {
     pub agent_refusals: std::collections::BTreeMap<&'static str, u64>,
     /// Agent messages from peers taken into an inbox (or dropped by its rule).
     pub agent_delivered: u64,
+    /// Revocation lists held (one per authority at most).
+    pub revocation_lists: usize,
 }
 
 /// The node's way to reach the network and the mesh machines its driver runs.
@@ -134,6 +140,8 @@ pub struct NetHandle {
     tasks: mpsc::Sender<TaskQuery>,
     artifacts: mpsc::Sender<ArtifactQuery>,
     agents: mpsc::Sender<AgentQuery>,
+    /// The revocation lists the mesh holds, as the driver last published them.
+    revocations: watch::Receiver<Arc<Revocations>>,
     local: NodeId,
 }
 
@@ -143,9 +151,32 @@ impl NetHandle {
         tasks: mpsc::Sender<TaskQuery>,
         artifacts: mpsc::Sender<ArtifactQuery>,
         agents: mpsc::Sender<AgentQuery>,
+        revocations: watch::Receiver<Arc<Revocations>>,
         local: NodeId,
     ) -> Self {
-        Self { queries, tasks, artifacts, agents, local }
+        Self { queries, tasks, artifacts, agents, revocations, local }
+    }
+
+    /// The revocation lists held now (for the sending end's grant check).
+    #[must_use]
+    pub fn revocations(&self) -> Arc<Revocations> {
+        self.revocations.borrow().clone()
+    }
+
+    /// A receiver that sees every change of the lists held (for storing them).
+    #[must_use]
+    pub fn watch_revocations(&self) -> watch::Receiver<Arc<Revocations>> {
+        self.revocations.clone()
+    }
+
+    /// Hands the mesh a revocation list: it is checked (trusted authority, signature,
+    /// newer than the list held), taken and gossiped. `Err` outside: the mesh did not
+    /// answer; inside: why the list was refused (nothing changed).
+    pub async fn revoke(
+        &self,
+        envelope: murmur_protocol::Envelope,
+    ) -> anyhow::Result<Result<Taken, RevocationRefusal>> {
+        self.ask(|reply| Query::Revoke(envelope, reply)).await
     }
 
     async fn agent_query<T>(
@@ -319,6 +350,8 @@ impl NetHandle {
         let (tasks, _) = mpsc::channel(1);
         let (artifacts, _) = mpsc::channel(1);
         let (agents, _) = mpsc::channel(1);
-        Self::new(queries, tasks, artifacts, agents, murmur_protocol::SecretKey::from_seed([7; 32]).node_id())
+        let (_, revocations) = watch::channel(Arc::default());
+        let local = murmur_protocol::SecretKey::from_seed([7; 32]).node_id();
+        Self::new(queries, tasks, artifacts, agents, revocations, local)
     }
 }

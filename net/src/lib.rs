@@ -62,6 +62,7 @@ pub struct Pending {
     tasks: mpsc::Receiver<TaskQuery>,
     artifacts: mpsc::Receiver<ArtifactQuery>,
     agents: mpsc::Receiver<AgentQuery>,
+    revocations: watch::Sender<Arc<murmur_protocol::revocation::Revocations>>,
 }
 
 /// A handle for node `local` and the channels behind it. Requests made through the handle
@@ -72,9 +73,10 @@ pub fn handle(local: NodeId) -> (NetHandle, Pending) {
     let (tasks_tx, tasks) = mpsc::channel(TASK_QUERY_QUEUE_MAX);
     let (artifacts_tx, artifacts) = mpsc::channel(ARTIFACT_QUERY_QUEUE_MAX);
     let (agents_tx, agents) = mpsc::channel(AGENT_QUERY_QUEUE_MAX);
+    let (revocations, revocations_rx) = watch::channel(Arc::default());
     (
-        NetHandle::new(queries_tx, tasks_tx, artifacts_tx, agents_tx, local),
-        Pending { queries, tasks, artifacts, agents },
+        NetHandle::new(queries_tx, tasks_tx, artifacts_tx, agents_tx, revocations_rx, local),
+        Pending { queries, tasks, artifacts, agents, revocations },
     )
 }
 
@@ -91,6 +93,9 @@ pub struct Advertised {
     pub capsules: Vec<murmur_protocol::HostedCapsule>,
     pub agents: Vec<String>,
     pub cert: Option<murmur_protocol::Envelope>,
+    /// Revocation lists this node stored in earlier runs (see [`NetHandle::watch_revocations`]),
+    /// taken again before anything connects.
+    pub revocations: Vec<murmur_protocol::Envelope>,
 }
 
 /// Where what arrives from the network goes: task requests that passed the receiving
@@ -168,9 +173,10 @@ pub async fn start(
         shutdown,
         wire,
         overruns,
+        pending.revocations,
     );
     let listen_addrs = driver.wait_for_listeners(listeners, LISTEN_TIMEOUT).await?;
-    driver.start(config, advertised.capsules, advertised.agents, advertised.cert);
+    driver.start(config, advertised.capsules, advertised.agents, advertised.cert, advertised.revocations);
     let task = tokio::spawn(driver.run());
     Ok(Started { listen_addrs, task })
 }
@@ -188,7 +194,11 @@ pub fn mesh_config(config: &Config) -> MeshConfig {
         refresh_ms: ms(config.adverts.refresh),
         ttl_ms: ms(config.adverts.ttl),
         suspect_ms: ms(config.adverts.suspect),
-        directory: DirectoryConfig { admission, ..DirectoryConfig::default() },
+        directory: DirectoryConfig {
+            admission,
+            authorities: config.trust.authorities.clone(),
+            ..DirectoryConfig::default()
+        },
         ..MeshConfig::default()
     }
 }

@@ -13,6 +13,7 @@ pub mod artifacts;
 mod cards;
 mod guard;
 mod metrics;
+mod revocations;
 pub mod runtime;
 mod traces;
 
@@ -68,6 +69,7 @@ pub fn app(state: Arc<ApiState>) -> Router {
         .route("/v1/agents", get(agents::list))
         .route("/v1/agents/{name}/logs", get(agents::logs))
         .route("/v1/agents/{name}/memory", get(agents::memory))
+        .route("/v1/revocations", get(revocations::list))
         .route("/", post(a2a::rpc_node))
         .route("/a2a", post(a2a::rpc_node))
         .route("/a2a/{capsule}", post(a2a::rpc_capsule))
@@ -79,6 +81,7 @@ pub fn app(state: Arc<ApiState>) -> Router {
         .route_layer(middleware::from_fn(|r, n| needs(Scope::Send, r, n)));
     let admin = Router::new()
         .route("/v1/artifacts/pull", post(artifacts::pull))
+        .route("/v1/revocations", post(revocations::publish))
         .route_layer(middleware::from_fn(|r, n| needs(Scope::Admin, r, n)));
     let guarded = read
         .merge(send)
@@ -245,6 +248,9 @@ mod tests {
                     }
                     Query::SetHosted(_, reply) => {
                         let _ = reply.send(());
+                    }
+                    Query::Revoke(_, reply) => {
+                        let _ = reply.send(Err(murmur_protocol::revocation::RevocationRefusal::Full));
                     }
                 }
             }

@@ -93,6 +93,7 @@ pub async fn run(options: RunOptions) -> CliResult {
     let key = data_dir::node_key(&options.data_dir).map_err(CliError::usage)?;
     let config = load_config(&options)?;
     let cert = own_certificate(&key, &config).map_err(CliError::usage)?;
+    let revocations = crate::revocations::load(&options.data_dir).map_err(CliError::usage)?;
     let peer_id = key.node_id().to_string();
 
     let listener = TcpListener::bind(config.api_listen)
@@ -112,8 +113,8 @@ pub async fn run(options: RunOptions) -> CliResult {
     let puller = Puller::new(net.clone(), store.clone(), config.trust.publishers.clone(), advertiser.clone());
     let manager = TaskManager::open(&options.data_dir.join(TASKS_DB)).await.map_err(CliError::failed)?;
     let tasks = TaskService::new(manager.clone(), net.clone());
-    let messages =
-        NodeMessages::new(config.trust.authorities.clone(), tasks.clone()).map_err(CliError::failed)?;
+    let messages = NodeMessages::new(config.trust.authorities.clone(), tasks.clone(), net.clone())
+        .map_err(CliError::failed)?;
     let ports = Ports { artifacts: Arc::new(puller.clone()), messages, inference: Arc::new(NoInference) };
     let runtime = start_runtime(&options, &config, store.clone(), ports)?;
     let brains = murmur_brain::Brains::start(
@@ -129,12 +130,13 @@ pub async fn run(options: RunOptions) -> CliResult {
     let (stop_tx, stop_rx) = watch::channel(false);
     let hosted = hosted_capsules(&runtime, &config.capsules);
     let owner = Arc::new(OwnerPort::new(runner, key.node_id()));
-    let advertised = murmur_net::Advertised { capsules: hosted, agents: brains.names(), cert };
+    let advertised = murmur_net::Advertised { capsules: hosted, agents: brains.names(), cert, revocations };
     let ports =
         murmur_net::Ports { tasks: owner, agents: Arc::new(crate::brains::BrainInbox(brains.clone())) };
     let network = murmur_net::start(pending, &key, &config, advertised, ports, store, stop_rx)
         .await
         .context("cannot start networking")?;
+    tokio::spawn(crate::revocations::keep_stored(options.data_dir.clone(), net.watch_revocations()));
     tokio::spawn(advertiser.advertise_every(ADVERTISE_EVERY));
     tokio::spawn(keep_pins(puller.clone(), config.pins.clone(), PINS_EVERY));
     let state = Arc::new(ApiState {

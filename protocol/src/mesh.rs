@@ -155,6 +155,10 @@ pub enum Input {
     SyncRequested { from: NodeId, token: u64, request: SyncRequest },
     /// `from` answered our sync request.
     SyncAnswered { from: NodeId, response: SyncResponse },
+    /// Exchange with `peer` again (at once, or after the exchange in flight): the driver
+    /// sent the last request without what the peer's wire version may read, before its
+    /// identify said (a sync request leaves when a connection opens).
+    Resync { peer: NodeId },
     /// Our sync request to `peer` failed (timeout, refused, disconnected).
     SyncFailed { peer: NodeId },
     /// `peer` sent more request bytes at once than a connection may (the driver's
@@ -469,6 +473,12 @@ impl MeshNode {
             Input::SyncRequested { from, token, request } => self.on_sync_request(now, from, token, request),
             Input::SyncAnswered { from, response } => self.on_sync_response(now, from, response),
             Input::SyncFailed { peer } => self.on_sync_failed(peer),
+            Input::Resync { peer } => match self.peers.get_mut(&peer) {
+                // The exchange in flight left without it: the next one follows the answer.
+                Some(state) if state.syncing => state.sync_wanted = true,
+                Some(_) => self.start_sync(peer),
+                None => {}
+            },
             // Its other streams overran too before the cut took effect: one cut.
             Input::PeerOverran { peer, .. } if self.held.get(&peer).is_some_and(|until| *until > now) => {}
             Input::PeerOverran { peer, reason } => {

@@ -84,6 +84,27 @@ pub fn render(m: &NetMetrics, brains: &BrainMetrics) -> String {
         &[("", d.evicted)],
     );
     metric(
+        "murmur_adverts_revoked_total",
+        "counter",
+        "Adverts dropped because a revocation list named their node.",
+        &[("", d.revoked)],
+    );
+    metric(
+        "murmur_revocation_lists",
+        "gauge",
+        "Revocation lists held (the latest of each trusted authority).",
+        &[("", m.revocation_lists as u64)],
+    );
+    metric(
+        "murmur_revocations_total",
+        "counter",
+        "Revocation lists taken (new), and refused (old copies, untrusted or invalid).",
+        &[
+            ("outcome=\"taken\"", m.mesh.revocations_taken),
+            ("outcome=\"refused\"", m.mesh.revocations_refused),
+        ],
+    );
+    metric(
         "murmur_departures_total",
         "counter",
         "Departure notices: adverts they dropped here, notices this node signed as a witness, and notices about this node it refuted by republishing.",

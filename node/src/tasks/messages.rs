@@ -8,6 +8,7 @@ use murmur_protocol::task::{Sender, check_outgoing};
 use murmur_protocol::{PeerUrl, PublicKey};
 
 use murmur_config::clock;
+use murmur_net::NetHandle;
 use murmur_runtime::bindings::murmur::message::send::{Message, TaskResult};
 use murmur_runtime::ports::{MessagePort, PortFuture};
 use murmur_runtime::{DirectHttp, Installed};
@@ -22,12 +23,15 @@ pub struct NodeMessages {
     direct: DirectHttp,
     authorities: Vec<PublicKey>,
     tasks: TaskService,
+    /// For the revocation lists the mesh holds.
+    net: NetHandle,
 }
 
 impl NodeMessages {
-    /// A port whose grants must be signed by one of `authorities`.
-    pub fn new(authorities: Vec<PublicKey>, tasks: TaskService) -> anyhow::Result<Arc<Self>> {
-        Ok(Arc::new(Self { direct: DirectHttp::new()?, authorities, tasks }))
+    /// A port whose grants must be signed by one of `authorities` and not revoked by the
+    /// lists `net`'s mesh holds.
+    pub fn new(authorities: Vec<PublicKey>, tasks: TaskService, net: NetHandle) -> anyhow::Result<Arc<Self>> {
+        Ok(Arc::new(Self { direct: DirectHttp::new()?, authorities, tasks, net }))
     }
 }
 
@@ -52,6 +56,7 @@ impl MessagePort for NodeMessages {
             check_outgoing(
                 from.manifest.grant.as_ref(),
                 &self.authorities,
+                &self.net.revocations(),
                 clock::now(),
                 name,
                 Some(&from.loaded.digest),

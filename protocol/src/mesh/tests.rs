@@ -974,3 +974,20 @@ fn an_old_or_untrusted_revocation_changes_nothing_and_is_not_relayed() {
     assert_eq!(net.nodes[1].directory().revocations().grant_revoked(&authority.public(), 7), Some(2));
     assert!(net.nodes[0].peers().any(|(p, _, _)| p == key(2).node_id()), "still connected");
 }
+
+#[test]
+fn a_resync_asked_for_while_an_exchange_is_in_flight_follows_its_answer() {
+    let mut node = MeshNode::new(key(1), config(), T0);
+    let peer = key(2).node_id();
+    node.handle(T0, Input::PeerConnected { peer });
+    let sent = |node: &mut MeshNode| {
+        std::iter::from_fn(|| node.poll_output())
+            .filter(|o| matches!(o, Output::SendSyncRequest { .. }))
+            .count()
+    };
+    assert_eq!(sent(&mut node), 1, "a connection starts an exchange");
+    node.handle(T0, Input::Resync { peer });
+    assert_eq!(sent(&mut node), 0, "one exchange at a time");
+    node.handle(T0, Input::SyncAnswered { from: peer, response: SyncResponse::new(vec![], false) });
+    assert_eq!(sent(&mut node), 1, "the resync follows the answer");
+}
