@@ -991,3 +991,72 @@ fn a_resync_asked_for_while_an_exchange_is_in_flight_follows_its_answer() {
     node.handle(T0, Input::SyncAnswered { from: peer, response: SyncResponse::new(vec![], false) });
     assert_eq!(sent(&mut node), 1, "the resync follows the answer");
 }
+
+/// A closed mesh trusting `authorities` for certificates and revocation lists.
+fn trusting(authorities: &[&SecretKey]) -> MeshConfig {
+    let keys: Vec<_> = authorities.iter().map(|a| a.public()).collect();
+    let mut config = config();
+    config.directory.admission = Admission::Closed { authorities: keys.clone() };
+    config.directory.authorities = keys;
+    config
+}
+
+#[test]
+fn an_authority_key_rotates_with_overlapping_trust() {
+    let (old, new) = (key(60), key(61));
+    // Overlap: node 1 trusts both keys; node 2 still has a certificate from the old one,
+    // node 3 already has one from the new one. Both are admitted.
+    let mut net = Net::new(vec![
+        (key(1), trusting(&[&old, &new])),
+        (key(2), trusting(&[&old, &new])),
+        (key(3), trusting(&[&old, &new])),
+    ]);
+    net.handle(0, Input::SetCert { cert: Some(cert_of(&new, 1)) });
+    net.handle(1, Input::SetCert { cert: Some(cert_of(&old, 2)) });
+    net.handle(2, Input::SetCert { cert: Some(cert_of(&new, 3)) });
+    net.connect(0, 1);
+    net.connect(0, 2);
+    assert_eq!(net.nodes[0].peers().filter(|(_, admitted, _)| *admitted).count(), 2);
+    assert!(net.nodes[0].directory().get(&key(2).node_id()).is_some());
+    // End of the overlap: node 1 restarts trusting the new key alone. Node 3 gets in; node
+    // 2, not yet re-certified, is refused, by name.
+    let mut net = Net::new(vec![
+        (key(1), trusting(&[&new])),
+        (key(2), trusting(&[&old, &new])),
+        (key(3), trusting(&[&new])),
+    ]);
+    net.handle(0, Input::SetCert { cert: Some(cert_of(&new, 1)) });
+    net.handle(1, Input::SetCert { cert: Some(cert_of(&old, 2)) });
+    net.handle(2, Input::SetCert { cert: Some(cert_of(&new, 3)) });
+    net.connect(0, 2);
+    net.connect(0, 1);
+    assert!(net.nodes[0].peers().any(|(p, admitted, _)| p == key(3).node_id() && admitted));
+    assert!(net.disconnects.contains(&(0, key(2).node_id())), "the old key's certificate no longer admits");
+    assert!(net.nodes[0].directory().get(&key(2).node_id()).is_none());
+}
+
+#[test]
+fn a_node_key_rotates_without_the_mesh_losing_the_node() {
+    let authority = key(62);
+    // The node's new identity (key 4) is certified before the swap; the old one (key 2)
+    // serves until then. Both are members for the overlap.
+    let mut net = Net::new(vec![
+        (key(1), trusting(&[&authority])),
+        (key(2), trusting(&[&authority])),
+        (key(4), trusting(&[&authority])),
+    ]);
+    for (i, n) in [(0, 1), (1, 2), (2, 4)] {
+        net.handle(i, Input::SetCert { cert: Some(cert_of(&authority, n)) });
+    }
+    net.handle(1, Input::SetHosted { capsules: vec![capsule("wordcount")] });
+    net.handle(2, Input::SetHosted { capsules: vec![capsule("wordcount")] });
+    net.connect(0, 1);
+    net.connect(0, 2);
+    assert_eq!(net.hosts(0, "wordcount"), 2);
+    // After the swap the authority revokes the old identity: whoever holds its key (a
+    // stolen copy included) is out, and the capsule is still served by the new one.
+    net.handle(0, Input::Revoke { envelope: revocation(&authority, 1, &[2], &[]) });
+    assert!(net.disconnects.contains(&(0, key(2).node_id())));
+    assert_eq!(net.hosts(0, "wordcount"), 1);
+    assert!(net.nodes[0].directory().get(&key(4).node_id()).is_some());
+}

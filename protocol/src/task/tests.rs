@@ -265,3 +265,20 @@ fn a_revoked_grant_is_refused_at_both_ends() {
     dir.revoke(list).unwrap();
     assert_eq!(check(&dir).unwrap_err().check(), "revoked");
 }
+
+#[test]
+fn grants_of_an_old_and_a_new_authority_key_both_hold_during_the_overlap() {
+    let (old, new) = (key(30), key(31));
+    let echo: PeerUrl = "mesh://echo".parse().unwrap();
+    let (by_old, by_new) =
+        (grant(&old, "pipeline", &["mesh://echo"]), grant(&new, "pipeline", &["mesh://echo"]));
+    let none = Revocations::default();
+    let overlap = [old.public(), new.public()];
+    for g in [&by_old, &by_new] {
+        check_outgoing(Some(g), &overlap, &none, T0, "pipeline", None, &echo).unwrap();
+    }
+    let after = [new.public()];
+    check_outgoing(Some(&by_new), &after, &none, T0, "pipeline", None, &echo).unwrap();
+    let err = check_outgoing(Some(&by_old), &after, &none, T0, "pipeline", None, &echo).unwrap_err();
+    assert_eq!(err.check(), "untrusted_issuer", "re-sign grants before the old key leaves trust.authorities");
+}
