@@ -11,11 +11,15 @@
 //! Tasks have their own oracle, [`TaskOracle`]: grants, at-most-once execution, no lost
 //! acceptances, and every accepted task finishing once faults stop. Artifacts have
 //! [`ArtifactOracle`]: no corrupted chunk or blob stored, pulls within their bounds.
+//! Revocations have [`RevocationOracle`]: what an authority revoked is shut out everywhere
+//! within `check.revocation_bound_s`.
 
 mod artifacts;
+mod revocations;
 mod tasks;
 
 pub use artifacts::{ArtifactOracle, BlobTruth, list_digest};
+pub use revocations::{Observer, RevocationFigures, RevocationOracle, Via};
 pub use tasks::{Attack, AttackCount, GrantTruth, TaskOracle};
 
 use crate::fxhash::FxHashMap as HashMap;

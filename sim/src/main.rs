@@ -22,6 +22,8 @@ use murmur_sim::{Options, Outcome, Scenario, Sim, Verdict};
 ///   murmur-sim sweep artifact-storm --seeds 1..5
 ///   murmur-sim run byzantine-provider --plant write-unverified   # must fail (exit 4)
 ///   murmur-sim run byzantine-provider --plant trust-any-offer    # must fail (exit 4)
+///   murmur-sim sweep revocation --seeds 1..5
+///   murmur-sim run revocation --plant ignore-revocations        # must fail (exit 4)
 ///   murmur-sim run steady-10k                 # 10,000 nodes, 120 s, churn
 ///   murmur-sim scale                          # that at growing sizes, with the baseline
 ///
@@ -91,8 +93,9 @@ struct Common {
     canary: bool,
     /// Plant a known bug that its checker must catch: the task bugs skip-incoming-check (grant
     /// checker), retry-lost (executed-twice checker), volatile-accept (lost-task checker),
-    /// or the artifact bugs write-unverified (corrupted-write checker) and trust-any-offer
-    /// (forged-manifest checker).
+    /// the artifact bugs write-unverified (corrupted-write checker) and trust-any-offer
+    /// (forged-manifest checker), the mesh bugs open-admission (admission checker) and
+    /// refuse-when-full (liveness), or ignore-revocations (revocation checker).
     #[arg(long, value_parser = parse_plant)]
     plant: Option<Plant>,
     /// Print JSON lines instead of text.

@@ -119,6 +119,45 @@ pub struct Metrics {
     /// Artifact traffic, for scenarios with an `[artifacts]` section.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub artifacts: Option<ArtifactMetrics>,
+    /// Revocations, for scenarios with a `revoke` fault.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revocations: Option<RevocationMetrics>,
+}
+
+/// What the revocations of a run did. "Nodes" here are the live honest nodes not revoked
+/// themselves, the ones the revocation checker judges.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RevocationMetrics {
+    /// The checker's bound (`check.revocation_bound_s`).
+    pub bound_ms: u64,
+    /// Lists the authorities signed, and the nodes and grants they revoked.
+    pub lists: u64,
+    pub nodes_revoked: u64,
+    pub grants_revoked: u64,
+    /// Lists nodes took, by how each came: gossip, an anti-entropy answer, the operator
+    /// (the fault's hand-off), the node's own store as it started again.
+    pub taken_gossip: u64,
+    pub taken_sync: u64,
+    pub taken_operator: u64,
+    pub taken_store: u64,
+    /// Worst time from a list's hand-off until a node that was up then took it (the last
+    /// one to), and from a node coming up after a hand-off until it took the list.
+    pub propagation_max_ms: Option<u64>,
+    pub catch_up_max_ms: Option<u64>,
+    /// What the lists stopped: adverts of revoked nodes refused, connections of revoked
+    /// peers closed and held off, tasks under revoked grants refused at the sending node
+    /// and at the owner.
+    pub adverts_refused: u64,
+    pub peers_expelled: u64,
+    pub tasks_refused_sending: u64,
+    pub tasks_refused_owner: u64,
+    /// What nodes not holding a list yet let through within the bound: adverts of revoked
+    /// nodes accepted, tasks under revoked grants let out and accepted.
+    pub adverts_accepted_in_bound: u64,
+    pub tasks_let_out_in_bound: u64,
+    pub tasks_accepted_in_bound: u64,
+    /// Revoked nodes still running at the end (they never stop on their own).
+    pub revoked_alive_at_end: u64,
 }
 
 /// What the artifact traffic of a run did.
@@ -411,6 +450,30 @@ impl Outcome {
                 a.bad_chunks_detected,
                 a.penalties,
                 a.settled_after_ms.map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms"))
+            );
+        }
+        if let Some(r) = &m.revocations {
+            let ms = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms"));
+            let _ = writeln!(
+                out,
+                "  revocations: {} lists ({} nodes, {} grants), bound {} ms; the last node up took each after {}, nodes coming up later after {}; taken by gossip {}, anti-entropy {}, operator {}, store {}; refused {} adverts and {} + {} tasks (sending node + owner), expelled {} peers; let through before the list came {} adverts, {} + {} tasks",
+                r.lists,
+                r.nodes_revoked,
+                r.grants_revoked,
+                r.bound_ms,
+                ms(r.propagation_max_ms),
+                ms(r.catch_up_max_ms),
+                r.taken_gossip,
+                r.taken_sync,
+                r.taken_operator,
+                r.taken_store,
+                r.adverts_refused,
+                r.tasks_refused_sending,
+                r.tasks_refused_owner,
+                r.peers_expelled,
+                r.adverts_accepted_in_bound,
+                r.tasks_let_out_in_bound,
+                r.tasks_accepted_in_bound
             );
         }
         for fault in &self.faults {

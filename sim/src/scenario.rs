@@ -247,6 +247,20 @@ pub enum Fault {
     /// serves corrupted chunks (needs an `[artifacts]` section); `uncertified` runs a mesh
     /// node without a certificate and keeps dialling honest nodes (needs `protocol.closed`).
     Byzantine { at_s: u64, until_s: u64, role: ByzantineRole, count: usize, interval_ms: u64 },
+    /// At `at_s` the authority revokes the certificates of `nodes` random live honest
+    /// nodes (needs `protocol.closed`) and the grants of `grants` random agents (needs a
+    /// `[tasks]` section with that many agents), signing one revocation list per key
+    /// concerned (the certificate authority's, the grant authority's), and hands the
+    /// lists to one random live honest node, which gossips them. The revoked nodes keep
+    /// running and publishing, and the agents keep sending under their grants: the mesh
+    /// must shut them out within `check.revocation_bound_s`.
+    Revoke {
+        at_s: u64,
+        #[serde(default)]
+        nodes: usize,
+        #[serde(default)]
+        grants: usize,
+    },
 }
 
 /// What a byzantine node does.
@@ -286,7 +300,7 @@ impl Fault {
             | Self::Loss { until_s, .. }
             | Self::Byzantine { until_s, .. } => *until_s,
             Self::Crash { at_s, restart_after_s, .. } => at_s + restart_after_s.unwrap_or(0),
-            Self::Join { at_s, .. } => *at_s,
+            Self::Join { at_s, .. } | Self::Revoke { at_s, .. } => *at_s,
             Self::MassRestart { at_s, down_s, .. } => at_s + down_s,
         }
     }
@@ -303,6 +317,7 @@ impl Fault {
             Self::Churn { .. } => "churn".into(),
             Self::Slow { .. } => "slow".into(),
             Self::Loss { .. } => "loss".into(),
+            Self::Revoke { .. } => "revoke".into(),
             Self::Byzantine { role, .. } => {
                 format!("byzantine({})", serde_json::to_string(role).unwrap_or_default().trim_matches('"'))
             }
@@ -328,11 +343,26 @@ pub struct CheckParams {
     /// longer than this: departure notices, not TTLs, must have removed it (`None`: only
     /// nodes dead longer than an advert lives must be gone).
     pub departed_bound_s: Option<u64>,
+    /// A revocation list must have shut out what it revokes within this many seconds of
+    /// being handed to a node (or of an observer coming up, for one that was down): no
+    /// directory of a live honest node accepts or still holds an advert of a node revoked
+    /// longer ago, no node lets out or accepts a task under a grant revoked longer ago, and
+    /// every live honest node holds the list (see `check::RevocationOracle`). Default
+    /// ([`Scenario::revocation_bound_s`]): one sync interval plus one request timeout plus
+    /// 5 s, what anti-entropy needs to repair a missed gossip even when one request is lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revocation_bound_s: Option<u64>,
 }
 
 impl Default for CheckParams {
     fn default() -> Self {
-        Self { faults_end_s: None, liveness_bound_s: 60, propagation_grace_ms: 5_000, departed_bound_s: None }
+        Self {
+            faults_end_s: None,
+            liveness_bound_s: 60,
+            propagation_grace_ms: 5_000,
+            departed_bound_s: None,
+            revocation_bound_s: None,
+        }
     }
 }
 
@@ -363,6 +393,14 @@ impl Scenario {
     #[must_use]
     pub fn faults_end_s(&self) -> u64 {
         self.check.faults_end_s.unwrap_or_else(|| self.faults.iter().map(Fault::ends_at_s).max().unwrap_or(0))
+    }
+
+    /// The revocation checker's bound in seconds (see [`CheckParams::revocation_bound_s`]).
+    #[must_use]
+    pub fn revocation_bound_s(&self) -> u64 {
+        self.check.revocation_bound_s.unwrap_or_else(|| {
+            self.protocol.sync_interval_s + self.topology.request_timeout_ms.div_ceil(1000) + 5
+        })
     }
 
     /// When the task liveness phase starts: faults over, every initial node started, and no
@@ -438,6 +476,17 @@ impl Scenario {
                 anyhow::ensure!(
                     self.artifacts.is_some(),
                     "faults: byzantine role corrupt_provider needs an [artifacts] section"
+                );
+            }
+            if let Fault::Revoke { nodes, grants, .. } = *fault {
+                anyhow::ensure!(nodes + grants >= 1, "faults: revoke must revoke at least one node or grant");
+                anyhow::ensure!(
+                    nodes == 0 || self.protocol.closed,
+                    "faults: revoke with nodes needs a closed mesh (protocol.closed = true): node certificates are what it revokes"
+                );
+                anyhow::ensure!(
+                    grants == 0 || self.tasks.as_ref().is_some_and(|t| t.agents >= grants),
+                    "faults: revoke with grants = {grants} needs a [tasks] section with at least that many agents"
                 );
             }
             if let Fault::Byzantine { role: ByzantineRole::Uncertified, .. } = fault {

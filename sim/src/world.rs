@@ -12,8 +12,9 @@
 //! the world around the loop has a module of its own: `driver` feeds a node's mesh machine
 //! and carries out its outputs, `options` is how a run is set up besides its scenario,
 //! `net`, `gossip` and `topology` model the network and libp2p over it, `faults` and
-//! `byzantine` break things, and `tasks` and `artifacts` hold the task and artifact parts
-//! of the world (`TaskModel`, `ArtifactModel`).
+//! `byzantine` break things, `revoking` plays the authorities revoking nodes and grants,
+//! and `tasks` and `artifacts` hold the task and artifact parts of the world (`TaskModel`,
+//! `ArtifactModel`).
 
 mod artifacts;
 mod byzantine;
@@ -26,6 +27,7 @@ mod options;
 mod owner;
 mod pulls;
 mod resolves;
+mod revoking;
 mod tasks;
 mod topology;
 mod unauthorized;
@@ -120,6 +122,11 @@ struct Node {
     published: VecDeque<(u64, u64)>,
     /// Our certificate, in a closed mesh (none for an `uncertified` byzantine node).
     cert: Option<Envelope>,
+    /// The `revoke` fault that revoked this node, if one did: it runs on, unaware.
+    revoked: Option<usize>,
+    /// The revocation lists its store holds (it survives crashes), handed to the mesh at
+    /// every start.
+    lists: Vec<Envelope>,
 }
 
 impl Node {
@@ -134,12 +141,19 @@ impl Node {
     fn alive(&self) -> bool {
         self.mesh.is_some()
     }
+
+    /// Counted among the live nodes every advert must reach: not an `uncertified` node,
+    /// nor a revoked one (the mesh shuts both out).
+    const fn counted(&self) -> bool {
+        self.uncertified().is_none() && self.revoked.is_none()
+    }
 }
 
 /// Everything that happens in a run. `IHave` and `IWant` are gossipsub's lazy gossip
 /// (only with `topology.lazy_gossip`): "I have these recent messages", and "send me these".
 /// `PingLapse`: a ping across a partition went unanswered; the connection closes if a
-/// partition still cuts it.
+/// partition still cuts it. `RevocationCheck`: the revocation checker's look at what every
+/// node holds.
 #[derive(Debug)]
 enum Event {
     Start { node: Ix },
@@ -161,6 +175,7 @@ enum Event {
     WorkloadChange,
     WorkloadQuery,
     LivenessCheck,
+    RevocationCheck,
     Task(tasks::TaskEvent),
     Artifact(artifacts::ArtifactEvent),
 }
@@ -188,6 +203,7 @@ impl Event {
             Self::IHave { to, from, .. } => (17, u64::from(*to), u64::from(*from)),
             Self::IWant { to, from, .. } => (18, u64::from(*to), u64::from(*from)),
             Self::PingLapse { a, b, .. } => (19, u64::from(*a), u64::from(*b)),
+            Self::RevocationCheck => (70, 0, 0),
             Self::Task(event) => event.trace(),
             Self::Artifact(event) => event.trace(),
         }
@@ -235,6 +251,8 @@ pub struct Sim {
     tasks: Option<Box<tasks::TaskModel>>,
     /// The artifact part of the world, when the scenario has an `[artifacts]` section.
     artifacts: Option<Box<artifacts::ArtifactModel>>,
+    /// The revocation part of the world, when the scenario has a `revoke` fault.
+    revocations: Option<Box<revoking::RevocationModel>>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -252,6 +270,7 @@ impl Sim {
     pub fn new(mut scenario: Scenario, options: Options) -> Self {
         tasks::prepare(&mut scenario, options);
         artifacts::prepare(&mut scenario, options);
+        revoking::prepare(&mut scenario, options);
         if options.canary {
             let until_s = scenario.faults_end_s().max(10);
             scenario.ensure_byzantine(ByzantineRole::Forger, (1, until_s), 500);
@@ -276,6 +295,15 @@ impl Sim {
             Some(key) => Admission::Closed { authorities: vec![key.public()] },
             None => Admission::Open,
         };
+        let seed = options.seed;
+        let tasks = scenario.tasks.clone().map(|config| Box::new(tasks::TaskModel::new(config, seed)));
+        // Every directory takes the lists of both authorities: the certificate authority's
+        // (nodes) and the grant authority's (grants), as `trust.authorities` lists both.
+        let authorities = authority
+            .iter()
+            .map(SecretKey::public)
+            .chain(tasks.iter().flat_map(|t| t.authorities.iter().copied()))
+            .collect();
         let mesh_config = MeshConfig {
             refresh_ms: p.refresh_s * 1000,
             ttl_ms: p.ttl_s * 1000,
@@ -286,14 +314,14 @@ impl Sim {
                 clock_skew_max_ms: p.clock_skew_max_s * 1000,
                 nodes_max: p.directory_nodes_max,
                 admission,
+                authorities,
                 plants: options.plants(),
                 ..DirectoryConfig::default()
             },
             ..MeshConfig::default()
         };
-        let seed = options.seed;
         let oracle = Oracle::new(mesh_config.directory.ttl_max_ms, mesh_config.directory.clock_skew_max_ms);
-        let tasks = scenario.tasks.clone().map(|config| Box::new(tasks::TaskModel::new(config, seed)));
+        let revocations = revoking::model(&scenario);
         let artifacts =
             scenario.artifacts.clone().map(|config| Box::new(artifacts::ArtifactModel::new(config, seed)));
         let mut sim = Self {
@@ -329,6 +357,7 @@ impl Sim {
             last_liveness_gap: String::new(),
             tasks,
             artifacts,
+            revocations,
             scenario,
         };
         sim.populate();
@@ -356,9 +385,10 @@ impl Sim {
         self.artifacts_populate();
         for (i, fault) in self.scenario.faults.clone().iter().enumerate() {
             let (at_s, ends) = match fault {
-                Fault::Crash { at_s, .. } | Fault::MassRestart { at_s, .. } | Fault::Join { at_s, .. } => {
-                    (*at_s, None)
-                }
+                Fault::Crash { at_s, .. }
+                | Fault::MassRestart { at_s, .. }
+                | Fault::Join { at_s, .. }
+                | Fault::Revoke { at_s, .. } => (*at_s, None),
                 Fault::Partition { at_s, until_s, .. }
                 | Fault::Churn { at_s, until_s, .. }
                 | Fault::Slow { at_s, until_s, .. }
@@ -451,6 +481,8 @@ impl Sim {
             captured: VecDeque::new(),
             published: VecDeque::new(),
             cert,
+            revoked: None,
+            lists: Vec::new(),
         });
         ix
     }
@@ -586,6 +618,7 @@ impl Sim {
             Event::WorkloadChange => self.workload_change(),
             Event::WorkloadQuery => self.workload_query(),
             Event::LivenessCheck => self.liveness_check(),
+            Event::RevocationCheck => self.revocation_check(),
             Event::Task(event) => self.task_event(event),
             Event::Artifact(event) => self.artifact_event(event),
         }
@@ -607,18 +640,19 @@ impl Sim {
     }
 
     /// Live nodes expected to hold every advert (for convergence): all but the uncertified
-    /// ones, which a closed mesh keeps out.
+    /// and the revoked ones, which the mesh shuts out.
     fn live_honest_count(&self) -> u32 {
         debug_assert_eq!(
             self.live_honest,
-            self.nodes.iter().filter(|n| n.alive() && n.uncertified().is_none()).count() as u32
+            self.nodes.iter().filter(|n| n.alive() && n.counted()).count() as u32
         );
         self.live_honest
     }
 
-    /// Node `ix` came up (`up`) or went down: keeps the live count.
+    /// Node `ix` came up (`up`) or went down, or a live node is revoked (`up` false): keeps
+    /// the live count.
     fn count_live(&mut self, ix: Ix, up: bool) {
-        if self.uncertified(ix).is_none() {
+        if self.nodes[ix as usize].counted() {
             if up {
                 self.live_honest += 1;
             } else {
@@ -650,6 +684,7 @@ impl Sim {
         }
         let task_gap = self.tasks_finish();
         let artifact_gap = self.artifacts_finish();
+        self.revocations_finish();
         let node_seconds = (self.nodes.len().max(1) as f64) * (self.scenario.duration_s.max(1) as f64);
         self.metrics.messages_per_node_per_sec = self.metrics.messages_sent as f64 / node_seconds;
         self.metrics.bytes_per_node_per_sec = self.metrics.bytes_sent as f64 / node_seconds;

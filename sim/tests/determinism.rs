@@ -50,6 +50,8 @@ fn committed_trace_hashes_still_match() {
         ("closed-mesh", 40, 29),
         // A warm start on a shared directory base, departure notices doing the liveness.
         ("steady-10k", 300, 31),
+        // Revocation lists spreading by gossip, anti-entropy and nodes' stores.
+        ("revocation", 40, 37),
     ];
     let mut lines: Vec<String> = cases
         .iter()

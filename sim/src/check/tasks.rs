@@ -325,6 +325,15 @@ impl TaskOracle {
         Ok(())
     }
 
+    /// An owner refused `task` as revoked (the revocation oracle judged that refusal): for
+    /// an unauthorized task (a stolen grant that was then revoked) it counts as refused,
+    /// not as its flaw's intended check.
+    pub fn refused_as_revoked(&mut self, task: &TaskId) {
+        if let Some(&attack) = self.attacks.get(task) {
+            self.attack_counts[attack.index()].refused += 1;
+        }
+    }
+
     /// Whether `task` was sent by an unauthorized sender.
     #[must_use]
     pub fn is_attack(&self, task: &TaskId) -> bool {

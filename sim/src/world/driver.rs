@@ -20,6 +20,7 @@ use murmur_protocol::sync::{SyncRequest, SyncResponse};
 use murmur_protocol::{Millis, NodeId};
 
 use super::{Event, Ix, Node, Sim};
+use crate::check::Via;
 
 /// What a delivery was, so the node's verdict can be acted on (gossip forwarding).
 #[derive(Clone, Copy, Debug)]
@@ -32,6 +33,12 @@ impl Sim {
     /// Feeds one input to node `ix` and carries out its outputs.
     pub(super) fn handle(&mut self, ix: Ix, input: Input, delivery: Option<Delivery>) {
         let now = self.clock(ix);
+        // How a revocation list this input brings came (`None`: handed to it locally).
+        let via = match &input {
+            Input::GossipDecoded { .. } | Input::GossipReceived { .. } => Some(Via::Gossip),
+            Input::SyncAnswered { .. } => Some(Via::Sync),
+            _ => None,
+        };
         let Some(mesh) = self.nodes[ix as usize].mesh.as_mut() else { return };
         mesh.handle(now, input);
         let mut outputs = Vec::new();
@@ -42,7 +49,7 @@ impl Sim {
         let (dir_len, outputs_dropped) =
             (mesh.directory().len(), mesh.stats().outputs_dropped + mesh.directory().stats().outputs_dropped);
         for output in outputs {
-            self.carry_out(ix, output, delivery);
+            self.carry_out(ix, output, delivery, via);
         }
         if dir_len > DIRECTORY_NODES_MAX {
             self.violation(format!(
@@ -116,10 +123,12 @@ impl Sim {
     }
 
     /// Carries out one output of node `ix`'s mesh; `delivery` is the gossip message whose
-    /// handling produced it, if one did (an accepted message is relayed).
-    fn carry_out(&mut self, ix: Ix, output: Output, delivery: Option<Delivery>) {
+    /// handling produced it, if one did (an accepted message is relayed), and `via` how a
+    /// revocation list the input brought came.
+    fn carry_out(&mut self, ix: Ix, output: Output, delivery: Option<Delivery>, via: Option<Via>) {
         match output {
             Output::Publish { bytes } => self.publish(ix, &bytes),
+            Output::PublishRevocation { bytes } => self.publish_revocation(ix, &bytes),
             Output::Report { verdict, .. } => {
                 self.trace.record(20, u64::from(ix), verdict as u64, 0);
                 if let (Verdict::Accept, Some(d)) = (verdict, delivery) {
@@ -136,6 +145,7 @@ impl Sim {
                         .adverts
                         .iter()
                         .chain(&response.gone)
+                        .chain(&response.revocations)
                         .map(|e| e.body().len() + ENVELOPE_OVERHEAD_MAX)
                         .sum::<usize>()
                         + response.differ.as_ref().map_or(0, |d| d.len() * 12)
@@ -164,7 +174,7 @@ impl Sim {
             Output::Disconnect { peer, .. } => self.turn_away(ix, peer, false),
             Output::Block { peer, .. } => self.turn_away(ix, peer, true),
             Output::Unblock { .. } => {}
-            Output::Event(event) => self.observe(ix, event),
+            Output::Event(event) => self.observe(ix, event, via),
         }
     }
 
@@ -176,7 +186,10 @@ impl Sim {
             // An honest node turned an uncertified one away: the fault acted.
             self.effects[fault].effects += 1;
         }
-        if held && self.nodes[peer as usize].cert.is_some() {
+        if held && self.nodes[peer as usize].revoked.is_some() {
+            // A revoked peer is held off whatever certificate it shows.
+            self.revocation_enforced(ix, peer, true);
+        } else if held && self.nodes[peer as usize].cert.is_some() {
             // Only a missing or invalid certificate, or junk, earns a hold.
             self.violation(format!(
                 "node {ix} held off node {peer}, which has a valid certificate for this closed mesh"
@@ -186,8 +199,9 @@ impl Sim {
     }
 
     /// Records what node `ix`'s mesh reports having done, and checks each acceptance and
-    /// departure against the ground truth the world holds.
-    fn observe(&mut self, ix: Ix, event: MeshEvent) {
+    /// departure against the ground truth the world holds (`via`: how a revocation list
+    /// taken came).
+    fn observe(&mut self, ix: Ix, event: MeshEvent, via: Option<Via>) {
         match event {
             MeshEvent::AdvertAccepted { node, seq, source } => {
                 let Some(&subject) = self.index.get(&node) else {
@@ -212,6 +226,7 @@ impl Sim {
                     ));
                     return;
                 }
+                self.revocation_advert_accepted(ix, subject);
                 let Some(envelope) = self.nodes[ix as usize]
                     .mesh
                     .as_ref()
@@ -228,9 +243,12 @@ impl Sim {
                     self.violation(what);
                 }
             }
-            MeshEvent::AdvertRefused { reason, .. } => {
+            MeshEvent::AdvertRefused { node, reason, .. } => {
                 self.trace.record(22, u64::from(ix), refusal_tag(&reason), 0);
                 *self.metrics.refusals.entry(reason.reason().to_owned()).or_default() += 1;
+                if let (Refusal::Revoked { .. }, Some(&subject)) = (&reason, self.index.get(&node)) {
+                    self.revocation_enforced(ix, subject, false);
+                }
             }
             MeshEvent::AdvertEvicted { node, by } => {
                 let (subject, by) = (self.index.get(&node), self.index.get(&by));
@@ -264,9 +282,19 @@ impl Sim {
                     // partition, never received.
                     let same_life =
                         |n: &Node| n.published.iter().any(|(at, s)| *s == seq && *at >= n.up_since);
-                    if self.nodes.get(subject as usize).is_some_and(|n| n.alive() && same_life(n)) {
+                    // A revoked node is shut out for good: a notice about it is no mistake.
+                    let mistaken = |n: &Node| n.alive() && n.revoked.is_none() && same_life(n);
+                    if self.nodes.get(subject as usize).is_some_and(mistaken) {
                         self.metrics.departures_false += 1;
                     }
+                }
+            }
+            MeshEvent::Revoked { authority, seq, .. } => self.revocation_taken(ix, (authority, seq), via),
+            MeshEvent::RevocationRefused { reason, .. } => {
+                // Only old copies (gossip and anti-entropy overlap): the world hands out
+                // nothing a node should refuse.
+                if reason.reason() != "not_newer" {
+                    self.violation(format!("node {ix} refused a genuine revocation list: {reason}"));
                 }
             }
             MeshEvent::Published { .. } => {}
@@ -286,11 +314,12 @@ impl Sim {
             return;
         }
         // Estimated encoded size (≈45 bytes per digest entry, 9 per summary bucket, up to 3
-        // per scope bucket): encoding a large digest for every request would dominate big
-        // runs.
+        // per scope bucket, 45 per revocation list held): encoding a large digest for every
+        // request would dominate big runs.
         let size = request.digest.entries().len() * 45
             + request.summary.as_ref().map_or(0, |s| s.sums.len() * 9)
             + request.scope.as_ref().map_or(0, |s| s.buckets.len() * 3)
+            + request.revocations.as_ref().map_or(0, |seen| seen.len() * 45)
             + 64;
         self.nodes[ix as usize].syncing.insert(req, to);
         if size > SYNC_REQUEST_BYTES_MAX {

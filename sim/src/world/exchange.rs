@@ -155,12 +155,22 @@ impl Sim {
     }
 
     /// Records a receiving check's refusal; an unauthorized task must be refused with its
-    /// check.
+    /// check, and a task refused as revoked must carry a revoked grant (the revocation
+    /// check comes first, whatever else is wrong with the task).
     fn refused_here(&mut self, owner: Ix, task: &TaskId, check: &str) {
         let Some(model) = self.tasks.as_deref_mut() else { return };
         *model.stats.refusals.entry(check.to_owned()).or_default() += 1;
         let tag = u64::from(model.oracle.is_attack(task));
         self.trace.record(45, self.now, u64::from(owner), tag);
+        if check == "revoked" {
+            if self.revocation_task_refused(owner, task)
+                && let Some(model) = self.tasks.as_deref_mut()
+            {
+                model.oracle.refused_as_revoked(task);
+            }
+            return;
+        }
+        let Some(model) = self.tasks.as_deref_mut() else { return };
         let result = model.oracle.refused(owner, task, check);
         if let Err(what) = result {
             self.violation(what);

@@ -21,9 +21,11 @@ impl Sim {
             .collect()
     }
 
-    /// Up to `count` distinct live honest nodes, chosen with the fault stream.
+    /// Up to `count` distinct live honest nodes, chosen with the fault stream (never a
+    /// revoked node: those run on to the end).
     fn pick_live(&mut self, count: usize) -> Vec<Ix> {
         let mut live = self.live_nodes(true);
+        live.retain(|&n| self.nodes[n as usize].revoked.is_none());
         self.faults_rng.shuffle(&mut live);
         live.truncate(count);
         live.sort_unstable();
@@ -89,6 +91,7 @@ impl Sim {
                     self.effects[i].effects += 1;
                 }
             }
+            Fault::Revoke { .. } => self.revoke(i),
             Fault::Byzantine { role, count, interval_ms, .. } => {
                 for _ in 0..count {
                     let node = self.add_node(Role::Byzantine { role, fault: i });
@@ -122,7 +125,11 @@ impl Sim {
                     self.crash(node, true);
                 }
             }
-            Fault::Crash { .. } | Fault::MassRestart { .. } | Fault::Churn { .. } | Fault::Join { .. } => {}
+            Fault::Crash { .. }
+            | Fault::MassRestart { .. }
+            | Fault::Churn { .. }
+            | Fault::Join { .. }
+            | Fault::Revoke { .. } => {}
         }
     }
 
@@ -202,7 +209,8 @@ impl Sim {
 
     /// After faults end: does every live node hold every live node's latest advert, and
     /// nothing of nodes dead longer than an advert lives? Rechecked every second until it
-    /// holds, or until the liveness bound passes.
+    /// holds, or until the liveness bound passes. Revoked nodes are neither judged nor
+    /// required (the revocation checker requires that they are gone).
     pub(super) fn liveness_check(&mut self) {
         let p = &self.mesh_config;
         // A dead node's last advert may be held this long after it died (less when the
@@ -217,7 +225,7 @@ impl Sim {
             .nodes
             .iter()
             .map(|n| {
-                if !n.alive() {
+                if !n.alive() || n.revoked.is_some() {
                     return None;
                 }
                 n.published.iter().rev().find(|(at, _)| *at + grace_ms <= self.now).map(|(_, seq)| *seq)
@@ -250,6 +258,9 @@ impl Sim {
         let mut gap = None;
         for x in 0..self.nodes.len() {
             let Some(mesh) = self.nodes[x].mesh.as_ref() else { continue };
+            if self.nodes[x].revoked.is_some() {
+                continue;
+            }
             let now = self.clock(x as Ix);
             let directory = mesh.directory();
             let base = directory.base();

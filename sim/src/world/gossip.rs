@@ -87,6 +87,35 @@ impl Sim {
         self.flood(ix, msg);
     }
 
+    /// Node `ix` publishes a revocation list. gossipsub's message ids are content hashes
+    /// (`murnode` derives them from the bytes), so a list that a second node publishes (one
+    /// that learned it by anti-entropy) is the message already on its way: gossipsub refuses
+    /// to publish a message the node has seen, and peers that saw it drop the copy.
+    pub(super) fn publish_revocation(&mut self, ix: Ix, bytes: &[u8]) {
+        let known = self.revocations.as_deref().and_then(|m| m.messages.get(bytes).copied());
+        let msg = match known {
+            Some(msg) => {
+                if !self.messages[msg as usize].mark_seen(ix) {
+                    return;
+                }
+                msg
+            }
+            None => {
+                let Ok(envelope) = Envelope::decode(bytes) else {
+                    self.violation(format!("node {ix} published bytes that do not decode as an envelope"));
+                    return;
+                };
+                let msg = self.new_message(Some(envelope), None, bytes.len(), ix);
+                if let Some(model) = self.revocations.as_deref_mut() {
+                    model.messages.insert(bytes.to_vec(), msg);
+                }
+                msg
+            }
+        };
+        self.remember(ix, msg);
+        self.flood(ix, msg);
+    }
+
     /// Puts `msg` in node `ix`'s message cache (it published or forwarded it).
     fn remember(&mut self, ix: Ix, msg: u32) {
         if !self.scenario.topology.lazy_gossip {

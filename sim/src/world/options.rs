@@ -29,15 +29,17 @@ impl Options {
             Some(Plant::VolatileAccept) => Plants::one(Shipped::VolatileAccept),
             Some(Plant::WriteUnverified) => Plants::one(Shipped::WriteUnverified),
             Some(Plant::RefuseWhenFull) => Plants::one(Shipped::RefuseWhenFull),
+            Some(Plant::IgnoreRevocations) => Plants::one(Shipped::IgnoreRevocations),
             Some(Plant::TrustAnyOffer | Plant::OpenAdmission) | None => Plants::NONE,
         }
     }
 }
 
 /// A known bug, planted on purpose: each must be caught by its checker
-/// (`sim/tests/tasks.rs`, `sim/tests/artifacts.rs`, `sim/tests/scenarios.rs`). The first
-/// four and the last are planted in the protocol's own machines (the code `murnode` runs);
-/// `trust-any-offer` and `open-admission` are configurations a node could be given.
+/// (`sim/tests/tasks.rs`, `sim/tests/artifacts.rs`, `sim/tests/scenarios.rs`,
+/// `sim/tests/revocations.rs`). All but `trust-any-offer` and `open-admission` are planted
+/// in the protocol's own machines (the code `murnode` runs); those two are configurations
+/// a node could be given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Plant {
     /// The task exchange accepts peers' tasks without the receiving node's grant check
@@ -68,11 +70,15 @@ pub enum Plant {
     /// directory before it made room by freshness). Caught by the liveness checker in the
     /// `sybil` scenario: the joins made while the flood fills directories never get in.
     RefuseWhenFull,
+    /// Revocation lists are taken and spread, but no check consults them: revoked nodes'
+    /// adverts stay in directories and revoked grants keep working. Caught by the
+    /// revocation checker (a `revoke` fault is added if the scenario has none).
+    IgnoreRevocations,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 8] = [
         Self::SkipIncomingCheck,
         Self::RetryLost,
         Self::VolatileAccept,
@@ -80,6 +86,7 @@ impl Plant {
         Self::TrustAnyOffer,
         Self::OpenAdmission,
         Self::RefuseWhenFull,
+        Self::IgnoreRevocations,
     ];
 
     /// The name on the command line (`--plant NAME`).
@@ -93,6 +100,7 @@ impl Plant {
             Self::TrustAnyOffer => "trust-any-offer",
             Self::OpenAdmission => "open-admission",
             Self::RefuseWhenFull => "refuse-when-full",
+            Self::IgnoreRevocations => "ignore-revocations",
         }
     }
 }

@@ -118,6 +118,9 @@ impl Sim {
                 if let Some(Err(what)) = checked {
                     self.violation(what);
                 }
+                if let murmur_protocol::task::Sender::Capsule { grant, .. } = &submit.sender {
+                    self.revocation_task_accepted(owner, grant);
+                }
                 self.owner_outputs(owner);
                 self.update_load(owner);
                 Ok(snapshot(task, &submit.capsule, TaskState::Submitted))

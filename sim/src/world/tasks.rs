@@ -20,8 +20,9 @@ use murmur_protocol::advert::HostedCapsule;
 use murmur_protocol::exchange::{RequestFailure, TaskExchange};
 use murmur_protocol::grant::Grant;
 use murmur_protocol::owner::Owner;
+use murmur_protocol::revocation::Revocations;
 use murmur_protocol::route::RouterStats;
-use murmur_protocol::task::{Sender, Submit, TaskId, TaskResponse, TaskState, check_outgoing};
+use murmur_protocol::task::{Sender, Submit, TaskId, TaskRefusal, TaskResponse, TaskState, check_outgoing};
 use murmur_protocol::{Envelope, Millis, NodeId, PeerUrl, PublicKey, SecretKey, Signed};
 
 use super::{EPOCH, Event, Ix, Options, Plant, Role, Sim};
@@ -200,10 +201,14 @@ pub(super) fn prepare(scenario: &mut Scenario, options: Options) {
     let Some(plant) = options.plant else { return };
     if matches!(
         plant,
-        Plant::WriteUnverified | Plant::TrustAnyOffer | Plant::OpenAdmission | Plant::RefuseWhenFull
+        Plant::WriteUnverified
+            | Plant::TrustAnyOffer
+            | Plant::OpenAdmission
+            | Plant::RefuseWhenFull
+            | Plant::IgnoreRevocations
     ) {
-        // An artifact, admission or directory bug: `artifacts::prepare` or the world sets
-        // up what it needs.
+        // An artifact, admission, directory or revocation bug: `artifacts::prepare`,
+        // `revoking::prepare` or the world sets up what it needs.
         return;
     }
     if scenario.tasks.is_none() {
@@ -272,6 +277,11 @@ impl TaskModel {
             GrantTruth { capsule: capsule.to_owned(), targets: targets.clone(), not_before, not_after };
         self.oracle.issued(&envelope, truth);
         envelope
+    }
+
+    /// The key that signs the grants (and the lists revoking them).
+    pub(super) const fn authority_key(&self) -> &SecretKey {
+        &self.authority
     }
 
     fn next_message(&mut self) -> String {
@@ -478,11 +488,33 @@ impl Sim {
         let target = PeerUrl::Mesh { capsule: service.clone(), node: None };
         let now = self.clock(host);
         let Some(model) = self.tasks.as_deref_mut() else { return };
-        let allowed = check_outgoing(Some(&grant), &model.authorities, now, &name, None, &target).is_ok();
+        // The sending node's lists, as `murnode`'s router reads its mesh's. A revoked node
+        // is one the authority stopped trusting: it sends without checking (a compromised
+        // node would), and the owners' check must stop what it should not send.
+        let careless = self.nodes[host as usize].revoked.is_some();
+        let none = Revocations::default();
+        let lists = self.nodes[host as usize].mesh.as_ref().map_or(&none, |m| m.directory().revocations());
+        let checked = if careless {
+            Ok(())
+        } else {
+            check_outgoing(Some(&grant), &model.authorities, lists, now, &name, None, &target)
+        };
+        let allowed = checked.is_ok();
         model.stats.submitted += 1;
-        if let Err(what) = model.oracle.outgoing(&name, &grant, &service, allowed) {
+        let revoked = matches!(checked, Err(TaskRefusal::GrantRevoked { .. }));
+        // A revoked grant is refused before its targets are looked at: the revocation
+        // checker judges that refusal, the grant checker the others.
+        let judged = if revoked || careless {
+            Ok(())
+        } else {
+            model.oracle.outgoing(&name, &grant, &service, allowed)
+        };
+        if let Err(what) = judged {
             self.violation(what);
             return;
+        }
+        if revoked {
+            self.revocation_send_refused(host, &grant);
         }
         let Some(model) = self.tasks.as_deref_mut() else { return };
         if !allowed {
@@ -491,8 +523,12 @@ impl Sim {
         }
         let message = model.next_message();
         let sender = Sender::Capsule { name, grant };
+        let task = TaskId::placed(&self.nodes[host as usize].id, &sender, &message);
+        if let Sender::Capsule { grant, .. } = &sender {
+            self.revocation_task_sent(task, grant, Some(host));
+        }
         let request = Submit {
-            task: TaskId::placed(&self.nodes[host as usize].id, &sender, &message),
+            task,
             text,
             sender,
             capsule: service,
@@ -579,10 +615,14 @@ impl Sim {
         }
     }
 
-    /// Live honest nodes in index order.
+    /// Live honest nodes in index order, revoked ones left out: the world no longer
+    /// enters tasks there, moves services there or revokes them again.
     pub(super) fn live_honest(&self) -> Vec<Ix> {
         (0..self.nodes.len() as Ix)
-            .filter(|&i| self.nodes[i as usize].alive() && self.nodes[i as usize].role == Role::Honest)
+            .filter(|&i| {
+                let n = &self.nodes[i as usize];
+                n.alive() && n.role == Role::Honest && n.revoked.is_none()
+            })
             .collect()
     }
 

@@ -33,6 +33,7 @@ impl Sim {
         node.up_since = self.now;
         node.uplink_free_at = self.now;
         self.count_live(ix, true);
+        self.revocations_restored(ix);
         let node = &mut self.nodes[i];
         let capsules = node.capsules.clone();
         let addrs = vec![address(node.region, ix)];
@@ -124,6 +125,7 @@ impl Sim {
         node.syncing.clear();
         node.answering.clear();
         self.oracle.forget_observer(ix);
+        self.revocations_crashed(ix);
         self.tasks_crashed(ix, for_good);
         self.artifacts_crashed(ix, for_good);
     }

@@ -91,6 +91,9 @@ impl Sim {
             settle_wait_ms: 0,
         };
         model.oracle.attack_sent(request.task, attack);
+        if let Sender::Capsule { grant, .. } = &request.sender {
+            self.revocation_task_sent(request.task, grant, None);
+        }
         let provider = self.nodes[host as usize].id;
         self.send_attack(ix, provider, request, attack);
         true
