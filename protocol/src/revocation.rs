@@ -255,6 +255,16 @@ impl Revocations {
             .collect()
     }
 
+    /// Whether a peer that holds `seen` holds a newer list of an authority this node trusts
+    /// (then it is worth asking it: see the mesh's anti-entropy).
+    #[must_use]
+    pub fn lacks(&self, seen: &[(PublicKey, u64)]) -> bool {
+        seen.iter().take(REVOCATIONS_HELD_MAX).any(|(authority, seq)| {
+            self.authorities.contains(authority)
+                && self.lists.get(authority).is_none_or(|held| held.seq < *seq)
+        })
+    }
+
     /// Every list held, as signed (for storing them).
     pub fn envelopes(&self) -> impl Iterator<Item = &Envelope> {
         self.lists.values().map(|held| &held.envelope)

@@ -32,12 +32,19 @@ impl MeshNode {
     /// otherwise; with another request in flight, the sync waits for the slot (see
     /// [`SYNCS_IN_FLIGHT_MAX`]).
     pub(super) fn start_sync(&mut self, peer: NodeId) {
+        self.start_sync_with(peer, false);
+    }
+
+    /// As [`MeshNode::start_sync`]; `urgent` skips the wait for a free slot (one peer holds
+    /// a revocation list this node lacks: worth one more exchange in flight, not the wait
+    /// behind a request that may be lost).
+    fn start_sync_with(&mut self, peer: NodeId, urgent: bool) {
         let in_flight = self.peers.values().filter(|p| p.syncing).count();
         let Some(state) = self.peers.get_mut(&peer) else { return };
         if state.syncing {
             return;
         }
-        if in_flight >= SYNCS_IN_FLIGHT_MAX {
+        if in_flight >= SYNCS_IN_FLIGHT_MAX && !urgent {
             state.sync_wanted = true;
             return;
         }
@@ -88,6 +95,15 @@ impl MeshNode {
     pub(super) fn on_sync_request(&mut self, now: Millis, from: NodeId, token: u64, request: SyncRequest) {
         if !self.admits_requester(now, from, &request) {
             return;
+        }
+        // The requester holds a list we lack (we were down when it spread, or our own
+        // request to someone else was lost): ask it, rather than wait for the next sync.
+        if request.revocations.as_ref().is_some_and(|seen| self.directory.revocations().lacks(seen)) {
+            match self.peers.get_mut(&from) {
+                Some(state) if state.syncing => state.sync_wanted = true,
+                Some(_) => self.start_sync_with(from, true),
+                None => {}
+            }
         }
         // Lists the requester lacks go first (at most 16 of 16 KiB); adverts get the rest.
         let revocations = request

@@ -98,6 +98,12 @@ impl MeshNode {
                 entry.next_at = *until;
                 continue;
             }
+            if self.directory.revocations().node_revoked(peer).is_some() {
+                // Revoked: it would be expelled on arrival; look again rarely (a newer
+                // list may lift it).
+                entry.next_at = now.plus(BOOTSTRAP_RETRY_MAX_MS);
+                continue;
+            }
             // Up to a quarter more, fixed per node and peer, so nodes restarted together do
             // not all dial at once.
             let jitter = dial_rank(self.dial_salt, peer) % (entry.wait_ms / 4 + 1);
@@ -210,11 +216,12 @@ impl MeshNode {
         [check, bootstrap, reconnect].into_iter().flatten().min()
     }
 
-    /// Whether `node` may be dialled now: not connected, not held off, and not dialled
-    /// within the dial backoff.
+    /// Whether `node` may be dialled now: not connected, not held off, not revoked, and not
+    /// dialled within the dial backoff.
     fn may_dial(&self, now: Millis, node: &NodeId) -> bool {
         !self.peers.contains_key(node)
             && !self.held.contains_key(node)
+            && self.directory.revocations().node_revoked(node).is_none()
             && self.dialed.get(node).is_none_or(|at| now >= at.plus(self.config.dial_backoff_ms))
     }
 }

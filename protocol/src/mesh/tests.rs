@@ -1060,3 +1060,39 @@ fn a_node_key_rotates_without_the_mesh_losing_the_node() {
     assert_eq!(net.hosts(0, "wordcount"), 1);
     assert!(net.nodes[0].directory().get(&key(4).node_id()).is_some());
 }
+
+#[test]
+fn a_node_that_lacks_a_list_its_peer_names_asks_that_peer_for_it() {
+    let authority = key(50);
+    let mut net = Net::new((1..=2).map(|n| (key(n), revoking_config(&authority))).collect());
+    for i in 0..2 {
+        net.handle(i, Input::SetCert { cert: Some(cert_of(&authority, i as u8 + 1)) });
+    }
+    // Node 1 holds a list; node 2 hears nothing of it (no link yet, no gossip).
+    net.handle(0, Input::Revoke { envelope: revocation(&authority, 1, &[], &[9]) });
+    // Only node 1's request reaches node 2, naming the list.
+    let request = SyncRequest::new(Some(cert_of(&authority, 1)), crate::DirectoryDigest::default())
+        .with_revocations(net.nodes[0].directory().revocations().seen());
+    // Its one exchange in flight went to a peer that never answers (a lost request); the
+    // exchange with node 1 waits behind it.
+    net.nodes[1].handle(net.now, Input::PeerConnected { peer: key(9).node_id() });
+    net.nodes[1].handle(net.now, Input::PeerConnected { peer: key(1).node_id() });
+    while net.nodes[1].poll_output().is_some() {}
+    net.nodes[1].handle(net.now, Input::SyncRequested { from: key(1).node_id(), token: 0, request });
+    let asked = std::iter::from_fn(|| net.nodes[1].poll_output())
+        .any(|o| matches!(o, Output::SendSyncRequest { peer, .. } if peer == key(1).node_id()));
+    assert!(asked, "node 2 asks node 1 at once, not after the lost request times out");
+}
+
+#[test]
+fn a_revoked_bootstrap_peer_is_not_dialled() {
+    let authority = key(50);
+    let mut node = MeshNode::new(key(1), revoking_config(&authority), T0);
+    node.handle(T0, Input::Revoke { envelope: revocation(&authority, 1, &[3], &[]) });
+    node.handle(
+        T0,
+        Input::SetBootstrap { peers: vec![(key(3).node_id(), vec!["/ip4/10.0.0.3/tcp/1".into()])] },
+    );
+    let dialled = std::iter::from_fn(|| node.poll_output()).any(|o| matches!(o, Output::Dial { .. }));
+    assert!(!dialled);
+}
