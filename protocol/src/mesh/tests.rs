@@ -953,7 +953,7 @@ fn a_revocation_spreads_by_gossip_and_anti_entropy_and_expels_the_revoked_node()
     let before = net.disconnects.len();
     net.nodes[0].handle(net.now, Input::PeerConnected { peer: node3 });
     net.pump();
-    assert!(net.disconnects[before..].iter().any(|d| *d == (0, node3)));
+    assert!(net.disconnects[before..].contains(&(0, node3)));
 }
 
 #[test]
