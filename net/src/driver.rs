@@ -553,14 +553,7 @@ impl Driver {
                 let _ = reply.send(self.capsules_view());
             }
             Query::Revoke(envelope, reply) => {
-                // Judged on a copy for the answer; the mesh then takes it the one way it
-                // takes every list (and gossips it).
-                let mut probe = self.mesh.directory().revocations().clone();
-                let verdict = probe.insert(envelope.clone(), self.mesh.directory().verifier());
-                if verdict.is_ok() {
-                    self.mesh.handle(clock::now(), Input::Revoke { envelope });
-                }
-                let _ = reply.send(verdict);
+                let _ = reply.send(self.mesh.revoke(clock::now(), envelope));
             }
             Query::SetHosted(capsules, reply) => {
                 info!(capsules = capsules.len(), "hosted capsules changed");
@@ -584,7 +577,7 @@ impl Driver {
                     request_overruns: self.request_overruns.clone(),
                     agent_refusals: self.agents.refusals.clone(),
                     agent_delivered: self.agents.delivered,
-                    revocation_lists: self.mesh.directory().revocations().lists().len(),
+                    revocation_lists: self.mesh.directory().revocations().len(),
                 });
             }
         }

@@ -494,7 +494,7 @@ impl MeshNode {
             Input::SetLoad { load } => self.local.load = load,
             Input::SetCert { cert } => self.update_local(now, |l| l.cert = cert),
             Input::Revoke { envelope } => {
-                self.on_revocation(now, envelope, revoking::Via::Local, true);
+                let _ = self.revoke(now, envelope);
             }
             Input::SetBootstrap { peers } => self.set_bootstrap(now, peers),
             Input::Tick => {}

@@ -285,6 +285,12 @@ impl Revocations {
             .collect()
     }
 
+    /// How many lists are held (one per authority at most).
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.lists.len()
+    }
+
     /// Whether any list is held.
     #[must_use]
     pub fn is_empty(&self) -> bool {

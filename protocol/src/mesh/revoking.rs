@@ -5,6 +5,7 @@
 
 use super::{Event, MeshNode, Output, Verdict};
 use crate::identity::NodeId;
+use crate::revocation::{RevocationRefusal, Taken};
 use crate::signed::Envelope;
 use crate::time::Millis;
 
@@ -18,9 +19,18 @@ pub(super) enum Via {
 }
 
 impl MeshNode {
-    /// Takes `envelope` if it is a new list of a trusted authority, gossips it when `relay`
-    /// (a list that came by gossip is relayed by the verdict instead), and expels the peers
-    /// it revokes. The verdict is what gossip should do with it.
+    /// Hands the mesh a revocation list from this node's operator: taken if it is a valid,
+    /// trusted list newer than the one held, then gossiped; the peers it revokes are
+    /// expelled. A refusal changes nothing. (The same as [`super::Input::Revoke`], with the
+    /// answer.)
+    pub fn revoke(&mut self, now: Millis, envelope: Envelope) -> Result<Taken, RevocationRefusal> {
+        let taken = self.take_revocation(now, envelope, Via::Local, true);
+        self.drain_directory(now);
+        taken
+    }
+
+    /// [`MeshNode::take_revocation`], as gossip's verdict: `Accept` when taken or identical
+    /// to the list held, `Reject` when the list itself is bad, `Ignore` otherwise.
     pub(super) fn on_revocation(
         &mut self,
         now: Millis,
@@ -28,6 +38,25 @@ impl MeshNode {
         via: Via,
         relay: bool,
     ) -> Verdict {
+        let identical = self.directory.revocations().envelopes().any(|held| *held == envelope);
+        match self.take_revocation(now, envelope, via, relay) {
+            Ok(_) => Verdict::Accept,
+            Err(_) if identical => Verdict::Accept,
+            Err(refusal) if refusal.is_invalid() => Verdict::Reject,
+            Err(_) => Verdict::Ignore,
+        }
+    }
+
+    /// Takes `envelope` if it is a new list of a trusted authority, gossips it when `relay`
+    /// (a list that came by gossip is relayed by the verdict instead), and expels the peers
+    /// it revokes.
+    fn take_revocation(
+        &mut self,
+        now: Millis,
+        envelope: Envelope,
+        via: Via,
+        relay: bool,
+    ) -> Result<Taken, RevocationRefusal> {
         let authority = envelope.signer();
         let bytes = relay.then(|| envelope.clone());
         let identical = self.directory.revocations().envelopes().any(|held| *held == envelope);
@@ -51,20 +80,13 @@ impl MeshNode {
                 self.push(Output::Event(Event::Revoked {
                     authority: taken.authority,
                     seq: taken.seq,
-                    nodes: taken.nodes,
+                    nodes: taken.nodes.clone(),
                     grants: taken.grants,
                 }));
-                Verdict::Accept
+                Ok(taken)
             }
             Err(refusal) => {
                 self.stats.revocations_refused += 1;
-                let verdict = if identical {
-                    Verdict::Accept
-                } else if refusal.is_invalid() {
-                    Verdict::Reject
-                } else {
-                    Verdict::Ignore
-                };
                 if !identical {
                     self.push(Output::Event(Event::RevocationRefused {
                         authority,
@@ -72,10 +94,10 @@ impl MeshNode {
                             Via::Local => None,
                             Via::Peer(peer) => Some(peer),
                         },
-                        reason: refusal,
+                        reason: refusal.clone(),
                     }));
                 }
-                verdict
+                Err(refusal)
             }
         }
     }
