@@ -160,6 +160,8 @@ pub struct Agent {
     /// Told when the file behind the agent's source changed.
     pub(crate) source_changed: Notify,
     pub(crate) subscriptions: Mutex<Subscriptions>,
+    /// Chat streams of the current run (`provider.chat-stream`), by UUID.
+    pub(crate) streams: Mutex<BTreeMap<String, tokio::task::AbortHandle>>,
     pub logs: Logs,
     pub stats: Stats,
     state: Mutex<State>,
@@ -178,6 +180,7 @@ impl Agent {
             timers_changed: Notify::new(),
             source_changed: Notify::new(),
             subscriptions: Mutex::default(),
+            streams: Mutex::default(),
             logs,
             stats: Stats::default(),
             state: Mutex::new(State::Starting),
@@ -238,6 +241,33 @@ impl Agent {
         self.inbox.clear();
         drop(subscriptions);
         self.timers_changed.notify_one();
+        for (_, stream) in std::mem::take(&mut *self.streams()) {
+            stream.abort();
+        }
+        if let Some(node) = self.node.upgrade() {
+            node.endpoints.end_run(&node, self.name());
+        }
+    }
+
+    pub(crate) fn streams(&self) -> MutexGuard<'_, BTreeMap<String, tokio::task::AbortHandle>> {
+        self.streams.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Puts `event` in the inbox, waiting while it is full (a producer that the brain's
+    /// reading paces: chat streams); gives up when the run ends.
+    pub(crate) async fn push_paced(&self, id: String, event: Event) {
+        let kind = kind_of(&event);
+        let mut envelope = EventEnvelope { id, event };
+        loop {
+            match self.inbox.offer(envelope) {
+                Ok(()) => {
+                    self.stats.delivered(kind);
+                    return;
+                }
+                Err(back) => envelope = back,
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
     }
 
     /// Puts `event` in the inbox, counting it.

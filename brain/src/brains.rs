@@ -19,6 +19,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::agent::{Agent, AgentConfig};
+use crate::endpoint::{Endpoints, OpenError, Session};
+use murmur_protocol::model::{ChatDelta, ChatRequest};
 use crate::logs::Logs;
 use crate::memory::Memory;
 
@@ -88,6 +90,28 @@ pub trait Mesh: Send + Sync + std::fmt::Debug {
 
     /// This node's id, if it has a network.
     fn local(&self) -> Option<NodeId>;
+
+    /// Opens a chat stream for agent `agent`: against upstream `provider` configured for
+    /// it, or (none) against `model` of another node of the mesh. Models this node
+    /// serves never come here: the brain host opens those itself.
+    fn open_chat(
+        &self,
+        agent: &str,
+        provider: Option<String>,
+        model: String,
+        request: ChatRequest,
+    ) -> PortFuture<'_, Result<Box<dyn ChatStream>, String>>;
+}
+
+/// An open chat stream: deltas in order, then `Err` with the end (none: completed).
+pub trait ChatStream: Send {
+    fn next(&mut self) -> PortFuture<'_, Result<ChatDelta, Option<String>>>;
+}
+
+impl ChatStream for Session {
+    fn next(&mut self) -> PortFuture<'_, Result<ChatDelta, Option<String>>> {
+        Box::pin(Session::next(self))
+    }
 }
 
 /// A node without a network: only its own agents exist.
@@ -116,6 +140,21 @@ impl Mesh for NoMesh {
     fn local(&self) -> Option<NodeId> {
         None
     }
+
+    fn open_chat(
+        &self,
+        _agent: &str,
+        provider: Option<String>,
+        model: String,
+        _request: ChatRequest,
+    ) -> PortFuture<'_, Result<Box<dyn ChatStream>, String>> {
+        Box::pin(async move {
+            Err(match provider {
+                Some(p) => format!("no provider `{p}` is configured for this agent"),
+                None => format!("no agent of this node serves model `{model}`, and the node has no network"),
+            })
+        })
+    }
 }
 
 /// What the actor host shares with its actors and runs.
@@ -127,6 +166,7 @@ pub struct Inner {
     pub(crate) runtime: Runtime,
     pub(crate) store: Arc<ArtifactStore>,
     pub(crate) shutdown: watch::Sender<bool>,
+    pub(crate) endpoints: Endpoints,
 }
 
 impl Inner {
@@ -223,7 +263,15 @@ impl Brains {
         let memory = Memory::open(memory_path)?;
         let (shutdown, _) = watch::channel(false);
         let inner =
-            Arc::new(Inner { agents: std::sync::RwLock::default(), mesh, memory, runtime, store, shutdown });
+            Arc::new(Inner {
+            agents: std::sync::RwLock::default(),
+            mesh,
+            memory,
+            runtime,
+            store,
+            shutdown,
+            endpoints: Endpoints::default(),
+        });
         let mut agents = BTreeMap::new();
         for config in configs {
             anyhow::ensure!(
@@ -269,6 +317,24 @@ impl Brains {
     /// Sends `text` to agent `to` as this node's clients (`mur`), wherever it runs.
     pub async fn send_as_client(&self, to: &str, text: String) -> Result<(), SendError> {
         self.inner.send(CLIENT_SENDER, to, text).await
+    }
+
+    /// Opens an endpoint session on `model` (served by an agent of this node) for
+    /// `request`: the agent has the request when this returns.
+    pub fn open_session(&self, model: &str, request: ChatRequest) -> Result<Session, OpenError> {
+        self.inner.endpoints.open(&self.inner, model, request)
+    }
+
+    /// Whether an agent of this node serves `model`.
+    #[must_use]
+    pub fn serves(&self, model: &str) -> bool {
+        self.inner.endpoints.serves(model)
+    }
+
+    /// The endpoint: models served here, their changes, counters.
+    #[must_use]
+    pub fn endpoints(&self) -> &Endpoints {
+        &self.inner.endpoints
     }
 
     /// How this node's agents are doing.

@@ -55,6 +55,19 @@ impl Inbox {
         Ok(())
     }
 
+    /// Queues `event`, or hands it back when full (for a producer that waits for room).
+    pub fn offer(&self, event: EventEnvelope) -> Result<(), EventEnvelope> {
+        {
+            let mut queues = self.queues();
+            if queues.events.len() >= self.capacity {
+                return Err(event);
+            }
+            queues.events.push_back(event);
+        }
+        self.ready.notify_one();
+        Ok(())
+    }
+
     /// Queues a lifecycle event ahead of the others; past the reserve, the oldest is
     /// dropped (a later `reload` or `shutdown` supersedes it).
     pub fn push_lifecycle(&self, event: EventEnvelope) {

@@ -32,6 +32,7 @@ pub mod actor;
 pub mod agent;
 pub mod brains;
 pub mod clock;
+pub mod endpoint;
 pub mod inbox;
 pub mod lang;
 pub mod logs;
@@ -41,5 +42,8 @@ pub mod source;
 pub mod timers;
 
 pub use agent::{Agent, AgentConfig, State};
-pub use brains::{AgentMetrics, BrainMetrics, Brains, Delivery, Mesh, NoMesh, SendError, SendErrorKind};
+pub use brains::{
+    AgentMetrics, BrainMetrics, Brains, ChatStream, Delivery, Mesh, NoMesh, SendError, SendErrorKind,
+};
+pub use endpoint::{OpenError, Session};
 pub use source::{Language, Source};

@@ -14,6 +14,9 @@ use tokio::sync::watch;
 use crate::agent::{Agent, sender_key};
 use crate::clock;
 
+/// Chat streams one run may hold open.
+pub const STREAMS_PER_RUN_MAX: usize = 64;
+
 /// What the next issue's interfaces answer until this node serves them.
 const NOT_YET: &str = "is declared by murmur:brain@0.1.0 but this node does not serve it yet";
 
@@ -275,24 +278,51 @@ impl BrainPort for RunHost {
         })
     }
 
-    fn subscribe_endpoint(&self, _model: String) -> Result<String, String> {
-        Err(format!("subscribe-endpoint {NOT_YET}"))
+    fn subscribe_endpoint(&self, model: String) -> Result<String, String> {
+        self.live()?;
+        self.node()?.endpoints.subscribe(self.agent.name(), &model)
     }
 
-    fn unsubscribe_endpoint(&self, _id: String) -> Result<(), String> {
-        Err(format!("unsubscribe-endpoint {NOT_YET}"))
+    fn unsubscribe_endpoint(&self, id: String) -> Result<(), String> {
+        let node = self.node()?;
+        node.endpoints.unsubscribe(&node, self.agent.name(), &id)
     }
 
-    fn stream_endpoint(&self, _session: String, _delta: ChatDelta) -> Result<(), String> {
-        Err(format!("stream-endpoint {NOT_YET}"))
+    fn stream_endpoint(&self, session: String, delta: ChatDelta) -> Result<(), String> {
+        self.live()?;
+        let node = self.node()?;
+        node.endpoints.stream(&node, self.agent.name(), &session, crate::endpoint::from_wit_delta(delta))
     }
 
-    fn chat_stream(&self, _request: ChatRequest) -> Result<String, String> {
-        Err(format!("provider.chat-stream {NOT_YET}"))
+    fn chat_stream(&self, request: ChatRequest) -> Result<String, String> {
+        self.live()?;
+        let node = self.node()?;
+        murmur_protocol::model::check_model_name(&request.model)?;
+        let wire = crate::endpoint::from_wit_request(&request);
+        wire.check().map_err(|(field, reason)| format!("the request's {field} {reason}"))?;
+        let mut streams = self.agent.streams();
+        if streams.len() >= STREAMS_PER_RUN_MAX {
+            return Err(format!("this run has {STREAMS_PER_RUN_MAX} chat streams open, its limit"));
+        }
+        let id = uuid::Uuid::new_v4().to_string();
+        let task = tokio::spawn(forward_chat(
+            node,
+            self.agent.clone(),
+            id.clone(),
+            request.provider,
+            request.model,
+            wire,
+        ));
+        streams.insert(id.clone(), task.abort_handle());
+        Ok(id)
     }
 
-    fn cancel_stream(&self, _id: String) -> bool {
-        false
+    fn cancel_stream(&self, id: String) -> bool {
+        let stream = self.agent.streams().remove(&id);
+        stream.is_some_and(|handle| {
+            handle.abort();
+            true
+        })
     }
 
     fn call_tool(&self, _server: String, _name: String, _arguments: String) -> Result<String, String> {
@@ -310,6 +340,43 @@ impl BrainPort for RunHost {
     fn unsubscribe_resource(&self, _id: String) -> bool {
         false
     }
+}
+
+/// One chat stream of `agent`: opened on this node's endpoint when an agent of this node
+/// serves the model, else through the mesh port (another node, or an upstream provider);
+/// its deltas become `chat-delta` events tagged `id`, paced by the brain's reading, then
+/// one `chat-end` (after an `error` event when the stream failed).
+async fn forward_chat(
+    node: Arc<crate::brains::Inner>,
+    agent: Arc<Agent>,
+    id: String,
+    provider: Option<String>,
+    model: String,
+    request: murmur_protocol::model::ChatRequest,
+) {
+    let opened: Result<Box<dyn crate::brains::ChatStream>, String> =
+        if provider.is_none() && node.endpoints.serves(&model) {
+            node.endpoints.open(&node, &model, request).map(|s| Box::new(s) as _).map_err(|e| e.to_string())
+        } else {
+            node.mesh.open_chat(agent.name(), provider, model, request).await
+        };
+    drop(node);
+    let error = match opened {
+        Err(error) => Some(error),
+        Ok(mut stream) => loop {
+            match stream.next().await {
+                Ok(delta) => {
+                    agent.push_paced(id.clone(), Event::ChatDelta(crate::endpoint::to_wit_delta(delta))).await;
+                }
+                Err(end) => break end,
+            }
+        },
+    };
+    if let Some(error) = error {
+        agent.push_paced(id.clone(), Event::Error(error)).await;
+    }
+    agent.push_paced(id.clone(), Event::ChatEnd).await;
+    agent.streams().remove(&id);
 }
 
 async fn spawn_blocking<T: Send + 'static>(

@@ -63,6 +63,8 @@ pub const TASK_PROTOCOL: StreamProtocol = StreamProtocol::new("/murmur/task/1");
 pub const ARTIFACT_PROTOCOL: StreamProtocol = StreamProtocol::new("/murmur/artifact/1");
 /// Agents: messages between agents of different nodes, and their status.
 pub const AGENT_PROTOCOL: StreamProtocol = StreamProtocol::new("/murmur/agent/1");
+/// Models: one chat completion per stream, streamed back (see `murmur_protocol::model`).
+pub const MODEL_PROTOCOL: StreamProtocol = StreamProtocol::new("/murmur/model/1");
 
 /// Every behaviour of a murmur node.
 #[derive(NetworkBehaviour)]
@@ -80,6 +82,9 @@ pub struct Behaviour {
     pub task: Budgeted<TaskRequest, TaskResponse>,
     pub artifact: Budgeted<ArtifactRequest, ArtifactResponse>,
     pub agent: Budgeted<AgentRequest, AgentResponse>,
+    /// Raw streams (`/murmur/model/1`), opened and accepted outside the driver through a
+    /// [`libp2p_stream::Control`].
+    pub streams: libp2p_stream::Behaviour,
 }
 
 impl Behaviour {
@@ -91,6 +96,7 @@ impl Behaviour {
         config: &NetworkConfig,
         wire: WireVersion,
         overruns: mpsc::Sender<(Option<PeerId>, Overrun)>,
+        streams: libp2p_stream::Behaviour,
     ) -> anyhow::Result<Self> {
         let peer_id = keypair.public().to_peer_id();
         let limits = connection_limits::ConnectionLimits::default()
@@ -189,6 +195,7 @@ impl Behaviour {
             task,
             artifact,
             agent,
+            streams,
         })
     }
 }

@@ -329,6 +329,7 @@ impl Driver {
             BehaviourEvent::Sync(request_response::Event::ResponseSent { .. }) => {}
             BehaviourEvent::Task(event) => self.on_task_event(event),
             BehaviourEvent::Artifact(event) => self.on_artifact_event(event),
+            BehaviourEvent::Streams(()) => {}
             BehaviourEvent::Agent(event) => {
                 if let request_response::Event::Message { peer, .. } = &event {
                     self.touch(peer);

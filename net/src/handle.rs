@@ -75,6 +75,29 @@ pub enum AgentQuery {
     Directory(oneshot::Sender<BTreeMap<String, Vec<NodeId>>>),
     /// Replace the agents this node advertises.
     SetAgents(Vec<String>, oneshot::Sender<()>),
+    /// Replace the models this node's agents serve.
+    SetModels(Vec<String>, oneshot::Sender<()>),
+    /// Every model the directory lists, with the nodes that serve it.
+    Models(oneshot::Sender<BTreeMap<String, Vec<NodeId>>>),
+    /// The nodes to try for a request for `model`, best first
+    /// ([`murmur_protocol::model::candidates`]).
+    ModelCandidates { ask: ModelAsk, reply: oneshot::Sender<Vec<NodeId>> },
+    /// Whether `peer` may open a model stream here ([`murmur_protocol::model::check_caller`]).
+    ModelCaller { peer: NodeId, reply: oneshot::Sender<Result<(), murmur_protocol::model::ModelCheck>> },
+}
+
+/// What the router needs to know of one model request, besides the directory.
+#[derive(Debug, Clone, Default)]
+pub struct ModelAsk {
+    pub model: String,
+    /// Whether an agent of this node serves it.
+    pub local_serves: bool,
+    /// Nodes that provably refused it already.
+    pub tried: Vec<NodeId>,
+    /// Sessions this node has open to other nodes now.
+    pub open: BTreeMap<NodeId, u32>,
+    /// A counter the caller increments per request (equal candidates take turns).
+    pub turn: u64,
 }
 
 /// Where a message to an agent went.
@@ -134,7 +157,7 @@ pub struct NetMetrics {
 }
 
 /// The node's way to reach the network and the mesh machines its driver runs.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct NetHandle {
     queries: mpsc::Sender<Query>,
     tasks: mpsc::Sender<TaskQuery>,
@@ -143,6 +166,14 @@ pub struct NetHandle {
     /// The revocation lists the mesh holds, as the driver last published them.
     revocations: watch::Receiver<Arc<Revocations>>,
     local: NodeId,
+    /// Opens and accepts raw streams (`/murmur/model/1`) beside the driver.
+    streams: libp2p_stream::Control,
+}
+
+impl std::fmt::Debug for NetHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetHandle").field("local", &self.local).finish_non_exhaustive()
+    }
 }
 
 impl NetHandle {
@@ -153,8 +184,16 @@ impl NetHandle {
         agents: mpsc::Sender<AgentQuery>,
         revocations: watch::Receiver<Arc<Revocations>>,
         local: NodeId,
+        streams: libp2p_stream::Control,
     ) -> Self {
-        Self { queries, tasks, artifacts, agents, revocations, local }
+        Self { queries, tasks, artifacts, agents, revocations, local, streams }
+    }
+
+    /// A handle for opening and accepting raw streams (works once the driver runs; each
+    /// caller takes its own clone: one opens one stream at a time).
+    #[must_use]
+    pub fn stream_control(&self) -> libp2p_stream::Control {
+        self.streams.clone()
     }
 
     /// The revocation lists held now (for the sending end's grant check).
@@ -225,6 +264,32 @@ impl NetHandle {
         self.agent_query(|reply| AgentQuery::SetAgents(agents, reply), QUERY_TIMEOUT)
             .await
             .context("the mesh did not answer in time")
+    }
+
+    /// Replaces the models this node's agents serve; republishes at once.
+    pub async fn set_models(&self, models: Vec<String>) -> anyhow::Result<()> {
+        self.agent_query(|reply| AgentQuery::SetModels(models, reply), QUERY_TIMEOUT)
+            .await
+            .context("the mesh did not answer in time")
+    }
+
+    /// Every model the directory lists, with the nodes that serve it.
+    pub async fn models(&self) -> anyhow::Result<BTreeMap<String, Vec<NodeId>>> {
+        self.agent_query(AgentQuery::Models, QUERY_TIMEOUT).await.context("the mesh did not answer in time")
+    }
+
+    /// The nodes to try for a model request, best first.
+    pub async fn model_candidates(&self, ask: ModelAsk) -> anyhow::Result<Vec<NodeId>> {
+        self.agent_query(|reply| AgentQuery::ModelCandidates { ask, reply }, QUERY_TIMEOUT)
+            .await
+            .context("the mesh did not answer in time")
+    }
+
+    /// Whether `peer` may open a model stream here.
+    pub async fn model_caller(&self, peer: NodeId) -> Result<(), murmur_protocol::model::ModelCheck> {
+        self.agent_query(|reply| AgentQuery::ModelCaller { peer, reply }, QUERY_TIMEOUT)
+            .await
+            .unwrap_or(Err(murmur_protocol::model::ModelCheck::Busy))
     }
 
     async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Query) -> anyhow::Result<T> {
@@ -352,6 +417,6 @@ impl NetHandle {
         let (agents, _) = mpsc::channel(1);
         let (_, revocations) = watch::channel(Arc::default());
         let local = murmur_protocol::SecretKey::from_seed([7; 32]).node_id();
-        Self::new(queries, tasks, artifacts, agents, revocations, local)
+        Self::new(queries, tasks, artifacts, agents, revocations, local, libp2p_stream::Behaviour::new().new_control())
     }
 }

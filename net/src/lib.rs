@@ -23,6 +23,7 @@
 mod addrs;
 mod behaviour;
 mod codec;
+pub mod frames;
 mod driver;
 mod handle;
 mod inbox;
@@ -42,11 +43,13 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 pub use behaviour::{
-    AGENT_PROTOCOL, ARTIFACT_PROTOCOL, KAD_PROTOCOL, SYNC_PROTOCOL, TASK_PROTOCOL, WIRE_MINOR_VAR,
+    AGENT_PROTOCOL, ARTIFACT_PROTOCOL, KAD_PROTOCOL, MODEL_PROTOCOL, SYNC_PROTOCOL, TASK_PROTOCOL, WIRE_MINOR_VAR,
     wire_version,
 };
 use driver::Driver;
-pub use handle::{AgentQuery, ArtifactQuery, NetHandle, NetMetrics, Query, SendError, Sent, TaskQuery};
+pub use handle::{AgentQuery, ArtifactQuery, ModelAsk, NetHandle, NetMetrics, Query, SendError, Sent, TaskQuery};
+pub use libp2p::{PeerId, Stream};
+pub use libp2p_stream::Control as StreamControl;
 pub use inbox::{AgentInbox, NoAgents};
 use murmur_config::limits::{
     AGENT_QUERY_QUEUE_MAX, ARTIFACT_QUERY_QUEUE_MAX, LISTEN_TIMEOUT, QUERY_QUEUE_MAX,
@@ -56,13 +59,19 @@ pub use murmur_protocol::exchange::Placement;
 pub use owner::{OwnerFuture, TaskOwner};
 
 /// The driver's ends of a handle's channels, until [`start`] gives them to the driver.
-#[derive(Debug)]
 pub struct Pending {
     queries: mpsc::Receiver<Query>,
     tasks: mpsc::Receiver<TaskQuery>,
     artifacts: mpsc::Receiver<ArtifactQuery>,
     agents: mpsc::Receiver<AgentQuery>,
     revocations: watch::Sender<Arc<murmur_protocol::revocation::Revocations>>,
+    streams: libp2p_stream::Behaviour,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending").finish_non_exhaustive()
+    }
 }
 
 /// A handle for node `local` and the channels behind it. Requests made through the handle
@@ -74,9 +83,11 @@ pub fn handle(local: NodeId) -> (NetHandle, Pending) {
     let (artifacts_tx, artifacts) = mpsc::channel(ARTIFACT_QUERY_QUEUE_MAX);
     let (agents_tx, agents) = mpsc::channel(AGENT_QUERY_QUEUE_MAX);
     let (revocations, revocations_rx) = watch::channel(Arc::default());
+    let streams = libp2p_stream::Behaviour::new();
+    let control = streams.new_control();
     (
-        NetHandle::new(queries_tx, tasks_tx, artifacts_tx, agents_tx, revocations_rx, local),
-        Pending { queries, tasks, artifacts, agents, revocations },
+        NetHandle::new(queries_tx, tasks_tx, artifacts_tx, agents_tx, revocations_rx, local, control),
+        Pending { queries, tasks, artifacts, agents, revocations, streams },
     )
 }
 
@@ -143,7 +154,7 @@ pub async fn start(
         .with_dns()
         .context("DNS resolver")?
         .with_behaviour(|keypair| {
-            behaviour::Behaviour::new(keypair, &network, wire, overruns_tx).map_err(Into::into)
+            behaviour::Behaviour::new(keypair, &network, wire, overruns_tx, pending.streams).map_err(Into::into)
         })
         .context("libp2p behaviours")?
         .with_swarm_config(|c| c.with_idle_connection_timeout(network.idle_timeout))

@@ -13,6 +13,7 @@ pub mod artifacts;
 mod cards;
 mod guard;
 mod metrics;
+mod openai;
 mod revocations;
 pub mod runtime;
 mod traces;
@@ -54,6 +55,10 @@ pub struct ApiState {
     pub install: artifacts::InstallTarget,
     /// The node's agents (brains).
     pub brains: murmur_brain::Brains,
+    /// Model requests across the mesh (the OpenAI-compatible endpoint).
+    pub models: Arc<crate::models::ModelRouter>,
+    /// Chat completions being served now.
+    pub completions: AtomicUsize,
 }
 
 /// The router, with every route the node serves.
@@ -70,6 +75,7 @@ pub fn app(state: Arc<ApiState>) -> Router {
         .route("/v1/agents/{name}/logs", get(agents::logs))
         .route("/v1/agents/{name}/memory", get(agents::memory))
         .route("/v1/revocations", get(revocations::list))
+        .route("/v1/models", get(openai::models))
         .route("/", post(a2a::rpc_node))
         .route("/a2a", post(a2a::rpc_node))
         .route("/a2a/{capsule}", post(a2a::rpc_capsule))
@@ -78,6 +84,10 @@ pub fn app(state: Arc<ApiState>) -> Router {
         .route("/v1/tools/{name}/run", post(runtime::run_tool))
         .route("/v1/capsules/{name}/run", post(runtime::run_capsule))
         .route("/v1/agents/{name}/messages", post(agents::send))
+        .route(
+            "/v1/chat/completions",
+            post(openai::chat).layer(DefaultBodyLimit::max(murmur_protocol::model::MODEL_OPEN_BYTES_MAX)),
+        )
         .route_layer(middleware::from_fn(|r, n| needs(Scope::Send, r, n)));
     let admin = Router::new()
         .route("/v1/artifacts/pull", post(artifacts::pull))
@@ -199,7 +209,7 @@ async fn capsules(State(state): State<Arc<ApiState>>) -> Response {
 async fn prometheus(State(state): State<Arc<ApiState>>) -> Response {
     match state.net.metrics().await {
         Ok(m) => {
-            let text = metrics::render(&m, &state.brains.metrics());
+            let text = metrics::render(&m, &state.brains.metrics(), &metrics::ModelFigures::of(&state));
             ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
         }
         Err(err) => unavailable(&err),
@@ -266,6 +276,7 @@ mod tests {
         .unwrap();
         let manager = crate::tasks::TaskManager::open(&dir.join("tasks.redb")).await.unwrap();
         let net = NetHandle::for_tests(tx);
+        let net_for_models = net.clone();
         Arc::new(ApiState {
             peer_id: "12D3KooWtest".into(),
             api_addr: "127.0.0.1:7420".parse().unwrap(),
@@ -295,6 +306,8 @@ mod tests {
                 ..ClientPolicy::default()
             },
             streams: AtomicUsize::new(0),
+            models: crate::models::ModelRouter::new(net_for_models),
+            completions: AtomicUsize::new(0),
         })
     }
 

@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use murmur_brain::{AgentConfig, Brains, Delivery, Language, Mesh, SendError, SendErrorKind, Source};
+use murmur_brain::{AgentConfig, Brains, ChatStream, Delivery, Language, Mesh, SendError, SendErrorKind, Source};
+use murmur_protocol::model::ChatRequest;
 use murmur_config::{AgentEntry, BrainRef};
 use murmur_net::{AgentInbox, NetHandle, Sent};
 use murmur_protocol::NodeId;
@@ -16,12 +17,13 @@ use murmur_runtime::ports::PortFuture;
 #[derive(Debug)]
 pub struct NetMesh {
     net: NetHandle,
+    models: Arc<crate::models::ModelRouter>,
 }
 
 impl NetMesh {
     #[must_use]
-    pub fn new(net: NetHandle) -> Arc<Self> {
-        Arc::new(Self { net })
+    pub fn new(net: NetHandle, models: Arc<crate::models::ModelRouter>) -> Arc<Self> {
+        Arc::new(Self { net, models })
     }
 }
 
@@ -57,6 +59,26 @@ impl Mesh for NetMesh {
 
     fn local(&self) -> Option<NodeId> {
         Some(self.net.local())
+    }
+
+    fn open_chat(
+        &self,
+        agent: &str,
+        provider: Option<String>,
+        model: String,
+        request: ChatRequest,
+    ) -> PortFuture<'_, Result<Box<dyn ChatStream>, String>> {
+        let agent = agent.to_owned();
+        Box::pin(async move {
+            if let Some(provider) = provider {
+                return Err(format!(
+                    "agent `{agent}` names provider `{provider}`, but upstream providers are not served by this node yet; leave `provider` out to use a model of the mesh"
+                ));
+            }
+            // Models of this node were opened by the brain host itself: only others here.
+            let reply = self.models.open(None, &model, request).await.map_err(|e| e.to_string())?;
+            Ok(Box::new(reply) as Box<dyn ChatStream>)
+        })
     }
 }
 

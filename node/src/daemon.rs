@@ -117,13 +117,14 @@ pub async fn run(options: RunOptions) -> CliResult {
         .map_err(CliError::failed)?;
     let ports = Ports { artifacts: Arc::new(puller.clone()), messages, inference: Arc::new(NoInference) };
     let runtime = start_runtime(&options, &config, store.clone(), ports)?;
+    let models = crate::models::ModelRouter::new(net.clone());
     let brains = murmur_brain::Brains::start(
         config.agents.iter().map(crate::brains::agent_config).collect(),
         runtime.clone(),
         store.clone(),
         &options.data_dir.join(BRAINS_DB),
         &options.data_dir.join("agents"),
-        crate::brains::NetMesh::new(net.clone()),
+        crate::brains::NetMesh::new(net.clone(), models.clone()),
     )
     .map_err(CliError::failed)?;
     let runner = TaskRunner::start(manager.clone(), runtime.clone(), config.runtime.audience);
@@ -136,6 +137,8 @@ pub async fn run(options: RunOptions) -> CliResult {
     let network = murmur_net::start(pending, &key, &config, advertised, ports, store, stop_rx)
         .await
         .context("cannot start networking")?;
+    models.serve(brains.clone()).map_err(CliError::failed)?;
+    models.advertise(&brains);
     tokio::spawn(crate::revocations::keep_stored(options.data_dir.clone(), net.watch_revocations()));
     tokio::spawn(advertiser.advertise_every(ADVERTISE_EVERY));
     tokio::spawn(keep_pins(puller.clone(), config.pins.clone(), PINS_EVERY));
@@ -151,6 +154,8 @@ pub async fn run(options: RunOptions) -> CliResult {
         puller,
         install: InstallTarget::new(&options.data_dir, &config.runtime.capsules_dir, config.capsules.clone()),
         brains: brains.clone(),
+        models,
+        completions: std::sync::atomic::AtomicUsize::new(0),
     });
 
     let ready = Ready {

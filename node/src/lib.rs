@@ -12,6 +12,7 @@ pub mod artifacts;
 pub mod brains;
 pub mod daemon;
 pub mod demo;
+pub mod models;
 pub mod revocations;
 pub mod tasks;
 pub mod telemetry;

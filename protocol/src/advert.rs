@@ -44,6 +44,11 @@ pub struct Advert {
     /// node may send as them. Absent when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub agents: Vec<String>,
+    /// Models agents of the node serve on the OpenAI-compatible endpoint, by name: any
+    /// node's `/v1` routes requests for them here (see [`crate::model`]). Absent when
+    /// none (wire 1.3: a 1.2 node refuses an advert that lists models).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<String>,
     /// How long after `issued_at` this advert stays valid without a newer one.
     pub ttl_ms: u64,
     /// Capsules the node hosts, one entry per name.
@@ -78,6 +83,7 @@ impl Advert {
             load: 0,
             addrs: Vec::new(),
             agents: Vec::new(),
+            models: Vec::new(),
             ttl_ms,
             capsules: Vec::new(),
             artifacts: Vec::new(),
@@ -95,6 +101,12 @@ impl Advert {
     #[must_use]
     pub fn runs_agent(&self, name: &str) -> bool {
         self.agents.iter().any(|a| a == name)
+    }
+
+    /// Whether this advert lists model `name`.
+    #[must_use]
+    pub fn serves_model(&self, name: &str) -> bool {
+        self.models.iter().any(|m| m == name)
     }
 
     /// Whether this advert lists capsule `name`.
@@ -147,6 +159,14 @@ impl Document for Advert {
             crate::agent::check_agent_name(agent).map_err(|r| invalid("agents", r))?;
             if self.agents[..i].contains(agent) {
                 return Err(invalid("agents", format!("lists `{agent}` twice")));
+            }
+        }
+        check_count("models", self.models.len(), crate::model::ADVERT_MODELS_MAX)
+            .map_err(|r| invalid("models", r))?;
+        for (i, model) in self.models.iter().enumerate() {
+            crate::model::check_model_name(model).map_err(|r| invalid("models", r))?;
+            if self.models[..i].contains(model) {
+                return Err(invalid("models", format!("lists `{model}` twice")));
             }
         }
         check_count("artifacts", self.artifacts.len(), ADVERT_ARTIFACTS_MAX)

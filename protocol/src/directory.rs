@@ -764,6 +764,35 @@ impl Directory {
         })
     }
 
+    /// The nodes serving model `name` whose advert is still valid at `now`, ordered by
+    /// node.
+    pub fn model_hosts<'a>(&'a self, now: Millis, name: &'a str) -> impl Iterator<Item = NodeId> + 'a {
+        let key = model_key(name);
+        let range = (key, [0u8; 32])..=(key, [0xff; 32]);
+        let own = self.by_capsule.range(range.clone());
+        let base = self.base.by_capsule.range(range).filter(move |(_, node)| {
+            !self.shadowed.contains(&NodeId::from_key(PublicKey::from_validated(*node)))
+        });
+        MergeSorted::new(own, base, |entry: &&(u64, [u8; 32])| **entry).filter_map(move |(_, node)| {
+            let node = NodeId::from_key(PublicKey::from_validated(*node));
+            let record = self.get(&node)?;
+            (record.expires_at > now && record.advert().serves_model(name)).then_some(node)
+        })
+    }
+
+    /// Every model name in the directory with the nodes that serve it, sorted (a scan:
+    /// for views, not hot paths).
+    #[must_use]
+    pub fn models(&self, now: Millis) -> BTreeMap<&str, Vec<NodeId>> {
+        let mut models: BTreeMap<&str, Vec<NodeId>> = BTreeMap::new();
+        for record in self.all_records().filter(|r| r.expires_at > now) {
+            for model in &record.advert().models {
+                models.entry(model.as_str()).or_default().push(record.node());
+            }
+        }
+        models
+    }
+
     /// Every agent name in the directory with the nodes that run it, sorted (a scan: for
     /// views, not hot paths).
     #[must_use]
@@ -1417,13 +1446,23 @@ fn agent_key(name: &str) -> u64 {
     fnv(fnv(0xcbf2_9ce4_8422_2325, b"\0agent\0"), name.as_bytes())
 }
 
+/// The index key of model `name`, in its own namespace as [`agent_key`]'s.
+fn model_key(name: &str) -> u64 {
+    fnv(fnv(0xcbf2_9ce4_8422_2325, b"\0model\0"), name.as_bytes())
+}
+
 fn fnv(start: u64, bytes: &[u8]) -> u64 {
     bytes.iter().fold(start, |hash, byte| (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3))
 }
 
-/// What the name index holds for one advert: its capsules and its agents.
+/// What the name index holds for one advert: its capsules, agents and models.
 fn index_keys(advert: &Advert) -> impl Iterator<Item = u64> + '_ {
-    advert.capsules.iter().map(|c| name_key(&c.name)).chain(advert.agents.iter().map(|a| agent_key(a)))
+    advert
+        .capsules
+        .iter()
+        .map(|c| name_key(&c.name))
+        .chain(advert.agents.iter().map(|a| agent_key(a)))
+        .chain(advert.models.iter().map(|m| model_key(m)))
 }
 
 #[cfg(test)]

@@ -58,6 +58,7 @@ pub mod grant;
 pub mod identity;
 pub mod limits;
 pub mod mesh;
+pub mod model;
 pub mod names;
 pub mod owner;
 pub mod peer_url;

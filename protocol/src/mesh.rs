@@ -169,6 +169,8 @@ pub enum Input {
     SetHosted { capsules: Vec<HostedCapsule> },
     /// The agents (brains) this node runs changed.
     SetAgents { agents: Vec<String> },
+    /// The models this node's agents serve changed.
+    SetModels { models: Vec<String> },
     /// The addresses this node can be reached at changed.
     SetAddrs { addrs: Vec<String> },
     /// The artifacts this node serves changed.
@@ -324,6 +326,7 @@ impl Peer {
 pub struct Advertised {
     pub capsules: Vec<HostedCapsule>,
     pub agents: Vec<String>,
+    pub models: Vec<String>,
     pub addrs: Vec<String>,
     pub artifacts: Vec<Digest>,
     pub load: u16,
@@ -339,6 +342,7 @@ impl Advertised {
         let mut advert = Advert::new((self.seq + 1).max(now.0), now, ttl_ms);
         advert.capsules.clone_from(&self.capsules);
         advert.agents.clone_from(&self.agents);
+        advert.models.clone_from(&self.models);
         advert.addrs.clone_from(&self.addrs);
         advert.artifacts.clone_from(&self.artifacts);
         advert.load = self.load;
@@ -487,6 +491,7 @@ impl MeshNode {
             }
             Input::SetHosted { capsules } => self.update_local(now, |l| l.capsules = capsules),
             Input::SetAgents { agents } => self.update_local(now, |l| l.agents = agents),
+            Input::SetModels { models } => self.update_local(now, |l| l.models = models),
             Input::SetAddrs { addrs } => self.update_local(now, |l| l.addrs = addrs),
             Input::SetArtifacts { artifacts } => self.update_local(now, |l| l.artifacts = artifacts),
             // Load rides on the next refresh: republishing on every change would turn task

@@ -44,6 +44,19 @@ pub const CANDIDATES_MAX: usize = 16;
 /// Cost of a node whose round-trip time is unknown.
 pub const RTT_UNKNOWN_MS: u32 = 1000;
 
+/// What sending work to `node` costs as `local` sees it: nothing for itself, else one
+/// plus the round trip in ms ([`RTT_UNKNOWN_MS`] when unmeasured) plus a tenth of the
+/// node's advertised load (a saturated node costs as much as 100 ms more). Tasks and
+/// model requests rank their candidates by it.
+#[must_use]
+pub fn cost(local: NodeId, node: NodeId, rtt_ms: Option<u32>, load: u16) -> u64 {
+    if node == local {
+        0
+    } else {
+        1 + u64::from(rtt_ms.unwrap_or(RTT_UNKNOWN_MS)) + u64::from(load) / 10
+    }
+}
+
 /// What a provider's answer to a submit says: the task as accepted, or the refusal's
 /// (check, reason). An answer that is neither is a `protocol` refusal.
 pub fn submit_outcome(response: TaskResponse) -> Result<TaskSnapshot, (Check, String)> {
@@ -276,12 +289,7 @@ impl Router {
             .hosts(now, name)
             .map(|(record, _)| {
                 let node = record.node();
-                let cost = if node == self.local {
-                    0
-                } else {
-                    1 + u64::from(rtt(&node).unwrap_or(RTT_UNKNOWN_MS)) + u64::from(record.advert().load) / 10
-                };
-                (cost, node)
+                (cost(self.local, node, rtt(&node), record.advert().load), node)
             })
             .filter(|(_, node)| pin.is_none_or(|p| p == *node))
             .collect();

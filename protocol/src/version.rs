@@ -20,7 +20,7 @@ use std::fmt;
 /// This build's major wire version: only peers of the same major are admitted.
 pub const WIRE_MAJOR: u16 = 1;
 /// This build's minor wire version: the features of [`Feature::since`] up to it.
-pub const WIRE_MINOR: u16 = 2;
+pub const WIRE_MINOR: u16 = 3;
 
 /// A negotiated addition to the wire, with the minor version that introduced it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,6 +32,8 @@ pub enum Feature {
     /// Revocation lists: `revocations` in sync requests and answers, and the
     /// [`crate::mesh::REVOCATION_TOPIC`] gossip topic.
     Revocations,
+    /// Models in adverts and the `/murmur/model/1` stream (1.3).
+    Models,
 }
 
 impl Feature {
@@ -41,6 +43,7 @@ impl Feature {
         match self {
             Self::SettleWait | Self::ChainedChunkLists => 1,
             Self::Revocations => 2,
+            Self::Models => 3,
         }
     }
 }

@@ -68,6 +68,7 @@ use self::engine::{CompileCache, EpochTicker};
 use self::exports::EntryPoint;
 pub use self::manifest::{ArtifactRef, CapsuleManifest};
 pub use self::message::DirectHttp;
+pub use self::text::count_tokens;
 use self::ports::{Ports, TaskPort};
 use self::state::{CallContext, HostState, Limits};
 use murmur_config::limits::{CAPTURE_BYTES_MAX, INSTALLED_MAX, INVOKE_DEPTH_MAX};

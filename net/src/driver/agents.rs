@@ -107,6 +107,39 @@ impl Driver {
                 self.mesh.handle(clock::now(), murmur_protocol::mesh::Input::SetAgents { agents });
                 let _ = reply.send(());
             }
+            AgentQuery::SetModels(models, reply) => {
+                tracing::info!(models = ?models, "models changed");
+                self.mesh.handle(clock::now(), murmur_protocol::mesh::Input::SetModels { models });
+                let _ = reply.send(());
+            }
+            AgentQuery::Models(reply) => {
+                let models = self
+                    .mesh
+                    .directory()
+                    .models(clock::now())
+                    .into_iter()
+                    .map(|(name, nodes)| (name.to_owned(), nodes))
+                    .collect();
+                let _ = reply.send(models);
+            }
+            AgentQuery::ModelCandidates { ask, reply } => {
+                let rtt = self.rtt_ms();
+                let nodes = murmur_protocol::model::candidates(
+                    self.mesh.directory(),
+                    clock::now(),
+                    self.mesh.id(),
+                    ask.local_serves,
+                    &ask.model,
+                    &ask.tried,
+                    &|node| rtt.get(node).copied(),
+                    &|node| ask.open.get(node).copied().unwrap_or(0),
+                    ask.turn,
+                );
+                let _ = reply.send(nodes);
+            }
+            AgentQuery::ModelCaller { peer, reply } => {
+                let _ = reply.send(murmur_protocol::model::check_caller(self.mesh.directory(), clock::now(), &peer));
+            }
         }
     }
 

@@ -112,7 +112,7 @@ impl Driver {
         self.mesh.handle(clock::now(), murmur_protocol::mesh::Input::SetLoad { load });
     }
 
-    fn rtt_ms(&self) -> BTreeMap<NodeId, u32> {
+    pub(super) fn rtt_ms(&self) -> BTreeMap<NodeId, u32> {
         self.peers
             .values()
             .filter_map(|info| {

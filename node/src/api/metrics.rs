@@ -9,7 +9,43 @@ use murmur_net::NetMetrics;
 use murmur_protocol::agent::AgentCheck;
 
 /// Renders every metric, with zero-valued series included so dashboards see them at once.
-pub fn render(m: &NetMetrics, brains: &BrainMetrics) -> String {
+/// The endpoint's figures at the time of the scrape.
+#[derive(Debug, Default)]
+pub struct ModelFigures {
+    pub sessions_open: u64,
+    pub sessions_opened: u64,
+    pub sessions_ended: Vec<(&'static str, u64)>,
+    pub sessions_refused_busy: u64,
+    pub deltas: u64,
+    pub completions_open: u64,
+    pub remote_opened: u64,
+    pub failovers: u64,
+    pub served_for_peers: u64,
+    pub peer_refusals: Vec<(&'static str, u64)>,
+}
+
+impl ModelFigures {
+    #[must_use]
+    pub fn of(state: &super::ApiState) -> Self {
+        use std::sync::atomic::Ordering::Relaxed;
+        let endpoints = state.brains.endpoints();
+        let router = &state.models.stats;
+        Self {
+            sessions_open: endpoints.open_sessions() as u64,
+            sessions_opened: endpoints.stats.opened.load(Relaxed),
+            sessions_ended: endpoints.stats.ended(),
+            sessions_refused_busy: endpoints.stats.refused_busy.load(Relaxed),
+            deltas: endpoints.stats.deltas.load(Relaxed),
+            completions_open: state.completions.load(Relaxed) as u64,
+            remote_opened: router.remote_opened.load(Relaxed),
+            failovers: router.failovers.load(Relaxed),
+            served_for_peers: router.served.load(Relaxed),
+            peer_refusals: router.refusals(),
+        }
+    }
+}
+
+pub fn render(m: &NetMetrics, brains: &BrainMetrics, models: &ModelFigures) -> String {
     let mut out = String::new();
     let mut metric = |name: &str, kind: &str, help: &str, series: &[(&str, u64)]| {
         let _ = writeln!(out, "# HELP {name} {help}");
@@ -233,7 +269,48 @@ pub fn render(m: &NetMetrics, brains: &BrainMetrics) -> String {
         &[("", m.agent_delivered)],
     );
     render_brains(&mut metric, brains);
+    render_models(&mut metric, models);
     out
+}
+
+/// The endpoint's series: sessions of this node's agents, completions served by its
+/// `/v1`, and model streams between nodes.
+fn render_models(metric: &mut impl FnMut(&str, &str, &str, &[(&str, u64)]), m: &ModelFigures) {
+    let ended: Vec<(String, u64)> = m.sessions_ended.iter().map(|(o, c)| (format!("outcome=\"{o}\""), *c)).collect();
+    let refusals: Vec<(String, u64)> = m.peer_refusals.iter().map(|(c, n)| (format!("check=\"{c}\""), *n)).collect();
+    fn borrow(v: &[(String, u64)]) -> Vec<(&str, u64)> {
+        v.iter().map(|(l, c)| (l.as_str(), *c)).collect()
+    }
+    metric("murmur_endpoint_sessions_open", "gauge", "Endpoint sessions of this node's agents open now.", &[("", m.sessions_open)]);
+    metric("murmur_endpoint_sessions_opened_total", "counter", "Endpoint sessions opened on this node's agents.", &[("", m.sessions_opened)]);
+    metric(
+        "murmur_endpoint_sessions_ended_total",
+        "counter",
+        "Endpoint sessions ended, by outcome (completed, client_gone, unsubscribed, run_ended).",
+        &borrow(&ended),
+    );
+    metric(
+        "murmur_endpoint_sessions_refused_total",
+        "counter",
+        "Endpoint sessions refused because the node's session limit or the agent's inbox was full.",
+        &[("", m.sessions_refused_busy)],
+    );
+    metric("murmur_endpoint_chunks_total", "counter", "Deltas this node's agents streamed to endpoint sessions.", &[("", m.deltas)]);
+    metric("murmur_endpoint_completions_open", "gauge", "Chat completions this node's /v1 serves now.", &[("", m.completions_open)]);
+    metric(
+        "murmur_model_remote_sessions_total",
+        "counter",
+        "Sessions this node opened on another node's agents.",
+        &[("", m.remote_opened)],
+    );
+    metric(
+        "murmur_model_failovers_total",
+        "counter",
+        "Model requests moved to the next node because the chosen one provably did not take them.",
+        &[("", m.failovers)],
+    );
+    metric("murmur_model_served_total", "counter", "Model streams from peers that became sessions here.", &[("", m.served_for_peers)]);
+    metric("murmur_model_refusals_total", "counter", "Model streams from peers refused here, by check.", &borrow(&refusals));
 }
 
 /// The brains' series: per agent, events by kind, drops by reason, inbox depth, pending
