@@ -167,6 +167,9 @@ pub struct Inner {
     pub(crate) store: Arc<ArtifactStore>,
     pub(crate) shutdown: watch::Sender<bool>,
     pub(crate) endpoints: Endpoints,
+    /// The runtime the host started on: script brains run on threads of their own and
+    /// spawn host tasks (chat streams) here.
+    pub(crate) tasks: tokio::runtime::Handle,
 }
 
 impl Inner {
@@ -271,6 +274,7 @@ impl Brains {
             store,
             shutdown,
             endpoints: Endpoints::default(),
+            tasks: tokio::runtime::Handle::current(),
         });
         let mut agents = BTreeMap::new();
         for config in configs {

@@ -305,7 +305,7 @@ impl BrainPort for RunHost {
             return Err(format!("this run has {STREAMS_PER_RUN_MAX} chat streams open, its limit"));
         }
         let id = uuid::Uuid::new_v4().to_string();
-        let task = tokio::spawn(forward_chat(
+        let task = node.tasks.clone().spawn(forward_chat(
             node,
             self.agent.clone(),
             id.clone(),

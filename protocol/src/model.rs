@@ -48,6 +48,15 @@ pub const REQUEST_TOOLS_MAX: usize = 256;
 /// spread over equally good nodes instead of piling onto the first.
 pub const SESSION_COST: u64 = 5;
 
+/// How much costlier than the best a node may be and still take turns with it: a quarter
+/// of the best cost, at least 5 (round trips measured in whole ms differ by one on the
+/// same LAN; such nodes are equally good).
+#[must_use]
+pub const fn spread_margin(best: u64) -> u64 {
+    let quarter = best / 4;
+    if quarter > 5 { quarter } else { 5 }
+}
+
 /// Checks a model name: 1 to [`MODEL_NAME_LEN_MAX`] bytes of ASCII letters, digits and
 /// `-_.:/`, starting with a letter or digit (the names OpenAI clients send).
 pub fn check_model_name(name: &str) -> Result<(), String> {
@@ -71,9 +80,9 @@ fn short(text: &str) -> String {
 
 /// The nodes to try for a request for `model`, best first: this node when it serves it
 /// (`local_serves`, its own table), then every other node whose valid advert lists it, by
-/// [`cost`] plus [`SESSION_COST`] per session this node has open to it (`open`). Equally
-/// cheap nodes take turns: `turn` (a counter the caller increments per request) rotates
-/// them, so requests spread. Nodes in `tried` are left out (they provably refused).
+/// [`cost`] plus [`SESSION_COST`] per session this node has open to it (`open`). Nodes
+/// about as cheap as the best ([`spread_margin`]) take turns: `turn` (a counter the caller
+/// increments per request) rotates them, so requests spread. Nodes in `tried` are left out (they provably refused).
 #[expect(clippy::too_many_arguments, reason = "every input of the decision, named")]
 pub fn candidates(
     directory: &Directory,
@@ -95,8 +104,9 @@ pub fn candidates(
         })
         .collect();
     ranked.sort();
-    // Rotate the run of equally cheap nodes at the front by `turn`.
-    let ties = ranked.iter().take_while(|(c, _)| Some(*c) == ranked.first().map(|f| f.0)).count();
+    // Rotate the nodes about as cheap as the best (within [`spread_margin`]) by `turn`.
+    let best = ranked.first().map_or(0, |f| f.0);
+    let ties = ranked.iter().take_while(|(c, _)| *c <= best + spread_margin(best)).count();
     if ties > 1 {
         ranked[..ties].rotate_left(usize::try_from(turn % ties as u64).unwrap_or(0));
     }

@@ -186,6 +186,15 @@ impl Drop for Slot {
 pub(super) async fn chat(State(state): State<Arc<ApiState>>, body: Result<Json<Value>, JsonRejection>) -> Response {
     let body = match body {
         Ok(Json(body)) => body,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return oai_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                Some("request_too_large"),
+                Some("messages"),
+                &format!("a request is at most {} bytes", murmur_protocol::model::MODEL_OPEN_BYTES_MAX),
+            );
+        }
         Err(rejection) => return bad_request("body", &rejection.body_text()),
     };
     let parsed = match parse(body) {
@@ -216,12 +225,17 @@ pub(super) async fn chat(State(state): State<Arc<ApiState>>, body: Result<Json<V
             return oai_error(StatusCode::BAD_GATEWAY, "server_error", Some("model_unreachable"), None, &message);
         }
     };
+    let node = reply.node(state.net.local()).to_string();
     let reply = Answer { reply, id: format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()), created: now_secs() };
-    if parsed.stream {
+    let mut response = if parsed.stream {
         stream(reply, parsed.model, prompt, parsed.include_usage, slot)
     } else {
         complete(reply, parsed.model, &prompt, slot).await
+    };
+    if let Ok(value) = axum::http::HeaderValue::from_str(&node) {
+        response.headers_mut().insert("x-murmur-node", value);
     }
+    response
 }
 
 struct Answer {

@@ -63,6 +63,11 @@ fn equally_cheap_nodes_take_turns_and_open_sessions_cost() {
     assert_eq!(firsts.len(), 3, "three turns, three different first choices");
     // The same turn, the same answer: the decision is a function of its inputs.
     assert_eq!(pick(&dir, T0, false, "m", &[], 7), pick(&dir, T0, false, "m", &[], 7));
+    // Round trips a millisecond apart are as good as equal; far slower ones are not.
+    let rtt = |n: &NodeId| Some(if *n == node(1) { 2 } else if *n == node(3) { 90 } else { 1 });
+    let firsts: std::collections::BTreeSet<NodeId> =
+        (0..4).map(|turn| candidates(&dir, T0, node(5), false, "m", &[], &rtt, &|_| 0, turn)[0]).collect();
+    assert_eq!(firsts, [node(1), node(2)].into_iter().collect(), "node 3 is 90 ms away");
     // A node with sessions open costs more, whatever the turn.
     let busy = |n: &NodeId| if *n == node(1) || *n == node(2) { 3 } else { 0 };
     for turn in 0..3 {
