@@ -78,6 +78,30 @@ pub struct TaskTraceView {
     pub trace: String,
 }
 
+/// `GET /v1/models`: every model an agent of the mesh serves (OpenAI's list shape).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelsView {
+    /// Always `list`.
+    pub object: String,
+    pub data: Vec<ModelView>,
+}
+
+/// One model, with the nodes whose agents serve it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelView {
+    pub id: String,
+    /// Always `model`.
+    pub object: String,
+    /// Always 0: a model of the mesh has no creation time.
+    pub created: u64,
+    /// Always `murmur`.
+    pub owned_by: String,
+    /// Peer ids of the nodes that serve it (an extension of OpenAI's shape).
+    pub served_by: Vec<String>,
+    /// Whether an agent of the answering node serves it.
+    pub local: bool,
+}
+
 /// `GET /v1/agents`: every agent (brain) of the mesh.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgentsView {

@@ -417,3 +417,114 @@ async fn a_javascript_brain_runs_as_the_function_body_it_was_checked_as() {
     node.remembers("early", "ran", Some("yes")).await;
     assert!(!node.memory("early").contains_key("after"));
 }
+
+fn request(text: &str) -> murmur_protocol::model::ChatRequest {
+    murmur_protocol::model::ChatRequest {
+        messages: vec![murmur_protocol::model::ChatMessage {
+            role: "user".into(),
+            content: Some(text.into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// Reads a session to its end: the text and how it ended.
+async fn read(mut session: murmur_brain::Session) -> (String, Option<String>) {
+    let mut text = String::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(20), session.next()).await.expect("the session moves") {
+            Ok(delta) => text.push_str(delta.content.as_deref().unwrap_or_default()),
+            Err(end) => return (text, end),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn endpoint_sessions_end_exactly_once_and_hostile_calls_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // `rival` tries to take echo's model, to stream into echo's sessions, and to stream
+    // an oversized delta; it remembers each refusal.
+    let rival = script(
+        dir.path(),
+        "rival.rhai",
+        r#"
+        subscribe_agent("mur");
+        loop {
+            let event = recv();
+            if event.kind != "message" { continue; }
+            let words = event.value.split(" ");
+            switch words[0] {
+                "take" => { try { subscribe_endpoint(words[1]); memory_set("took", "yes"); } catch (e) { memory_set("take_error", `${e}`); } }
+                "bad-name" => { try { subscribe_endpoint("no spaces allowed"); } catch (e) { memory_set("name_error", `${e}`); } }
+                "inject" => { try { stream_endpoint(words[1], #{ content: "forged" }); } catch (e) { memory_set("inject_error", `${e}`); } }
+                "huge" => {
+                    let id = subscribe_endpoint("huge-model");
+                    let text = "x";
+                    while text.len() <= 65536 { text += text; }
+                    let event = recv();
+                    try { stream_endpoint(event.value.session, #{ content: text }); } catch (e) { memory_set("huge_error", `${e}`); }
+                    stream_endpoint(event.value.session, #{ content: "small", finish_reason: "stop" });
+                }
+            }
+        }
+        "#,
+    );
+    let node = Node::start(vec![
+        agent("echo", Source::File(capsules().join("brains/echo-model.rhai"))),
+        agent("rival", rival),
+    ]);
+    node.remembers("echo", "serving", Some("echo-model")).await;
+    assert!(node.brains.serves("echo-model"));
+    assert_eq!(node.brains.endpoints().models(), vec!["echo-model".to_owned()]);
+
+    // A completion, ended normally, and the agent told so.
+    let session = node.brains.open_session("echo-model", request("a b c")).unwrap();
+    assert_eq!(read(session).await, ("a b c".to_owned(), None));
+    node.remembers("echo", "last_end", Some("ok")).await;
+
+    // Unknown models are refused as not served; a taken model cannot be taken twice.
+    let refused = node.brains.open_session("nobody-model", request("x")).unwrap_err();
+    assert!(matches!(refused, murmur_brain::OpenError::NotServed(_)), "{refused}");
+    node.say("rival", "take echo-model").await;
+    let error = node.remembers("rival", "take_error", None).await;
+    assert!(error.contains("already served by agent `echo`"), "{error}");
+    node.say("rival", "bad-name").await;
+    assert!(node.remembers("rival", "name_error", None).await.contains("model name"));
+
+    // Another agent cannot stream into echo's session; the session is unharmed.
+    node.say("echo", "slow 100").await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let session = node.brains.open_session("echo-model", request("one two three")).unwrap();
+    node.say("rival", &format!("inject {}", session.id)).await;
+    let error = node.remembers("rival", "inject_error", None).await;
+    assert!(error.contains("no open endpoint session of this agent"), "{error}");
+    assert_eq!(read(session).await, ("one two three".to_owned(), None));
+
+    // An oversized delta is refused and the session goes on.
+    node.say("rival", "huge").await;
+    node.until("rival to serve huge-model", |b| b.serves("huge-model")).await;
+    let session = node.brains.open_session("huge-model", request("x")).unwrap();
+    assert_eq!(read(session).await, ("small".to_owned(), None));
+    assert!(node.remembers("rival", "huge_error", None).await.contains("at most 65536 bytes"));
+
+    // The client going away ends the session, and the agent hears it once.
+    let ended = |outcome: &str| {
+        node.brains.endpoints().stats.ended().into_iter().find(|(o, _)| *o == outcome).map_or(0, |(_, n)| n)
+    };
+    let mut session = node.brains.open_session("echo-model", request("one two three four five")).unwrap();
+    assert!(session.next().await.is_ok());
+    drop(session);
+    node.remembers("echo", "last_end", Some("the client went away")).await;
+    assert_eq!(ended("client_gone"), 1);
+
+    // Unsubscribing ends open sessions with an error; the model leaves.
+    let session = node.brains.open_session("echo-model", request("one two three four five")).unwrap();
+    node.say("echo", "unsubscribe").await;
+    let (_, end) = read(session).await;
+    assert_eq!(end.as_deref(), Some("the agent unsubscribed the model"));
+    node.until("echo-model to leave", |b| !b.serves("echo-model")).await;
+    assert_eq!(ended("unsubscribed"), 1);
+    assert_eq!(ended("completed"), 3);
+    assert_eq!(node.brains.endpoints().open_sessions(), 0);
+}

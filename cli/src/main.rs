@@ -14,6 +14,7 @@ mod client;
 mod directory;
 mod grant;
 mod key;
+mod models;
 mod peers;
 mod pull;
 mod revocation;
@@ -119,6 +120,14 @@ enum Command {
     /// Long-running agents (brains) of the mesh: list, message, logs, memory.
     #[command(subcommand)]
     Agent(agent::AgentCommand),
+    /// Models agents of the mesh serve on the OpenAI-compatible endpoint, and the nodes
+    /// that serve them.
+    ///
+    /// Any node's `/v1/chat/completions` reaches every model listed here, e.g.:
+    ///   curl -N http://127.0.0.1:7420/v1/chat/completions -H 'content-type: application/json' \
+    ///     -d '{"model":"echo-model","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+    #[command(verbatim_doc_comment)]
+    Models(models::ModelsArgs),
 }
 
 fn main() -> ExitCode {
@@ -142,5 +151,6 @@ fn dispatch(command: Command) -> CliResult {
         Command::Install(args) => pull::run(args, true),
         Command::Trace(args) => trace::run(args),
         Command::Agent(command) => agent::run(command),
+        Command::Models(args) => models::run(args),
     }
 }

@@ -9,7 +9,9 @@
 //! anything leaves node1 when it tries `mesh://echo`, which its grant does not allow; a task
 //! that asks for input gets it; an artifact published (signed) on node1 is installed on
 //! node3 from the mesh, chunk by verified chunk, and runs there; a rhai brain on node1 and
-//! a JavaScript brain on node3 talk across the mesh, and one answers when its timer fires.
+//! a JavaScript brain on node3 talk across the mesh, and one answers when its timer fires;
+//! a brain on node2 serves a model that a stock HTTP client streams from node1's
+//! OpenAI-compatible endpoint.
 //! Each step prints what happened and how long it took.
 //! Without `--once` the nodes keep running for `mur` to explore until Ctrl-C.
 
@@ -55,7 +57,7 @@ loop {
 }
 "#,
     )],
-    &[],
+    &[("echo", "echo-model.rhai", include_str!("../../capsules/brains/echo-model.rhai"))],
     &[(
         "keeper",
         "keeper.js",
@@ -469,7 +471,7 @@ fn walkthrough(exe: &Path, dir: &Path, components: &Path, once: bool) -> anyhow:
         get(&format!("{}/v1/agents", nodes[0].api))
             .ok()
             .and_then(|v| v["agents"].as_array().cloned())
-            .is_some_and(|agents| agents.iter().filter(|a| a["state"] == "running").count() == 2)
+            .is_some_and(|agents| agents.iter().filter(|a| a["state"] == "running").count() == 3)
     })?;
     let started = Instant::now();
     let client = reqwest::blocking::Client::builder().timeout(Duration::from_secs(10)).build()?;
@@ -496,6 +498,30 @@ fn walkthrough(exe: &Path, dir: &Path, components: &Path, once: bool) -> anyhow:
         started.elapsed().as_millis()
     );
 
+    step(
+        10,
+        "An agent as a model: brain `echo` on node2 serves `echo-model`; a stock HTTP client (curl) streams a chat completion from node1.",
+    );
+    until("node1 to list echo-model", || {
+        get(&format!("{}/v1/models", nodes[0].api))
+            .ok()
+            .and_then(|v| v["data"].as_array().cloned())
+            .is_some_and(|models| models.iter().any(|m| m["id"] == "echo-model"))
+    })?;
+    let body = r#"{"model":"echo-model","stream":true,"messages":[{"role":"user","content":"agents answer as models across the mesh"}]}"#;
+    let url = format!("{}/v1/chat/completions", nodes[0].api);
+    let started = Instant::now();
+    let streamed = stream_completion(&url, body)?;
+    let text: String =
+        streamed.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_owned)).collect();
+    anyhow::ensure!(text == "agents answer as models across the mesh", "the stream said {text:?}");
+    println!(
+        "   {} chunks from node2's brain through node1 in {} ms: \"{text}\"",
+        streamed.len(),
+        started.elapsed().as_millis()
+    );
+    println!("   curl -N {url} -H 'content-type: application/json' -d '{body}'");
+
     println!("\nEvery step behaved as expected.");
     if once {
         return Ok(());
@@ -508,12 +534,44 @@ fn walkthrough(exe: &Path, dir: &Path, components: &Path, once: bool) -> anyhow:
         "   mur send mesh://ask \"Ready?\" --stream        (then, elsewhere: mur send mesh://ask yes --reply-to TASK_ID)"
     );
     println!("   mur task ls");
+    println!("   mur models                                    (every model agents of the mesh serve)");
     println!(
         "   mur agent ls                                  (then: mur agent send scout go; mur agent logs scout)"
     );
     println!("Press Ctrl-C to stop them.");
     wait_for_interrupt();
     Ok(())
+}
+
+/// A streamed completion's chunks, read by curl when it is installed (a stock client, as a
+/// user would run it), else by this process.
+fn stream_completion(url: &str, body: &str) -> anyhow::Result<Vec<Value>> {
+    let curl = Command::new("curl")
+        .args(["-sSN", "--max-time", "30", url, "-H", "content-type: application/json", "-d", body])
+        .output();
+    let text = match curl {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
+        Ok(out) => bail!("curl failed: {}", String::from_utf8_lossy(&out.stderr)),
+        Err(_) => reqwest::blocking::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()?
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send()?
+            .text()?,
+    };
+    let mut chunks = Vec::new();
+    let mut done = false;
+    for data in text.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim) {
+        if data == "[DONE]" {
+            done = true;
+        } else {
+            chunks.push(serde_json::from_str::<Value>(data).with_context(|| format!("a chunk that is not JSON: {data}"))?);
+        }
+    }
+    anyhow::ensure!(done, "the stream did not end with [DONE]: {text}");
+    Ok(chunks)
 }
 
 fn wait_for_interrupt() {

@@ -118,6 +118,9 @@ fn a_brain_on_another_node_serves_completions_streamed_and_not_with_tools_both_w
     let echo = listed["data"].as_array().unwrap().iter().find(|m| m["id"] == "echo-model").unwrap().clone();
     assert_eq!((echo["object"].as_str(), echo["local"].as_bool()), (Some("model"), Some(false)), "{echo}");
     assert!(served_by(&a, "asker-model").contains(&a.peer_id().to_owned()), "A's own brain serves asker-model");
+    let out = mur(&["models", "--node", &a.api]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && table.contains("echo-model") && table.contains(b.peer_id()), "{table}");
 
     // Not streamed: one chat.completion with the echoed text and host-counted usage.
     let mut body = ask("hello mesh of agents");

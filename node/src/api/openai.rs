@@ -18,6 +18,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use murmur_api::views::{ModelView, ModelsView};
 use murmur_protocol::model::{ChatDelta, ChatMessage, ChatRequest, ToolCall, ToolSpec, Usage, check_model_name};
 use serde_json::{Map, Value, json};
 
@@ -51,20 +52,18 @@ pub(super) async fn models(State(state): State<Arc<ApiState>>) -> Response {
             nodes.insert(0, local);
         }
     }
-    let data: Vec<Value> = models
+    let data = models
         .into_iter()
-        .map(|(id, nodes)| {
-            json!({
-                "id": id,
-                "object": "model",
-                "created": 0,
-                "owned_by": "murmur",
-                "served_by": nodes.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                "local": nodes.contains(&local),
-            })
+        .map(|(id, nodes)| ModelView {
+            id,
+            object: "model".into(),
+            created: 0,
+            owned_by: "murmur".into(),
+            local: nodes.contains(&local),
+            served_by: nodes.iter().map(ToString::to_string).collect(),
         })
         .collect();
-    Json(json!({ "object": "list", "data": data })).into_response()
+    Json(ModelsView { object: "list".into(), data }).into_response()
 }
 
 /// A parsed request: the model, what the agent gets, and how to answer.
