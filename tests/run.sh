@@ -19,6 +19,15 @@ bash capsules/build.sh
 say "build binaries"
 cargo build --workspace --bins
 
+# The deployment files, checked offline: the systemd unit (systemd-analyze verify) and the
+# Kubernetes manifests (their OpenAPI schemas, and their murnode.toml loaded by a real
+# node). Each script installs its checker (Debian's systemd, PyPI's kubernetes-validate)
+# when it is missing.
+say "deployment files (systemd unit, Kubernetes manifests)"
+bin_dir="${CARGO_TARGET_DIR:-target}/debug"
+bash deploy/systemd/verify.sh --murnode "$bin_dir/murnode"
+bash deploy/k8s/validate.sh --murnode "$bin_dir/murnode"
+
 if command -v cargo-nextest >/dev/null 2>&1; then
   say "build and test (cargo nextest)"
   cargo nextest run --workspace --no-fail-fast

@@ -264,7 +264,7 @@ impl Agent {
                     self.stats.delivered(kind);
                     return;
                 }
-                Err(back) => envelope = back,
+                Err(back) => envelope = *back,
             }
             tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }

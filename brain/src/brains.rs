@@ -20,9 +20,9 @@ use tokio::task::JoinHandle;
 
 use crate::agent::{Agent, AgentConfig};
 use crate::endpoint::{Endpoints, OpenError, Session};
-use murmur_protocol::model::{ChatDelta, ChatRequest};
 use crate::logs::Logs;
 use crate::memory::Memory;
+use murmur_protocol::model::{ChatDelta, ChatRequest};
 
 /// Where a message to an agent went, as the mesh decided.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -265,8 +265,7 @@ impl Brains {
     ) -> anyhow::Result<Self> {
         let memory = Memory::open(memory_path)?;
         let (shutdown, _) = watch::channel(false);
-        let inner =
-            Arc::new(Inner {
+        let inner = Arc::new(Inner {
             agents: std::sync::RwLock::default(),
             mesh,
             memory,

@@ -125,7 +125,11 @@ impl std::fmt::Debug for Endpoints {
 
 impl Default for Endpoints {
     fn default() -> Self {
-        Self { state: Mutex::default(), models: watch::channel(Vec::new()).0, stats: EndpointStats::default() }
+        Self {
+            state: Mutex::default(),
+            models: watch::channel(Vec::new()).0,
+            stats: EndpointStats::default(),
+        }
     }
 }
 
@@ -217,7 +221,10 @@ impl Endpoints {
             return Err(format!("a run serves at most {MODELS_PER_RUN_MAX} models"));
         }
         if state.models.len() >= model::ADVERT_MODELS_MAX {
-            return Err(format!("this node serves {} models, as many as it may advertise", model::ADVERT_MODELS_MAX));
+            return Err(format!(
+                "this node serves {} models, as many as it may advertise",
+                model::ADVERT_MODELS_MAX
+            ));
         }
         let id = uuid::Uuid::new_v4().to_string();
         state.models.insert(model.to_owned(), Served { agent: agent.to_owned(), subscription: id.clone() });
@@ -227,11 +234,19 @@ impl Endpoints {
 
     /// Agent `agent` stops serving the model of subscription `id`: its open sessions end
     /// with an error.
-    pub(crate) fn unsubscribe(&self, inner: &crate::brains::Inner, agent: &str, id: &str) -> Result<(), String> {
+    pub(crate) fn unsubscribe(
+        &self,
+        inner: &crate::brains::Inner,
+        agent: &str,
+        id: &str,
+    ) -> Result<(), String> {
         let ended = {
             let mut state = self.state();
-            let Some(model) =
-                state.models.iter().find(|(_, s)| s.agent == agent && s.subscription == id).map(|(m, _)| m.clone())
+            let Some(model) = state
+                .models
+                .iter()
+                .find(|(_, s)| s.agent == agent && s.subscription == id)
+                .map(|(m, _)| m.clone())
             else {
                 return Err(format!("{id} is no endpoint subscription of this run"));
             };
@@ -266,13 +281,19 @@ impl Endpoints {
         request: ChatRequest,
     ) -> Result<Session, OpenError> {
         let mut state = self.state();
-        let Some(served) = state.models.get(model) else { return Err(OpenError::NotServed(model.to_owned())) };
+        let Some(served) = state.models.get(model) else {
+            return Err(OpenError::NotServed(model.to_owned()));
+        };
         let (agent_name, subscription) = (served.agent.clone(), served.subscription.clone());
         if state.sessions.len() >= SESSIONS_MAX {
             self.stats.refused_busy.fetch_add(1, Ordering::Relaxed);
-            return Err(OpenError::Busy(format!("this node has {SESSIONS_MAX} endpoint sessions open, its limit")));
+            return Err(OpenError::Busy(format!(
+                "this node has {SESSIONS_MAX} endpoint sessions open, its limit"
+            )));
         }
-        let Some(agent) = inner.agent(&agent_name) else { return Err(OpenError::NotServed(model.to_owned())) };
+        let Some(agent) = inner.agent(&agent_name) else {
+            return Err(OpenError::NotServed(model.to_owned()));
+        };
         let id = uuid::Uuid::new_v4().to_string();
         let message = wit::EndpointMessage {
             session: id.clone(),
@@ -287,7 +308,9 @@ impl Endpoints {
         }
         let (deltas_tx, deltas) = mpsc::channel(SESSION_DELTAS_MAX);
         let (end_tx, end) = oneshot::channel();
-        state.sessions.insert(id.clone(), Open { agent: agent_name, subscription, deltas: deltas_tx, end: end_tx });
+        state
+            .sessions
+            .insert(id.clone(), Open { agent: agent_name, subscription, deltas: deltas_tx, end: end_tx });
         self.stats.opened.fetch_add(1, Ordering::Relaxed);
         Ok(Session { id, deltas, end: Some(end), endpoints: std::sync::Arc::downgrade(inner) })
     }
@@ -305,7 +328,9 @@ impl Endpoints {
         {
             let state = self.state();
             let Some(open) = state.sessions.get(session).filter(|o| o.agent == agent) else {
-                return Err(format!("{session} is no open endpoint session of this agent (it ended, or never was)"));
+                return Err(format!(
+                    "{session} is no open endpoint session of this agent (it ended, or never was)"
+                ));
             };
             open.deltas.try_send(delta).map_err(|e| match e {
                 mpsc::error::TrySendError::Full(_) => format!(
@@ -327,7 +352,13 @@ impl Endpoints {
         self.finish(inner, ended.into_iter().collect(), outcome, true);
     }
 
-    fn finish(&self, inner: &crate::brains::Inner, ended: Vec<(String, Open)>, outcome: Outcome, tell_agent: bool) {
+    fn finish(
+        &self,
+        inner: &crate::brains::Inner,
+        ended: Vec<(String, Open)>,
+        outcome: Outcome,
+        tell_agent: bool,
+    ) {
         if ended.is_empty() {
             return;
         }
@@ -347,11 +378,16 @@ impl Endpoints {
 }
 
 fn take_sessions(state: &mut State, which: impl Fn(&Open) -> bool) -> Vec<(String, Open)> {
-    let ids: Vec<String> = state.sessions.iter().filter(|(_, o)| which(o)).map(|(id, _)| id.clone()).collect();
+    let ids: Vec<String> =
+        state.sessions.iter().filter(|(_, o)| which(o)).map(|(id, _)| id.clone()).collect();
     ids.into_iter().filter_map(|id| state.sessions.remove(&id).map(|open| (id, open))).collect()
 }
 
-fn push_end(agent: &Agent, subscription: String, end: wit::EndpointSessionEnd) -> Result<(), crate::inbox::Full> {
+fn push_end(
+    agent: &Agent,
+    subscription: String,
+    end: wit::EndpointSessionEnd,
+) -> Result<(), crate::inbox::Full> {
     agent.push(subscription, wit::Event::EndpointSessionEnd(end))
 }
 
@@ -439,7 +475,11 @@ pub fn from_wit_request(r: &wit::ChatRequest) -> ChatRequest {
                 tool_calls: m
                     .tool_calls
                     .iter()
-                    .map(|c| model::ToolCall { id: c.id.clone(), name: c.name.clone(), arguments: c.arguments.clone() })
+                    .map(|c| model::ToolCall {
+                        id: c.id.clone(),
+                        name: c.name.clone(),
+                        arguments: c.arguments.clone(),
+                    })
                     .collect(),
                 tool_call_id: m.tool_call_id.clone(),
             })

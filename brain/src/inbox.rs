@@ -56,11 +56,11 @@ impl Inbox {
     }
 
     /// Queues `event`, or hands it back when full (for a producer that waits for room).
-    pub fn offer(&self, event: EventEnvelope) -> Result<(), EventEnvelope> {
+    pub fn offer(&self, event: EventEnvelope) -> Result<(), Box<EventEnvelope>> {
         {
             let mut queues = self.queues();
             if queues.events.len() >= self.capacity {
-                return Err(event);
+                return Err(Box::new(event));
             }
             queues.events.push_back(event);
         }

@@ -366,7 +366,9 @@ async fn forward_chat(
         Ok(mut stream) => loop {
             match stream.next().await {
                 Ok(delta) => {
-                    agent.push_paced(id.clone(), Event::ChatDelta(crate::endpoint::to_wit_delta(delta))).await;
+                    agent
+                        .push_paced(id.clone(), Event::ChatDelta(crate::endpoint::to_wit_delta(delta)))
+                        .await;
                 }
                 Err(end) => break end,
             }

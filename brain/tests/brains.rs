@@ -433,7 +433,8 @@ fn request(text: &str) -> murmur_protocol::model::ChatRequest {
 async fn read(mut session: murmur_brain::Session) -> (String, Option<String>) {
     let mut text = String::new();
     loop {
-        match tokio::time::timeout(Duration::from_secs(20), session.next()).await.expect("the session moves") {
+        match tokio::time::timeout(Duration::from_secs(20), session.next()).await.expect("the session moves")
+        {
             Ok(delta) => text.push_str(delta.content.as_deref().unwrap_or_default()),
             Err(end) => return (text, end),
         }

@@ -14,7 +14,10 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(writer: &mut W, bytes: &[u8]) ->
 }
 
 /// Reads one frame of at most `len_max` bytes; `Ok(None)` at a clean end of stream.
-pub async fn read_frame<R: AsyncRead + Unpin>(reader: &mut R, len_max: usize) -> std::io::Result<Option<Vec<u8>>> {
+pub async fn read_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    len_max: usize,
+) -> std::io::Result<Option<Vec<u8>>> {
     let mut prefix = [0u8; 4];
     match reader.read_exact(&mut prefix).await {
         Ok(()) => {}
@@ -47,7 +50,9 @@ mod tests {
         assert_eq!(read_frame(&mut reader, 16).await.unwrap().unwrap(), b"");
         assert_eq!(read_frame(&mut reader, 16).await.unwrap(), None, "a clean end");
         let mut reader = futures::io::Cursor::new(wire);
-        assert!(read_frame(&mut reader, 4).await.unwrap_err().to_string().contains("more than the limit of 4"));
+        assert!(
+            read_frame(&mut reader, 4).await.unwrap_err().to_string().contains("more than the limit of 4")
+        );
         let mut cut = futures::io::Cursor::new(vec![0, 0, 0, 9, b'x']);
         assert!(read_frame(&mut cut, 16).await.is_err(), "a frame cut short is an error, not an end");
     }

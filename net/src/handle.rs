@@ -417,6 +417,14 @@ impl NetHandle {
         let (agents, _) = mpsc::channel(1);
         let (_, revocations) = watch::channel(Arc::default());
         let local = murmur_protocol::SecretKey::from_seed([7; 32]).node_id();
-        Self::new(queries, tasks, artifacts, agents, revocations, local, libp2p_stream::Behaviour::new().new_control())
+        Self::new(
+            queries,
+            tasks,
+            artifacts,
+            agents,
+            revocations,
+            local,
+            libp2p_stream::Behaviour::new().new_control(),
+        )
     }
 }

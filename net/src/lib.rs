@@ -23,8 +23,8 @@
 mod addrs;
 mod behaviour;
 mod codec;
-pub mod frames;
 mod driver;
+pub mod frames;
 mod handle;
 mod inbox;
 mod owner;
@@ -43,14 +43,16 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 pub use behaviour::{
-    AGENT_PROTOCOL, ARTIFACT_PROTOCOL, KAD_PROTOCOL, MODEL_PROTOCOL, SYNC_PROTOCOL, TASK_PROTOCOL, WIRE_MINOR_VAR,
-    wire_version,
+    AGENT_PROTOCOL, ARTIFACT_PROTOCOL, KAD_PROTOCOL, MODEL_PROTOCOL, SYNC_PROTOCOL, TASK_PROTOCOL,
+    WIRE_MINOR_VAR, wire_version,
 };
 use driver::Driver;
-pub use handle::{AgentQuery, ArtifactQuery, ModelAsk, NetHandle, NetMetrics, Query, SendError, Sent, TaskQuery};
+pub use handle::{
+    AgentQuery, ArtifactQuery, ModelAsk, NetHandle, NetMetrics, Query, SendError, Sent, TaskQuery,
+};
+pub use inbox::{AgentInbox, NoAgents};
 pub use libp2p::{PeerId, Stream};
 pub use libp2p_stream::Control as StreamControl;
-pub use inbox::{AgentInbox, NoAgents};
 use murmur_config::limits::{
     AGENT_QUERY_QUEUE_MAX, ARTIFACT_QUERY_QUEUE_MAX, LISTEN_TIMEOUT, QUERY_QUEUE_MAX,
     REQUEST_OVERRUNS_PENDING_MAX, TASK_QUERY_QUEUE_MAX,
@@ -154,7 +156,8 @@ pub async fn start(
         .with_dns()
         .context("DNS resolver")?
         .with_behaviour(|keypair| {
-            behaviour::Behaviour::new(keypair, &network, wire, overruns_tx, pending.streams).map_err(Into::into)
+            behaviour::Behaviour::new(keypair, &network, wire, overruns_tx, pending.streams)
+                .map_err(Into::into)
         })
         .context("libp2p behaviours")?
         .with_swarm_config(|c| c.with_idle_connection_timeout(network.idle_timeout))

@@ -5,12 +5,14 @@
 
 use std::sync::Arc;
 
-use murmur_brain::{AgentConfig, Brains, ChatStream, Delivery, Language, Mesh, SendError, SendErrorKind, Source};
-use murmur_protocol::model::ChatRequest;
+use murmur_brain::{
+    AgentConfig, Brains, ChatStream, Delivery, Language, Mesh, SendError, SendErrorKind, Source,
+};
 use murmur_config::{AgentEntry, BrainRef};
 use murmur_net::{AgentInbox, NetHandle, Sent};
 use murmur_protocol::NodeId;
 use murmur_protocol::agent::{AddressError, AgentAddress, AgentMessage, AgentResponse, AgentStatus};
+use murmur_protocol::model::ChatRequest;
 use murmur_runtime::ports::PortFuture;
 
 /// The brain host's way to other nodes: the network.

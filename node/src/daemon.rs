@@ -174,6 +174,15 @@ pub async fn run(options: RunOptions) -> CliResult {
         }
     }
     info!(peer = %ready.peer_id, api = %api_addr, "node started");
+    // A service manager (systemd `Type=notify`) learns the node is up once the API and
+    // the mesh listen; without `$NOTIFY_SOCKET` this does nothing.
+    match crate::notify::ready(&format!("peer {} api http://{api_addr}", ready.peer_id)) {
+        Ok(true) => info!("readiness sent to the service manager"),
+        Ok(false) => {}
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot tell the service manager the node is ready ($NOTIFY_SOCKET)")
+        }
+    }
 
     let grace = config.agents.iter().map(|a| a.grace).max().unwrap_or_default();
     tokio::spawn(reload_on_sighup(options.clone(), config, runtime, net.clone()));
@@ -182,6 +191,7 @@ pub async fn run(options: RunOptions) -> CliResult {
         .with_graceful_shutdown(shutdown_signal())
         .await
         .context("API server failed")?;
+    let _ = crate::notify::notify("STOPPING=1");
     // Brains hear `shutdown` and get their grace while the network still runs (they may
     // send a last message).
     brains.shutdown(grace + BRAINS_STOP_EXTRA).await;

@@ -512,8 +512,10 @@ fn walkthrough(exe: &Path, dir: &Path, components: &Path, once: bool) -> anyhow:
     let url = format!("{}/v1/chat/completions", nodes[0].api);
     let started = Instant::now();
     let streamed = stream_completion(&url, body)?;
-    let text: String =
-        streamed.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_owned)).collect();
+    let text: String = streamed
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_owned))
+        .collect();
     anyhow::ensure!(text == "agents answer as models across the mesh", "the stream said {text:?}");
     println!(
         "   {} chunks from node2's brain through node1 in {} ms: \"{text}\"",
@@ -567,7 +569,10 @@ fn stream_completion(url: &str, body: &str) -> anyhow::Result<Vec<Value>> {
         if data == "[DONE]" {
             done = true;
         } else {
-            chunks.push(serde_json::from_str::<Value>(data).with_context(|| format!("a chunk that is not JSON: {data}"))?);
+            chunks.push(
+                serde_json::from_str::<Value>(data)
+                    .with_context(|| format!("a chunk that is not JSON: {data}"))?,
+            );
         }
     }
     anyhow::ensure!(done, "the stream did not end with [DONE]: {text}");

@@ -13,6 +13,7 @@ pub mod brains;
 pub mod daemon;
 pub mod demo;
 pub mod models;
+pub mod notify;
 pub mod revocations;
 pub mod tasks;
 pub mod telemetry;

@@ -150,8 +150,9 @@ impl RemoteSession {
             }
             let node = self.node;
             let frame = match read_frame(&mut self.stream, MODEL_FRAME_BYTES_MAX).await {
-                Ok(Some(bytes)) => ModelFrame::decode(&bytes)
-                    .map_err(|e| format!("node {node} sent a bad frame: {e}"))?,
+                Ok(Some(bytes)) => {
+                    ModelFrame::decode(&bytes).map_err(|e| format!("node {node} sent a bad frame: {e}"))?
+                }
                 Ok(None) => {
                     self.ended = true;
                     return Err(Some(format!("node {node} closed the stream before the reply ended")));
@@ -205,7 +206,12 @@ impl ModelRouter {
     /// Opens a session for `request` on `model`: here when `local` (this node's brains)
     /// serves it, else on the best node of the mesh, failing over only past nodes that
     /// provably did not take it.
-    pub async fn open(&self, local: Option<&Brains>, model: &str, request: ChatRequest) -> Result<Reply, OpenFailure> {
+    pub async fn open(
+        &self,
+        local: Option<&Brains>,
+        model: &str,
+        request: ChatRequest,
+    ) -> Result<Reply, OpenFailure> {
         let mut tried: Vec<NodeId> = Vec::new();
         let mut last: Option<OpenFailure> = None;
         let turn = self.turn.fetch_add(1, Ordering::Relaxed);
@@ -218,7 +224,8 @@ impl ModelRouter {
                 open,
                 turn,
             };
-            let candidates = self.net.model_candidates(ask).await.map_err(|e| OpenFailure::Failed(format!("{e:#}")))?;
+            let candidates =
+                self.net.model_candidates(ask).await.map_err(|e| OpenFailure::Failed(format!("{e:#}")))?;
             let Some(&node) = candidates.first() else {
                 return Err(last.unwrap_or_else(|| {
                     OpenFailure::NotFound(format!("The model `{model}` does not exist: no agent of the mesh serves it (GET /v1/models lists those that do)"))
@@ -229,7 +236,9 @@ impl ModelRouter {
                 match local.map(|b| b.open_session(model, request.clone())) {
                     Some(Ok(session)) => return Ok(Reply::Local(session)),
                     Some(Err(OpenError::Busy(reason))) => last = Some(OpenFailure::Busy(reason)),
-                    Some(Err(e @ OpenError::NotServed(_))) => last = Some(OpenFailure::NotFound(e.to_string())),
+                    Some(Err(e @ OpenError::NotServed(_))) => {
+                        last = Some(OpenFailure::NotFound(e.to_string()))
+                    }
                     None => {}
                 }
                 continue;
@@ -247,14 +256,27 @@ impl ModelRouter {
         Err(last.unwrap_or_else(|| OpenFailure::Failed(format!("no node took the request for `{model}`"))))
     }
 
-    async fn open_remote(&self, node: NodeId, model: &str, request: &ChatRequest) -> Result<RemoteSession, Attempt> {
+    async fn open_remote(
+        &self,
+        node: NodeId,
+        model: &str,
+        request: &ChatRequest,
+    ) -> Result<RemoteSession, Attempt> {
         let not_taken = |reason: String| Attempt::NotTaken { busy: false, reason };
         let mut control = self.net.stream_control();
-        let mut stream = match tokio::time::timeout(OPEN_TIMEOUT, control.open_stream(node.to_peer_id(), MODEL_PROTOCOL)).await {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => return Err(not_taken(format!("cannot open a model stream to {node}: {e}"))),
-            Err(_) => return Err(not_taken(format!("no model stream to {node} within {} s", OPEN_TIMEOUT.as_secs()))),
-        };
+        let mut stream =
+            match tokio::time::timeout(OPEN_TIMEOUT, control.open_stream(node.to_peer_id(), MODEL_PROTOCOL))
+                .await
+            {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => return Err(not_taken(format!("cannot open a model stream to {node}: {e}"))),
+                Err(_) => {
+                    return Err(not_taken(format!(
+                        "no model stream to {node} within {} s",
+                        OPEN_TIMEOUT.as_secs()
+                    )));
+                }
+            };
         let open = ModelOpen { model: model.to_owned(), request: request.clone() };
         if let Err(e) = write_frame(&mut stream, &open.encode()).await {
             return Err(not_taken(format!("cannot send the request to {node}: {e}")));
@@ -262,17 +284,34 @@ impl ModelRouter {
         let unknown = |reason: String| {
             Attempt::Unknown(format!("{reason}; it may have taken the request, so it is not sent elsewhere"))
         };
-        let answer = match tokio::time::timeout(ANSWER_TIMEOUT, read_frame(&mut stream, MODEL_FRAME_BYTES_MAX)).await {
-            Ok(Ok(Some(bytes))) => ModelFrame::decode(&bytes).map_err(|e| unknown(format!("node {node} answered a bad frame: {e}")))?,
+        let answer = match tokio::time::timeout(
+            ANSWER_TIMEOUT,
+            read_frame(&mut stream, MODEL_FRAME_BYTES_MAX),
+        )
+        .await
+        {
+            Ok(Ok(Some(bytes))) => ModelFrame::decode(&bytes)
+                .map_err(|e| unknown(format!("node {node} answered a bad frame: {e}")))?,
             Ok(Ok(None)) => return Err(unknown(format!("node {node} closed the stream without an answer"))),
             Ok(Err(e)) => return Err(unknown(format!("node {node} failed before answering: {e}"))),
-            Err(_) => return Err(unknown(format!("node {node} did not answer within {} s", ANSWER_TIMEOUT.as_secs()))),
+            Err(_) => {
+                return Err(unknown(format!(
+                    "node {node} did not answer within {} s",
+                    ANSWER_TIMEOUT.as_secs()
+                )));
+            }
         };
         match answer {
             ModelFrame::Accepted { .. } => {
                 self.stats.remote_opened.fetch_add(1, Ordering::Relaxed);
                 *self.open.lock().unwrap_or_else(PoisonError::into_inner).entry(node).or_default() += 1;
-                Ok(RemoteSession { node, stream, buffered: VecDeque::new(), ended: false, open: self.open.clone() })
+                Ok(RemoteSession {
+                    node,
+                    stream,
+                    buffered: VecDeque::new(),
+                    ended: false,
+                    open: self.open.clone(),
+                })
             }
             ModelFrame::Refused { check, reason } => Err(Attempt::NotTaken {
                 busy: check == ModelCheck::Busy.as_str(),
@@ -311,7 +350,12 @@ impl ModelRouter {
             self.stats.refused(check);
             ModelFrame::Refused { check: check.as_str().into(), reason }.encode()
         };
-        let opened = match tokio::time::timeout(REQUEST_TIMEOUT, read_frame(&mut stream, MODEL_OPEN_BYTES_MAX)).await {
+        let opened = match tokio::time::timeout(
+            REQUEST_TIMEOUT,
+            read_frame(&mut stream, MODEL_OPEN_BYTES_MAX),
+        )
+        .await
+        {
             Ok(Ok(Some(bytes))) => match (NodeId::from_peer_id(&peer), ModelOpen::decode(&bytes)) {
                 (Err(_), _) => Err(refuse(ModelCheck::Malformed, "not a murmur peer".into())),
                 (_, Err(e)) => Err(refuse(ModelCheck::Malformed, e.to_string())),
@@ -326,7 +370,10 @@ impl ModelRouter {
             },
             Ok(Ok(None)) => return,
             Ok(Err(e)) => Err(refuse(ModelCheck::Malformed, e.to_string())),
-            Err(_) => Err(refuse(ModelCheck::Malformed, format!("no request within {} s", REQUEST_TIMEOUT.as_secs()))),
+            Err(_) => Err(refuse(
+                ModelCheck::Malformed,
+                format!("no request within {} s", REQUEST_TIMEOUT.as_secs()),
+            )),
         };
         let mut session = match opened {
             Ok(session) => session,
@@ -337,7 +384,10 @@ impl ModelRouter {
         };
         self.stats.served.fetch_add(1, Ordering::Relaxed);
         let (mut reader, mut writer) = stream.split();
-        if write_frame(&mut writer, &ModelFrame::Accepted { session: session.id.clone() }.encode()).await.is_err() {
+        if write_frame(&mut writer, &ModelFrame::Accepted { session: session.id.clone() }.encode())
+            .await
+            .is_err()
+        {
             return; // the session ends as the client's going away
         }
         let mut probe = [0u8; 1];

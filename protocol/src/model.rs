@@ -61,7 +61,11 @@ pub const fn spread_margin(best: u64) -> u64 {
 /// `-_.:/`, starting with a letter or digit (the names OpenAI clients send).
 pub fn check_model_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > MODEL_NAME_LEN_MAX {
-        return Err(format!("a model name is 1 to {MODEL_NAME_LEN_MAX} bytes, `{}` is {}", short(name), name.len()));
+        return Err(format!(
+            "a model name is 1 to {MODEL_NAME_LEN_MAX} bytes, `{}` is {}",
+            short(name),
+            name.len()
+        ));
     }
     let first_ok = name.as_bytes()[0].is_ascii_alphanumeric();
     let rest_ok = name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:/".contains(&b));
@@ -157,7 +161,11 @@ impl std::fmt::Display for ModelCheck {
 /// The receiving end's check of a caller: a member of the mesh, with a valid advert in
 /// `directory` (in a closed mesh only admitted nodes have one).
 pub fn check_caller(directory: &Directory, now: Millis, peer: &NodeId) -> Result<(), ModelCheck> {
-    if directory.get(peer).is_some_and(|r| r.expires_at() > now) { Ok(()) } else { Err(ModelCheck::NotMember) }
+    if directory.get(peer).is_some_and(|r| r.expires_at() > now) {
+        Ok(())
+    } else {
+        Err(ModelCheck::NotMember)
+    }
 }
 
 /// One tool call of a chat message, complete.
@@ -218,7 +226,10 @@ impl ChatDelta {
     /// Checks a delta an agent streams or a peer sends.
     pub fn check(&self) -> Result<(), String> {
         if self.text_len() > DELTA_TEXT_BYTES_MAX {
-            return Err(format!("a delta carries at most {DELTA_TEXT_BYTES_MAX} bytes of text, this one {}", self.text_len()));
+            return Err(format!(
+                "a delta carries at most {DELTA_TEXT_BYTES_MAX} bytes of text, this one {}",
+                self.text_len()
+            ));
         }
         if let Some(reason) = &self.finish_reason
             && (reason.is_empty() || reason.len() > 64)
@@ -269,14 +280,26 @@ impl ChatRequest {
             return Err(("messages", "must hold at least one message".into()));
         }
         if self.messages.len() > REQUEST_MESSAGES_MAX {
-            return Err(("messages", format!("holds {} messages, more than {REQUEST_MESSAGES_MAX}", self.messages.len())));
+            return Err((
+                "messages",
+                format!("holds {} messages, more than {REQUEST_MESSAGES_MAX}", self.messages.len()),
+            ));
         }
         if self.tools.len() > REQUEST_TOOLS_MAX {
-            return Err(("tools", format!("holds {} tools, more than {REQUEST_TOOLS_MAX}", self.tools.len())));
+            return Err((
+                "tools",
+                format!("holds {} tools, more than {REQUEST_TOOLS_MAX}", self.tools.len()),
+            ));
         }
         for message in &self.messages {
             if !["system", "developer", "user", "assistant", "tool"].contains(&message.role.as_str()) {
-                return Err(("messages", format!("role `{}` is not system, developer, user, assistant or tool", short(&message.role))));
+                return Err((
+                    "messages",
+                    format!(
+                        "role `{}` is not system, developer, user, assistant or tool",
+                        short(&message.role)
+                    ),
+                ));
             }
         }
         Ok(())

@@ -50,11 +50,7 @@ pub const RTT_UNKNOWN_MS: u32 = 1000;
 /// model requests rank their candidates by it.
 #[must_use]
 pub fn cost(local: NodeId, node: NodeId, rtt_ms: Option<u32>, load: u16) -> u64 {
-    if node == local {
-        0
-    } else {
-        1 + u64::from(rtt_ms.unwrap_or(RTT_UNKNOWN_MS)) + u64::from(load) / 10
-    }
+    if node == local { 0 } else { 1 + u64::from(rtt_ms.unwrap_or(RTT_UNKNOWN_MS)) + u64::from(load) / 10 }
 }
 
 /// What a provider's answer to a submit says: the task as accepted, or the refusal's

@@ -68,9 +68,9 @@ use self::engine::{CompileCache, EpochTicker};
 use self::exports::EntryPoint;
 pub use self::manifest::{ArtifactRef, CapsuleManifest};
 pub use self::message::DirectHttp;
-pub use self::text::count_tokens;
 use self::ports::{Ports, TaskPort};
 use self::state::{CallContext, HostState, Limits};
+pub use self::text::count_tokens;
 use murmur_config::limits::{CAPTURE_BYTES_MAX, INSTALLED_MAX, INVOKE_DEPTH_MAX};
 
 /// How the runtime is set up.

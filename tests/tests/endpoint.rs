@@ -23,7 +23,10 @@ fn echo_brain() -> PathBuf {
 fn start(agent: Option<&str>, bootstrap: Option<&TestNode>) -> TestNode {
     let mut toml = CONFIG.to_owned();
     if let Some(name) = agent {
-        toml.push_str(&format!("[[agents]]\nname = \"{name}\"\nbrain = \"{}\"\ngrace_secs = 2\n", echo_brain().display()));
+        toml.push_str(&format!(
+            "[[agents]]\nname = \"{name}\"\nbrain = \"{}\"\ngrace_secs = 2\n",
+            echo_brain().display()
+        ));
     }
     let dir = murmur_tests::init_data_dir_with(&toml);
     let mut args: Vec<String> = LOOPBACK.iter().map(|s| (*s).to_owned()).collect();
@@ -117,7 +120,10 @@ fn a_brain_on_another_node_serves_completions_streamed_and_not_with_tools_both_w
     let listed = a.get("/v1/models").unwrap();
     let echo = listed["data"].as_array().unwrap().iter().find(|m| m["id"] == "echo-model").unwrap().clone();
     assert_eq!((echo["object"].as_str(), echo["local"].as_bool()), (Some("model"), Some(false)), "{echo}");
-    assert!(served_by(&a, "asker-model").contains(&a.peer_id().to_owned()), "A's own brain serves asker-model");
+    assert!(
+        served_by(&a, "asker-model").contains(&a.peer_id().to_owned()),
+        "A's own brain serves asker-model"
+    );
     let out = mur(&["models", "--node", &a.api]);
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && table.contains("echo-model") && table.contains(b.peer_id()), "{table}");
@@ -167,15 +173,21 @@ fn a_brain_on_another_node_serves_completions_streamed_and_not_with_tools_both_w
     body["stream"] = json!(true);
     let events = stream(&a, &body, |_| false);
     let first = &events[0]["choices"][0]["delta"]["tool_calls"][0];
-    assert_eq!((first["index"].as_u64(), first["function"]["name"].as_str()), (Some(0), Some("lookup")), "{events:?}");
+    assert_eq!(
+        (first["index"].as_u64(), first["function"]["name"].as_str()),
+        (Some(0), Some("lookup")),
+        "{events:?}"
+    );
     assert!(events.iter().any(|e| e["choices"][0]["finish_reason"] == "tool_calls"), "{events:?}");
 
     // OpenAI's errors: unknown model, bad requests.
-    let (status, reply, _) = post(&a, &json!({ "model": "no-such-model", "messages": [{ "role": "user", "content": "x" }] }));
+    let (status, reply, _) =
+        post(&a, &json!({ "model": "no-such-model", "messages": [{ "role": "user", "content": "x" }] }));
     assert_eq!((status, reply["error"]["code"].as_str()), (404, Some("model_not_found")), "{reply}");
     let (status, reply, _) = post(&a, &json!({ "model": "echo-model" }));
     assert_eq!((status, reply["error"]["param"].as_str()), (400, Some("messages")), "{reply}");
-    let (status, reply, _) = post(&a, &json!({ "model": "echo-model", "messages": [{ "role": "root", "content": "x" }] }));
+    let (status, reply, _) =
+        post(&a, &json!({ "model": "echo-model", "messages": [{ "role": "root", "content": "x" }] }));
     assert_eq!((status, reply["error"]["type"].as_str()), (400, Some("invalid_request_error")), "{reply}");
     let response = client()
         .post(format!("{}/v1/chat/completions", a.api))
@@ -216,12 +228,15 @@ fn a_brain_on_another_node_serves_completions_streamed_and_not_with_tools_both_w
     let last = events.last().unwrap();
     assert!(last["error"]["message"].as_str().unwrap().contains("unsubscribed"), "{events:?}");
     assert!(!events.iter().any(|e| e == "[DONE]"), "an abrupt end is not a [DONE]");
-    wait_for(CONVERGE, "echo-model to leave A's /v1/models", || served_by(&a, "echo-model").is_empty().then_some(()))
-        .unwrap();
+    wait_for(CONVERGE, "echo-model to leave A's /v1/models", || {
+        served_by(&a, "echo-model").is_empty().then_some(())
+    })
+    .unwrap();
     let (status, _, _) = post(&a, &ask("anyone?"));
     assert_eq!(status, 404);
     say(&b, "echo", "subscribe");
-    wait_for(CONVERGE, "echo-model to be back", || (!served_by(&a, "echo-model").is_empty()).then_some(())).unwrap();
+    wait_for(CONVERGE, "echo-model to be back", || (!served_by(&a, "echo-model").is_empty()).then_some(()))
+        .unwrap();
 
     // Node B dying mid-stream fails the stream at A cleanly.
     let mut b = b;

@@ -138,7 +138,11 @@ impl Driver {
                 let _ = reply.send(nodes);
             }
             AgentQuery::ModelCaller { peer, reply } => {
-                let _ = reply.send(murmur_protocol::model::check_caller(self.mesh.directory(), clock::now(), &peer));
+                let _ = reply.send(murmur_protocol::model::check_caller(
+                    self.mesh.directory(),
+                    clock::now(),
+                    &peer,
+                ));
             }
         }
     }

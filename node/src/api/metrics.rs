@@ -276,13 +276,25 @@ pub fn render(m: &NetMetrics, brains: &BrainMetrics, models: &ModelFigures) -> S
 /// The endpoint's series: sessions of this node's agents, completions served by its
 /// `/v1`, and model streams between nodes.
 fn render_models(metric: &mut impl FnMut(&str, &str, &str, &[(&str, u64)]), m: &ModelFigures) {
-    let ended: Vec<(String, u64)> = m.sessions_ended.iter().map(|(o, c)| (format!("outcome=\"{o}\""), *c)).collect();
-    let refusals: Vec<(String, u64)> = m.peer_refusals.iter().map(|(c, n)| (format!("check=\"{c}\""), *n)).collect();
+    let ended: Vec<(String, u64)> =
+        m.sessions_ended.iter().map(|(o, c)| (format!("outcome=\"{o}\""), *c)).collect();
+    let refusals: Vec<(String, u64)> =
+        m.peer_refusals.iter().map(|(c, n)| (format!("check=\"{c}\""), *n)).collect();
     fn borrow(v: &[(String, u64)]) -> Vec<(&str, u64)> {
         v.iter().map(|(l, c)| (l.as_str(), *c)).collect()
     }
-    metric("murmur_endpoint_sessions_open", "gauge", "Endpoint sessions of this node's agents open now.", &[("", m.sessions_open)]);
-    metric("murmur_endpoint_sessions_opened_total", "counter", "Endpoint sessions opened on this node's agents.", &[("", m.sessions_opened)]);
+    metric(
+        "murmur_endpoint_sessions_open",
+        "gauge",
+        "Endpoint sessions of this node's agents open now.",
+        &[("", m.sessions_open)],
+    );
+    metric(
+        "murmur_endpoint_sessions_opened_total",
+        "counter",
+        "Endpoint sessions opened on this node's agents.",
+        &[("", m.sessions_opened)],
+    );
     metric(
         "murmur_endpoint_sessions_ended_total",
         "counter",
@@ -295,8 +307,18 @@ fn render_models(metric: &mut impl FnMut(&str, &str, &str, &[(&str, u64)]), m: &
         "Endpoint sessions refused because the node's session limit or the agent's inbox was full.",
         &[("", m.sessions_refused_busy)],
     );
-    metric("murmur_endpoint_chunks_total", "counter", "Deltas this node's agents streamed to endpoint sessions.", &[("", m.deltas)]);
-    metric("murmur_endpoint_completions_open", "gauge", "Chat completions this node's /v1 serves now.", &[("", m.completions_open)]);
+    metric(
+        "murmur_endpoint_chunks_total",
+        "counter",
+        "Deltas this node's agents streamed to endpoint sessions.",
+        &[("", m.deltas)],
+    );
+    metric(
+        "murmur_endpoint_completions_open",
+        "gauge",
+        "Chat completions this node's /v1 serves now.",
+        &[("", m.completions_open)],
+    );
     metric(
         "murmur_model_remote_sessions_total",
         "counter",
@@ -309,8 +331,18 @@ fn render_models(metric: &mut impl FnMut(&str, &str, &str, &[(&str, u64)]), m: &
         "Model requests moved to the next node because the chosen one provably did not take them.",
         &[("", m.failovers)],
     );
-    metric("murmur_model_served_total", "counter", "Model streams from peers that became sessions here.", &[("", m.served_for_peers)]);
-    metric("murmur_model_refusals_total", "counter", "Model streams from peers refused here, by check.", &borrow(&refusals));
+    metric(
+        "murmur_model_served_total",
+        "counter",
+        "Model streams from peers that became sessions here.",
+        &[("", m.served_for_peers)],
+    );
+    metric(
+        "murmur_model_refusals_total",
+        "counter",
+        "Model streams from peers refused here, by check.",
+        &borrow(&refusals),
+    );
 }
 
 /// The brains' series: per agent, events by kind, drops by reason, inbox depth, pending

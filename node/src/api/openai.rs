@@ -12,14 +12,16 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::Json;
-use futures::StreamExt;
 use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use murmur_api::views::{ModelView, ModelsView};
-use murmur_protocol::model::{ChatDelta, ChatMessage, ChatRequest, ToolCall, ToolSpec, Usage, check_model_name};
+use murmur_protocol::model::{
+    ChatDelta, ChatMessage, ChatRequest, ToolCall, ToolSpec, Usage, check_model_name,
+};
 use serde_json::{Map, Value, json};
 
 use super::ApiState;
@@ -31,12 +33,31 @@ pub const COMPLETIONS_MAX: usize = 2048;
 const COMPLETION_WAIT_MAX: Duration = Duration::from_secs(300);
 
 /// An error in OpenAI's shape.
-fn oai_error(status: StatusCode, kind: &str, code: Option<&str>, param: Option<&str>, message: &str) -> Response {
-    (status, Json(json!({ "error": { "message": message, "type": kind, "param": param, "code": code } }))).into_response()
+fn oai_error(
+    status: StatusCode,
+    kind: &str,
+    code: Option<&str>,
+    param: Option<&str>,
+    message: &str,
+) -> Response {
+    (status, Json(json!({ "error": { "message": message, "type": kind, "param": param, "code": code } })))
+        .into_response()
 }
 
-fn bad_request(param: &str, message: &str) -> Response {
-    oai_error(StatusCode::BAD_REQUEST, "invalid_request_error", None, Some(param), message)
+/// A request OpenAI's API would refuse with 400: which parameter, and why.
+struct BadRequest {
+    param: String,
+    message: String,
+}
+
+impl IntoResponse for BadRequest {
+    fn into_response(self) -> Response {
+        oai_error(StatusCode::BAD_REQUEST, "invalid_request_error", None, Some(&self.param), &self.message)
+    }
+}
+
+fn bad_request(param: &str, message: &str) -> BadRequest {
+    BadRequest { param: param.to_owned(), message: message.to_owned() }
 }
 
 /// `GET /v1/models`: OpenAI's list, each model with `served_by` (the nodes that serve it).
@@ -74,7 +95,7 @@ struct Parsed {
     include_usage: bool,
 }
 
-fn text_of(content: &Value, param: &str) -> Result<Option<String>, Response> {
+fn text_of(content: &Value, param: &str) -> Result<Option<String>, BadRequest> {
     match content {
         Value::Null => Ok(None),
         Value::String(text) => Ok(Some(text.clone())),
@@ -97,7 +118,7 @@ fn text_of(content: &Value, param: &str) -> Result<Option<String>, Response> {
     }
 }
 
-fn opt_str(value: &Value, key: &str, param: &str) -> Result<Option<String>, Response> {
+fn opt_str(value: &Value, key: &str, param: &str) -> Result<Option<String>, BadRequest> {
     match value.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
@@ -105,8 +126,10 @@ fn opt_str(value: &Value, key: &str, param: &str) -> Result<Option<String>, Resp
     }
 }
 
-fn parse(body: Value) -> Result<Parsed, Response> {
-    let Value::Object(mut body) = body else { return Err(bad_request("body", "the body must be a JSON object")) };
+fn parse(body: Value) -> Result<Parsed, BadRequest> {
+    let Value::Object(mut body) = body else {
+        return Err(bad_request("body", "the body must be a JSON object"));
+    };
     let model = match body.remove("model") {
         Some(Value::String(model)) => model,
         Some(_) => return Err(bad_request("model", "`model` must be a string")),
@@ -119,12 +142,18 @@ fn parse(body: Value) -> Result<Parsed, Response> {
     let mut messages = Vec::with_capacity(raw_messages.len());
     for (i, m) in raw_messages.iter().enumerate() {
         let param = format!("messages[{i}]");
-        let role = m.get("role").and_then(Value::as_str).ok_or_else(|| bad_request(&param, "a message needs a `role`"))?;
+        let role = m
+            .get("role")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad_request(&param, "a message needs a `role`"))?;
         let mut tool_calls = Vec::new();
         if let Some(calls) = m.get("tool_calls").filter(|v| !v.is_null()) {
-            let calls = calls.as_array().ok_or_else(|| bad_request(&param, "`tool_calls` must be an array"))?;
+            let calls =
+                calls.as_array().ok_or_else(|| bad_request(&param, "`tool_calls` must be an array"))?;
             for call in calls {
-                let function = call.get("function").ok_or_else(|| bad_request(&param, "a tool call needs a `function`"))?;
+                let function = call
+                    .get("function")
+                    .ok_or_else(|| bad_request(&param, "a tool call needs a `function`"))?;
                 tool_calls.push(ToolCall {
                     id: opt_str(call, "id", &param)?.unwrap_or_default(),
                     name: opt_str(function, "name", &param)?.unwrap_or_default(),
@@ -148,8 +177,10 @@ fn parse(body: Value) -> Result<Parsed, Response> {
             if tool.get("type").and_then(Value::as_str).is_some_and(|t| t != "function") {
                 return Err(bad_request(&param, "only tools of type `function` are supported"));
             }
-            let function = tool.get("function").ok_or_else(|| bad_request(&param, "a tool needs a `function`"))?;
-            let name = opt_str(function, "name", &param)?.ok_or_else(|| bad_request(&param, "a function needs a `name`"))?;
+            let function =
+                tool.get("function").ok_or_else(|| bad_request(&param, "a tool needs a `function`"))?;
+            let name = opt_str(function, "name", &param)?
+                .ok_or_else(|| bad_request(&param, "a function needs a `name`"))?;
             tools.push(ToolSpec {
                 name,
                 parameters: function.get("parameters").filter(|p| !p.is_null()).map(Value::to_string),
@@ -182,7 +213,10 @@ impl Drop for Slot {
 }
 
 /// `POST /v1/chat/completions`.
-pub(super) async fn chat(State(state): State<Arc<ApiState>>, body: Result<Json<Value>, JsonRejection>) -> Response {
+pub(super) async fn chat(
+    State(state): State<Arc<ApiState>>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Response {
     let body = match body {
         Ok(Json(body)) => body,
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
@@ -194,11 +228,11 @@ pub(super) async fn chat(State(state): State<Arc<ApiState>>, body: Result<Json<V
                 &format!("a request is at most {} bytes", murmur_protocol::model::MODEL_OPEN_BYTES_MAX),
             );
         }
-        Err(rejection) => return bad_request("body", &rejection.body_text()),
+        Err(rejection) => return bad_request("body", &rejection.body_text()).into_response(),
     };
     let parsed = match parse(body) {
         Ok(parsed) => parsed,
-        Err(response) => return response,
+        Err(bad) => return bad.into_response(),
     };
     if state.completions.fetch_add(1, Ordering::Relaxed) >= COMPLETIONS_MAX {
         state.completions.fetch_sub(1, Ordering::Relaxed);
@@ -215,17 +249,36 @@ pub(super) async fn chat(State(state): State<Arc<ApiState>>, body: Result<Json<V
     let reply = match state.models.open(Some(&state.brains), &parsed.model, parsed.request).await {
         Ok(reply) => reply,
         Err(OpenFailure::NotFound(message)) => {
-            return oai_error(StatusCode::NOT_FOUND, "invalid_request_error", Some("model_not_found"), Some("model"), &message);
+            return oai_error(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                Some("model_not_found"),
+                Some("model"),
+                &message,
+            );
         }
         Err(OpenFailure::Busy(message)) => {
-            return oai_error(StatusCode::TOO_MANY_REQUESTS, "rate_limit_exceeded", Some("rate_limit_exceeded"), None, &message);
+            return oai_error(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_exceeded",
+                Some("rate_limit_exceeded"),
+                None,
+                &message,
+            );
         }
         Err(OpenFailure::Failed(message)) => {
-            return oai_error(StatusCode::BAD_GATEWAY, "server_error", Some("model_unreachable"), None, &message);
+            return oai_error(
+                StatusCode::BAD_GATEWAY,
+                "server_error",
+                Some("model_unreachable"),
+                None,
+                &message,
+            );
         }
     };
     let node = reply.node(state.net.local()).to_string();
-    let reply = Answer { reply, id: format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()), created: now_secs() };
+    let reply =
+        Answer { reply, id: format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()), created: now_secs() };
     let mut response = if parsed.stream {
         stream(reply, parsed.model, prompt, parsed.include_usage, slot)
     } else {
@@ -256,10 +309,8 @@ struct Tally {
 
 impl Tally {
     fn add(&mut self, delta: &ChatDelta) {
-        for part in [&delta.content, &delta.reasoning] {
-            if let Some(t) = part {
-                self.text.push_str(t);
-            }
+        for part in [&delta.content, &delta.reasoning].into_iter().flatten() {
+            self.text.push_str(part);
         }
         if let Some(args) = delta.tool_call.as_ref().and_then(|c| c.arguments.as_ref()) {
             self.text.push_str(args);
@@ -338,7 +389,16 @@ fn stream(reply: Answer, model: String, prompt: ChatRequest, include_usage: bool
         done: bool,
         _slot: Slot,
     }
-    let start = S { reply, model, prompt, include_usage, tally: Tally::default(), first: true, done: false, _slot: slot };
+    let start = S {
+        reply,
+        model,
+        prompt,
+        include_usage,
+        tally: Tally::default(),
+        first: true,
+        done: false,
+        _slot: slot,
+    };
     let events = futures::stream::unfold(start, |mut s| async move {
         if s.done {
             return None;
@@ -382,7 +442,11 @@ async fn complete(mut reply: Answer, model: String, prompt: &ChatRequest, _slot:
         loop {
             let delta = match reply.reply.next().await {
                 Ok(delta) => delta,
-                Err(end) => return Err(end.unwrap_or_else(|| "the agent ended the reply without a finish reason".into())),
+                Err(end) => {
+                    return Err(
+                        end.unwrap_or_else(|| "the agent ended the reply without a finish reason".into())
+                    );
+                }
             };
             tally.add(&delta);
             if let Some(t) = &delta.content {
@@ -397,7 +461,9 @@ async fn complete(mut reply: Answer, model: String, prompt: &ChatRequest, _slot:
                     return Err(format!("the agent streamed a tool call at index {index}"));
                 }
                 while calls.len() <= index {
-                    calls.push(json!({ "id": "", "type": "function", "function": { "name": "", "arguments": "" } }));
+                    calls.push(
+                        json!({ "id": "", "type": "function", "function": { "name": "", "arguments": "" } }),
+                    );
                 }
                 let entry = &mut calls[index];
                 if let Some(id) = &call.id {
@@ -417,14 +483,19 @@ async fn complete(mut reply: Answer, model: String, prompt: &ChatRequest, _slot:
     };
     let finish = match tokio::time::timeout(COMPLETION_WAIT_MAX, collect).await {
         Ok(Ok(finish)) => finish,
-        Ok(Err(message)) => return oai_error(StatusCode::BAD_GATEWAY, "server_error", Some("session_ended"), None, &message),
+        Ok(Err(message)) => {
+            return oai_error(StatusCode::BAD_GATEWAY, "server_error", Some("session_ended"), None, &message);
+        }
         Err(_) => {
             return oai_error(
                 StatusCode::GATEWAY_TIMEOUT,
                 "server_error",
                 Some("timeout"),
                 None,
-                &format!("the agent did not finish within {} s; stream the reply for longer ones", COMPLETION_WAIT_MAX.as_secs()),
+                &format!(
+                    "the agent did not finish within {} s; stream the reply for longer ones",
+                    COMPLETION_WAIT_MAX.as_secs()
+                ),
             );
         }
     };

@@ -31,7 +31,14 @@ fn directory(adverts: &[(u8, u16, &[&str])]) -> Directory {
     dir
 }
 
-fn pick(dir: &Directory, now: Millis, local_serves: bool, model: &str, tried: &[NodeId], turn: u64) -> Vec<NodeId> {
+fn pick(
+    dir: &Directory,
+    now: Millis,
+    local_serves: bool,
+    model: &str,
+    tried: &[NodeId],
+    turn: u64,
+) -> Vec<NodeId> {
     candidates(dir, now, node(5), local_serves, model, tried, &|_| Some(1), &|_| 0, turn)
 }
 
@@ -59,12 +66,21 @@ fn this_node_comes_first_then_the_cheapest() {
 #[test]
 fn equally_cheap_nodes_take_turns_and_open_sessions_cost() {
     let dir = directory(&[(1, 0, &["m"]), (2, 0, &["m"]), (3, 0, &["m"])]);
-    let firsts: std::collections::BTreeSet<NodeId> = (0..3).map(|turn| pick(&dir, T0, false, "m", &[], turn)[0]).collect();
+    let firsts: std::collections::BTreeSet<NodeId> =
+        (0..3).map(|turn| pick(&dir, T0, false, "m", &[], turn)[0]).collect();
     assert_eq!(firsts.len(), 3, "three turns, three different first choices");
     // The same turn, the same answer: the decision is a function of its inputs.
     assert_eq!(pick(&dir, T0, false, "m", &[], 7), pick(&dir, T0, false, "m", &[], 7));
     // Round trips a millisecond apart are as good as equal; far slower ones are not.
-    let rtt = |n: &NodeId| Some(if *n == node(1) { 2 } else if *n == node(3) { 90 } else { 1 });
+    let rtt = |n: &NodeId| {
+        Some(if *n == node(1) {
+            2
+        } else if *n == node(3) {
+            90
+        } else {
+            1
+        })
+    };
     let firsts: std::collections::BTreeSet<NodeId> =
         (0..4).map(|turn| candidates(&dir, T0, node(5), false, "m", &[], &rtt, &|_| 0, turn)[0]).collect();
     assert_eq!(firsts, [node(1), node(2)].into_iter().collect(), "node 3 is 90 ms away");
@@ -123,7 +139,12 @@ fn frames_round_trip_canonically() {
         usage: Some(Usage { total_tokens: 3, prompt_tokens: 1, completion_tokens: 2 }),
         content: Some("hel".into()),
         reasoning: None,
-        tool_call: Some(ToolCallDelta { id: Some("c".into()), name: None, index: 0, arguments: Some("{".into()) }),
+        tool_call: Some(ToolCallDelta {
+            id: Some("c".into()),
+            name: None,
+            index: 0,
+            arguments: Some("{".into()),
+        }),
         finish_reason: Some("stop".into()),
     };
     for frame in [
@@ -154,7 +175,8 @@ fn hostile_frames_are_refused_by_name() {
         ..ChatDelta::default()
     }]);
     assert!(ModelFrame::decode(&huge.encode()).unwrap_err().to_string().contains("deltas"));
-    let big = ModelFrame::Deltas(vec![ChatDelta { content: Some("x".repeat(60_000)), ..ChatDelta::default() }; 5]);
+    let big =
+        ModelFrame::Deltas(vec![ChatDelta { content: Some("x".repeat(60_000)), ..ChatDelta::default() }; 5]);
     assert!(matches!(ModelFrame::decode(&big.encode()), Err(DecodeError::TooLarge { .. })));
     assert!(ModelFrame::decode(b"\xff\x00junk").is_err());
     assert!(ModelFrame::decode(&ModelFrame::Accepted { session: String::new() }.encode()).is_err());
