@@ -75,6 +75,10 @@ pub(super) struct Driver {
     agents: AgentTransport,
     /// Request overruns the codecs report (see `codec`).
     overruns: mpsc::Receiver<(Option<PeerId>, Overrun)>,
+    /// The models this node's agents serve, and whether its advert lists them now
+    /// ([`WireVersion::lists_models`]: not while an identified peer is older than 1.3).
+    models: Vec<String>,
+    models_listed: Vec<String>,
 }
 
 impl Driver {
@@ -112,7 +116,27 @@ impl Driver {
             tasks,
             artifacts,
             agents,
+            models: Vec::new(),
+            models_listed: Vec::new(),
         }
+    }
+
+    /// Lists this node's models in its advert, or withholds them, as the peers' wire
+    /// versions allow; republishes when that changes.
+    pub(super) fn apply_models(&mut self) {
+        let allowed = self.wire.lists_models(self.peers.values().map(|p| p.wire));
+        let models = if allowed { self.models.clone() } else { Vec::new() };
+        if models == self.models_listed {
+            return;
+        }
+        if !allowed && !self.models.is_empty() {
+            warn!(
+                models = ?self.models,
+                "not advertising the models this node serves: a peer speaks a wire older than 1.3 and would refuse the advert; upgrade it"
+            );
+        }
+        self.models_listed.clone_from(&models);
+        self.mesh.handle(clock::now(), Input::SetModels { models });
     }
 
     /// Runs the swarm until every listener reported an address (or failed).
@@ -262,6 +286,7 @@ impl Driver {
                         debug!(peer = %peer_id, "peer disconnected");
                         self.mesh.handle(now, Input::PeerDisconnected { peer });
                     }
+                    self.apply_models();
                 }
             }
             SwarmEvent::OutgoingConnectionError { peer_id, error, .. } => {
@@ -351,6 +376,7 @@ impl Driver {
                         if wire != self.wire {
                             debug!(peer = %peer_id, wire = %wire, ours = %self.wire, "peer speaks another minor wire version");
                         }
+                        self.apply_models();
                     }
                     Err(refusal) => {
                         warn!(peer = %peer_id, reason = refusal.reason(), "peer refused: it {refusal}; disconnecting");

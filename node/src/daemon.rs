@@ -187,6 +187,13 @@ pub async fn run(options: RunOptions) -> CliResult {
     let grace = config.agents.iter().map(|a| a.grace).max().unwrap_or_default();
     tokio::spawn(reload_on_sighup(options.clone(), config, runtime, net.clone()));
 
+    // No Nagle on the API: a stream's small events (SSE chunks) go out as they are made,
+    // not 40 ms later when the client's delayed ACK arrives.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %err, "cannot set TCP_NODELAY on an API connection");
+        }
+    });
     axum::serve(listener, api::app(state).into_make_service_with_connect_info::<SocketAddr>())
         .with_graceful_shutdown(shutdown_signal())
         .await

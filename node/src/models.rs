@@ -30,6 +30,8 @@ use tokio::sync::Semaphore;
 
 /// How long opening a stream to the chosen node may take before the next is tried.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Streams opened to one node before a reset before `Ready` counts as its refusal.
+const READY_ATTEMPTS: u32 = 4;
 /// How long a node may take to say `Accepted` or `Refused`.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a peer may take to send its request after opening a stream.
@@ -262,28 +264,14 @@ impl ModelRouter {
         model: &str,
         request: &ChatRequest,
     ) -> Result<RemoteSession, Attempt> {
-        let not_taken = |reason: String| Attempt::NotTaken { busy: false, reason };
-        let mut control = self.net.stream_control();
-        let mut stream =
-            match tokio::time::timeout(OPEN_TIMEOUT, control.open_stream(node.to_peer_id(), MODEL_PROTOCOL))
-                .await
-            {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(e)) => return Err(not_taken(format!("cannot open a model stream to {node}: {e}"))),
-                Err(_) => {
-                    return Err(not_taken(format!(
-                        "no model stream to {node} within {} s",
-                        OPEN_TIMEOUT.as_secs()
-                    )));
-                }
-            };
+        let mut stream = self.ready_stream(node).await?;
         let open = ModelOpen { model: model.to_owned(), request: request.clone() };
-        if let Err(e) = write_frame(&mut stream, &open.encode()).await {
-            return Err(not_taken(format!("cannot send the request to {node}: {e}")));
-        }
         let unknown = |reason: String| {
             Attempt::Unknown(format!("{reason}; it may have taken the request, so it is not sent elsewhere"))
         };
+        if let Err(e) = write_frame(&mut stream, &open.encode()).await {
+            return Err(unknown(format!("sending the request to {node} failed: {e}")));
+        }
         let answer = match tokio::time::timeout(
             ANSWER_TIMEOUT,
             read_frame(&mut stream, MODEL_FRAME_BYTES_MAX),
@@ -321,6 +309,49 @@ impl ModelRouter {
         }
     }
 
+    /// A stream to `node` that its server took (it wrote `Ready`). A stream reset before
+    /// that carried nothing (libp2p drops inbound streams its acceptor has no room for
+    /// at that instant), so it is opened again, a few times, before the node counts as
+    /// not taking the request.
+    async fn ready_stream(&self, node: NodeId) -> Result<murmur_net::Stream, Attempt> {
+        let not_taken = |reason: String| Attempt::NotTaken { busy: false, reason };
+        let mut last = String::new();
+        for attempt in 0..READY_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(5 << attempt)).await;
+            }
+            let mut control = self.net.stream_control();
+            let opened =
+                tokio::time::timeout(OPEN_TIMEOUT, control.open_stream(node.to_peer_id(), MODEL_PROTOCOL))
+                    .await;
+            let mut stream = match opened {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => return Err(not_taken(format!("cannot open a model stream to {node}: {e}"))),
+                Err(_) => {
+                    return Err(not_taken(format!(
+                        "no model stream to {node} within {} s",
+                        OPEN_TIMEOUT.as_secs()
+                    )));
+                }
+            };
+            match tokio::time::timeout(OPEN_TIMEOUT, read_frame(&mut stream, MODEL_FRAME_BYTES_MAX)).await {
+                Ok(Ok(Some(bytes))) if matches!(ModelFrame::decode(&bytes), Ok(ModelFrame::Ready)) => {
+                    return Ok(stream);
+                }
+                Ok(Ok(Some(_))) => return Err(not_taken(format!("node {node} did not open with Ready"))),
+                Ok(Ok(None)) => last = format!("node {node} closed the stream before it was ready"),
+                Ok(Err(e)) => last = format!("node {node} reset the stream before it was ready: {e}"),
+                Err(_) => {
+                    return Err(not_taken(format!(
+                        "node {node} was not ready within {} s",
+                        OPEN_TIMEOUT.as_secs()
+                    )));
+                }
+            }
+        }
+        Err(not_taken(last))
+    }
+
     /// Serves peers' `/murmur/model/1` streams on `brains` until the node stops.
     pub fn serve(self: &Arc<Self>, brains: Brains) -> anyhow::Result<tokio::task::JoinHandle<()>> {
         let mut incoming = self
@@ -346,6 +377,9 @@ impl ModelRouter {
     }
 
     async fn answer(&self, peer: murmur_net::PeerId, mut stream: murmur_net::Stream, brains: &Brains) {
+        if write_frame(&mut stream, &ModelFrame::Ready.encode()).await.is_err() {
+            return;
+        }
         let refuse = |check: ModelCheck, reason: String| {
             self.stats.refused(check);
             ModelFrame::Refused { check: check.as_str().into(), reason }.encode()

@@ -5,9 +5,11 @@
 //! way — which node a request goes to ([`candidates`]), whether a peer may open one
 //! ([`check_caller`]) — and the stream's frames.
 //!
-//! A stream carries one chat completion: the caller writes one [`ModelOpen`]; the server
-//! answers [`ModelFrame::Accepted`] (the session exists and the agent has the request)
-//! or [`ModelFrame::Refused`] (it provably did not take it: the caller may try the next
+//! A stream carries one chat completion: the server first writes [`ModelFrame::Ready`]
+//! (it took the stream: a stream reset before it never carried the request, so the
+//! caller may try again); the caller writes one [`ModelOpen`]; the server answers
+//! [`ModelFrame::Accepted`] (the session exists and the agent has the request) or
+//! [`ModelFrame::Refused`] (it provably did not take it: the caller may try the next
 //! candidate), then [`ModelFrame::Deltas`] batches and exactly one [`ModelFrame::End`].
 //! The caller closing the stream cancels the session. Frames are length-prefixed (a
 //! 4-byte big-endian length, then canonical CBOR), bounded by [`MODEL_OPEN_BYTES_MAX`]
@@ -319,6 +321,8 @@ pub struct ModelOpen {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub enum ModelFrame {
+    /// The server took the stream and reads the request now.
+    Ready,
     /// The session exists and the agent has the request: from here on the request is
     /// taken (no failover).
     Accepted { session: String },

@@ -111,6 +111,18 @@ impl WireVersion {
             || self.has(Feature::SettleWait)
     }
 
+    /// Whether this node may list models in its advert, given the wire versions its
+    /// identified peers announced. An advert is signed once for everyone and a 1.2 node
+    /// refuses one that lists models (its decoder knows no such field), so a node lists
+    /// them only while it and every peer it has identified speak 1.3 or later; a peer
+    /// not identified yet does not hold them back (identify follows within the first
+    /// round trip). Nodes further away are not known here: upgrade a mesh before its
+    /// agents serve models (see docs/src/protocol.md).
+    #[must_use]
+    pub fn lists_models(self, peers: impl IntoIterator<Item = Option<Self>>) -> bool {
+        self.has(Feature::Models) && peers.into_iter().flatten().all(|peer| peer.has(Feature::Models))
+    }
+
     /// Reads a peer's identify protocol version and decides whether it may join a mesh of
     /// `ours`: the same major, any minor and patch.
     pub fn admit(ours: Self, announced: &str) -> Result<Self, VersionRefusal> {
@@ -189,6 +201,14 @@ mod tests {
         let long = "x".repeat(10_000);
         let refusal = WireVersion::admit(OURS, &long).unwrap_err();
         assert!(refusal.to_string().len() < 200, "the quote is bounded");
+    }
+
+    #[test]
+    fn models_are_listed_only_while_every_identified_peer_reads_them() {
+        let v = |minor| WireVersion { major: 1, minor };
+        assert!(v(3).lists_models([Some(v(3)), Some(v(4)), None]));
+        assert!(!v(3).lists_models([Some(v(3)), Some(v(2))]), "a 1.2 peer would refuse the advert");
+        assert!(!v(2).lists_models(std::iter::empty()), "a node rehearsing 1.2 lists none");
     }
 
     #[test]

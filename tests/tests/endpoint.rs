@@ -299,3 +299,26 @@ fn requests_spread_over_two_serving_nodes_and_fail_over_when_one_is_gone() {
         assert_eq!(node.as_deref(), Some(b.peer_id()));
     }
 }
+
+#[test]
+fn a_node_withholds_its_models_while_a_peer_speaks_an_older_wire() {
+    let b = start(Some("echo"), None);
+    // A rehearses wire 1.2, whose advert decoder knows no `models`: B must not list them.
+    let dir = murmur_tests::init_data_dir_with(CONFIG);
+    let mut args: Vec<String> = LOOPBACK.iter().map(|s| (*s).to_owned()).collect();
+    args.extend(["--bootstrap".to_owned(), b.dial_addrs()[0].clone()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let a = TestNode::start_in_env(dir.path(), &args, &[("MURMUR_WIRE_MINOR", "2")]).expect("node starts");
+    wait_for(CONVERGE, "B to withhold its models", || {
+        b.stderr().contains("not advertising the models this node serves").then_some(())
+    })
+    .unwrap();
+    // A still holds B's advert (it lists agent `echo`), so nothing was refused.
+    wait_for(CONVERGE, "A to list B's agent", || {
+        let agents = a.get("/v1/agents").ok()?;
+        agents["agents"].as_array()?.iter().any(|x| x["name"] == "echo").then_some(())
+    })
+    .unwrap();
+    assert!(served_by(&a, "echo-model").is_empty());
+    assert_eq!(a.metric("murmur_adverts_refused_total{reason=\"malformed\"}"), 0, "{}", a.stderr());
+}

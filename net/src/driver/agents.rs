@@ -109,7 +109,8 @@ impl Driver {
             }
             AgentQuery::SetModels(models, reply) => {
                 tracing::info!(models = ?models, "models changed");
-                self.mesh.handle(clock::now(), murmur_protocol::mesh::Input::SetModels { models });
+                self.models = models;
+                self.apply_models();
                 let _ = reply.send(());
             }
             AgentQuery::Models(reply) => {

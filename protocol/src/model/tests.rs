@@ -148,6 +148,7 @@ fn frames_round_trip_canonically() {
         finish_reason: Some("stop".into()),
     };
     for frame in [
+        ModelFrame::Ready,
         ModelFrame::Accepted { session: "s-1".into() },
         ModelFrame::Refused { check: "busy".into(), reason: "full".into() },
         ModelFrame::Deltas(vec![delta.clone(), ChatDelta::default()]),

@@ -56,6 +56,7 @@ mod agent;
 mod brains;
 mod bundle;
 mod mesh;
+mod models;
 mod pipe;
 mod pull;
 mod runtime;
@@ -162,6 +163,23 @@ enum Bench {
         #[arg(long, default_value = "bench-bundle.json")]
         out: PathBuf,
     },
+    /// Models: time to first chunk and chunks per second of a brain's completions in
+    /// process, through its node's /v1, and through another node's /v1 (one mesh hop);
+    /// then many concurrent streams on one node. Uses the binaries beside this one.
+    Models {
+        /// First-chunk samples per way.
+        #[arg(long, default_value_t = 300)]
+        samples: usize,
+        /// Chunks of the long reply.
+        #[arg(long, default_value_t = 100_000)]
+        chunks: u64,
+        /// Streams open at once.
+        #[arg(long, default_value_t = 1000)]
+        streams: usize,
+        /// Where to write the JSON results.
+        #[arg(long, default_value = "bench-models.json")]
+        out: PathBuf,
+    },
     /// Advert convergence time and node memory.
     Mesh {
         /// Mesh sizes (local processes).
@@ -188,6 +206,7 @@ fn main() -> anyhow::Result<()> {
             pull::run(&sizes_mib, runs, &out, pin_cores, transport)?
         }
         Bench::Mesh { sizes, runs, out } => mesh::run(&sizes, runs, &out)?,
+        Bench::Models { samples, chunks, streams, out } => models::run(samples, chunks, streams, &out)?,
     }
     Ok(())
 }
