@@ -31,13 +31,23 @@ impl Node {
         Self::start_with_store(configs, |_| {})
     }
 
+    /// [`Node::start`] without the pooling allocator (script brains need no instance
+    /// pool, and each pool reserves a large range of address space).
+    fn start_scripts(configs: Vec<AgentConfig>) -> Self {
+        Self::start_pooled(configs, |_| {}, false)
+    }
+
     /// [`Node::start`], with `stock` filling the store first.
     fn start_with_store(configs: Vec<AgentConfig>, stock: impl FnOnce(&ArtifactStore)) -> Self {
+        Self::start_pooled(configs, stock, true)
+    }
+
+    fn start_pooled(configs: Vec<AgentConfig>, stock: impl FnOnce(&ArtifactStore), pooling: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(ArtifactStore::open(&dir.path().join("store")).unwrap());
         stock(&store);
         let runtime = Runtime::new(
-            RuntimeOptions::new(dir.path().to_path_buf(), true),
+            RuntimeOptions::new(dir.path().to_path_buf(), pooling),
             store.clone(),
             Ports::standalone().unwrap(),
         )
@@ -471,7 +481,7 @@ async fn endpoint_sessions_end_exactly_once_and_hostile_calls_change_nothing() {
         }
         "#,
     );
-    let node = Node::start(vec![
+    let node = Node::start_scripts(vec![
         agent("echo", Source::File(capsules().join("brains/echo-model.rhai"))),
         agent("rival", rival),
     ]);

@@ -85,6 +85,38 @@ pub struct RawAgent {
     pub memory_mb: u64,
     #[serde(default = "default_grace_secs")]
     pub grace_secs: u64,
+    /// `providers.NAME = { base_url, api_key }`: OpenAI-compatible upstreams this agent's
+    /// `provider.chat-stream` may name.
+    #[serde(default)]
+    pub providers: std::collections::BTreeMap<String, RawProvider>,
+}
+
+/// One upstream of an agent as written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProvider {
+    /// The API's base, such as `https://api.openai.com/v1` (`/chat/completions` is added).
+    pub base_url: String,
+    /// Where the key comes from: `env:VARIABLE` (the node's environment, read when a
+    /// stream opens) or `config:KEY` (the config's `[credentials]`). None: no key sent.
+    pub api_key: Option<String>,
+}
+
+/// An upstream an agent's brain may stream completions from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProviderEntry {
+    /// Without a trailing `/`.
+    pub base_url: String,
+    pub api_key: Option<KeySource>,
+}
+
+/// Where an upstream's key is read from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeySource {
+    /// The node's environment variable.
+    Env(String),
+    /// A `[credentials]` key of the config.
+    Config(String),
 }
 
 const fn default_recv_timeout_secs() -> u64 {
@@ -124,6 +156,8 @@ pub struct AgentEntry {
     pub busy: Duration,
     pub memory_bytes: u64,
     pub grace: Duration,
+    /// Upstreams by name (`provider.chat-stream`'s `provider`).
+    pub providers: std::collections::BTreeMap<String, ProviderEntry>,
 }
 
 /// One `[credentials]` entry as written: the secret itself, or a file that holds it.
@@ -215,6 +249,8 @@ pub struct RawApi {
     /// The URL clients reach the API at (`https://node1.example:7420`), for the URLs in
     /// agent cards; default `http://` and the listen address.
     pub public_url: Option<String>,
+    /// Chat completions (`/v1/chat/completions`) this node serves at once; past it: 429.
+    pub completions_max: usize,
 }
 
 impl Default for RawApi {
@@ -226,6 +262,7 @@ impl Default for RawApi {
             hosts: Vec::new(),
             origins: Vec::new(),
             public_url: None,
+            completions_max: 2048,
         }
     }
 }
@@ -443,6 +480,8 @@ pub struct RawCapsule {
 pub struct Config {
     pub api_listen: SocketAddr,
     pub api_policy: ClientPolicy,
+    /// `api.completions_max`: chat completions served at once.
+    pub completions_max: usize,
     pub network: NetworkConfig,
     pub adverts: AdvertConfig,
     pub trust: TrustConfig,
@@ -652,6 +691,9 @@ impl Config {
         let mut errors = Vec::new();
         let mut err = |key: &str, msg: String| errors.push(format!("config key `{key}`: {msg}"));
 
+        if !(1..=65_536).contains(&raw.api.completions_max) {
+            err("api.completions_max", format!("is {} but must be 1..=65536", raw.api.completions_max));
+        }
         let api_listen = raw.api.listen.parse::<SocketAddr>().unwrap_or_else(|_| {
             err("api.listen", format!("`{}` is not HOST:PORT with an IP address host", raw.api.listen));
             SocketAddr::from(([127, 0, 0, 1], 0))
@@ -869,6 +911,49 @@ impl Config {
             range("busy_ms", agent.busy_ms, 10, 600_000);
             range("memory_mb", agent.memory_mb, 1, 4096);
             range("grace_secs", agent.grace_secs, 0, 300);
+            let mut providers = std::collections::BTreeMap::new();
+            for (name, provider) in &agent.providers {
+                let field = format!("{key}.providers.{name}");
+                if name.is_empty()
+                    || name.len() > 64
+                    || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                {
+                    err(&field, "a provider name is 1 to 64 letters, digits and `-_.`".into());
+                }
+                let base_url = provider.base_url.trim_end_matches('/').to_owned();
+                if !(base_url.starts_with("http://") || base_url.starts_with("https://"))
+                    || base_url.len() > 512
+                {
+                    err(
+                        &format!("{field}.base_url"),
+                        format!("`{}` is not an http:// or https:// URL", provider.base_url),
+                    );
+                }
+                let api_key = match provider.api_key.as_deref() {
+                    None => None,
+                    Some(text) => match (text.strip_prefix("env:"), text.strip_prefix("config:")) {
+                        (Some(var), _) if !var.is_empty() => Some(KeySource::Env(var.to_owned())),
+                        (_, Some(k)) if raw.credentials.contains_key(k) => {
+                            Some(KeySource::Config(k.to_owned()))
+                        }
+                        (_, Some(k)) => {
+                            err(
+                                &format!("{field}.api_key"),
+                                format!("`config:{k}` names no [credentials] key"),
+                            );
+                            None
+                        }
+                        _ => {
+                            err(
+                                &format!("{field}.api_key"),
+                                "must be `env:VARIABLE` or `config:KEY`, never the key itself".into(),
+                            );
+                            None
+                        }
+                    },
+                };
+                providers.insert(name.clone(), ProviderEntry { base_url, api_key });
+            }
             agents.push(AgentEntry {
                 name: agent.name.clone(),
                 brain,
@@ -878,6 +963,7 @@ impl Config {
                 busy: Duration::from_millis(agent.busy_ms),
                 memory_bytes: agent.memory_mb << 20,
                 grace: Duration::from_secs(agent.grace_secs),
+                providers,
             });
         }
 
@@ -886,6 +972,7 @@ impl Config {
         }
         Ok(Self {
             api_listen,
+            completions_max: raw.api.completions_max,
             api_policy: ClientPolicy {
                 loopback_open: raw.api.loopback_open,
                 tokens,

@@ -57,8 +57,11 @@ pub struct ApiState {
     pub brains: murmur_brain::Brains,
     /// Model requests across the mesh (the OpenAI-compatible endpoint).
     pub models: Arc<crate::models::ModelRouter>,
-    /// Chat completions being served now.
+    /// Brains' upstream providers.
+    pub upstreams: Arc<crate::upstream::Upstreams>,
+    /// Chat completions being served now, and how many may be (`api.completions_max`).
     pub completions: AtomicUsize,
+    pub completions_max: usize,
 }
 
 /// The router, with every route the node serves.
@@ -307,7 +310,11 @@ mod tests {
             },
             streams: AtomicUsize::new(0),
             models: crate::models::ModelRouter::new(net_for_models),
+            upstreams: Arc::new(
+                crate::upstream::Upstreams::new(Default::default(), Default::default()).unwrap(),
+            ),
             completions: AtomicUsize::new(0),
+            completions_max: 2048,
         })
     }
 

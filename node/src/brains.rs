@@ -20,12 +20,17 @@ use murmur_runtime::ports::PortFuture;
 pub struct NetMesh {
     net: NetHandle,
     models: Arc<crate::models::ModelRouter>,
+    upstreams: Arc<crate::upstream::Upstreams>,
 }
 
 impl NetMesh {
     #[must_use]
-    pub fn new(net: NetHandle, models: Arc<crate::models::ModelRouter>) -> Arc<Self> {
-        Arc::new(Self { net, models })
+    pub fn new(
+        net: NetHandle,
+        models: Arc<crate::models::ModelRouter>,
+        upstreams: Arc<crate::upstream::Upstreams>,
+    ) -> Arc<Self> {
+        Arc::new(Self { net, models, upstreams })
     }
 }
 
@@ -73,9 +78,7 @@ impl Mesh for NetMesh {
         let agent = agent.to_owned();
         Box::pin(async move {
             if let Some(provider) = provider {
-                return Err(format!(
-                    "agent `{agent}` names provider `{provider}`, but upstream providers are not served by this node yet; leave `provider` out to use a model of the mesh"
-                ));
+                return self.upstreams.open(&agent, &provider, &model, &request).await;
             }
             // Models of this node were opened by the brain host itself: only others here.
             let reply = self.models.open(None, &model, request).await.map_err(|e| e.to_string())?;

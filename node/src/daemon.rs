@@ -118,13 +118,20 @@ pub async fn run(options: RunOptions) -> CliResult {
     let ports = Ports { artifacts: Arc::new(puller.clone()), messages, inference: Arc::new(NoInference) };
     let runtime = start_runtime(&options, &config, store.clone(), ports)?;
     let models = crate::models::ModelRouter::new(net.clone());
+    let upstreams = Arc::new(
+        crate::upstream::Upstreams::new(
+            config.agents.iter().map(|a| (a.name.clone(), a.providers.clone())).collect(),
+            config.credentials.clone(),
+        )
+        .map_err(CliError::failed)?,
+    );
     let brains = murmur_brain::Brains::start(
         config.agents.iter().map(crate::brains::agent_config).collect(),
         runtime.clone(),
         store.clone(),
         &options.data_dir.join(BRAINS_DB),
         &options.data_dir.join("agents"),
-        crate::brains::NetMesh::new(net.clone(), models.clone()),
+        crate::brains::NetMesh::new(net.clone(), models.clone(), upstreams.clone()),
     )
     .map_err(CliError::failed)?;
     let runner = TaskRunner::start(manager.clone(), runtime.clone(), config.runtime.audience);
@@ -155,7 +162,9 @@ pub async fn run(options: RunOptions) -> CliResult {
         install: InstallTarget::new(&options.data_dir, &config.runtime.capsules_dir, config.capsules.clone()),
         brains: brains.clone(),
         models,
+        upstreams,
         completions: std::sync::atomic::AtomicUsize::new(0),
+        completions_max: config.completions_max,
     });
 
     let ready = Ready {

@@ -17,6 +17,7 @@ pub mod notify;
 pub mod revocations;
 pub mod tasks;
 pub mod telemetry;
+pub mod upstream;
 
 pub use murmur_api::{exit, output};
 pub use murmur_config::clock;

@@ -322,3 +322,120 @@ fn a_node_withholds_its_models_while_a_peer_speaks_an_older_wire() {
     assert!(served_by(&a, "echo-model").is_empty());
     assert_eq!(a.metric("murmur_adverts_refused_total{reason=\"malformed\"}"), 0, "{}", a.stderr());
 }
+
+#[test]
+fn an_agent_capsule_whose_model_is_a_brain_of_the_mesh_completes_a_task() {
+    let b = start(Some("echo"), None);
+    // Node C runs agent capsule `helper` with the shipped OpenAI driver pointed at C's own
+    // /v1, and `echo-model` (B's brain) as its model.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = murmur_tests::init_data_dir_with(CONFIG);
+    murmur_tests::add_artifact(
+        dir.path(),
+        &murmur_tests::guest("openai_driver"),
+        ("openai-driver", "0.1.0"),
+        "driver",
+        &[],
+    );
+    let manifest = format!(
+        r#"name = "helper"
+version = "0.1.0"
+kind = "agent"
+[capabilities]
+network = {{ allow = ["127.0.0.1:{port}"] }}
+[inference]
+model = "echo-model"
+driver = {{ artifact = "openai-driver@0.1.0" }}
+max_turns = 2
+[wasi]
+env = {{ OPENAI_BASE_URL = "http://127.0.0.1:{port}/v1" }}
+"#
+    );
+    std::fs::create_dir_all(dir.path().join("capsules")).unwrap();
+    std::fs::write(dir.path().join("capsules/helper.toml"), manifest).unwrap();
+    let api = format!("127.0.0.1:{port}");
+    let mut args: Vec<String> = LOOPBACK.iter().map(|s| (*s).to_owned()).collect();
+    args.extend(["--api".into(), api, "--bootstrap".into(), b.dial_addrs()[0].clone()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let c = TestNode::launch(&[], dir.path(), &args).expect("node starts");
+    wait_for(CONVERGE, "C to list echo-model", || (!served_by(&c, "echo-model").is_empty()).then_some(()))
+        .unwrap();
+    let answer = c.send("mesh://helper", "the mesh answers itself", "m-1", false).unwrap();
+    let task = &answer["result"]["task"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{answer}\n{}", c.stderr());
+    assert_eq!(task["status"]["message"]["parts"][0]["text"], "the mesh answers itself", "{answer}");
+    assert_eq!(b.metric("murmur_model_served_total"), 1, "B's brain answered the driver's one turn");
+}
+
+#[test]
+fn a_client_opening_more_streams_than_the_node_serves_gets_429_and_the_rest_go_on() {
+    let b = start(Some("echo"), None);
+    let dir = murmur_tests::init_data_dir_with(&format!("{CONFIG}[api]\ncompletions_max = 3\n"));
+    let mut args: Vec<String> = LOOPBACK.iter().map(|s| (*s).to_owned()).collect();
+    args.extend(["--bootstrap".to_owned(), b.dial_addrs()[0].clone()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let a = TestNode::start_owned(dir, &args).expect("node starts");
+    wait_for(CONVERGE, "A to list echo-model", || (!served_by(&a, "echo-model").is_empty()).then_some(()))
+        .unwrap();
+    say(&b, "echo", "slow 300");
+    remembers(&b, "echo", "serving", "echo-model");
+    // Three slow streams hold every slot of A's endpoint.
+    let held: Vec<_> = (0..3)
+        .map(|i| {
+            let api = a.api.clone();
+            std::thread::spawn(move || {
+                let body = json!({ "model": "echo-model", "stream": true,
+                    "messages": [{ "role": "user", "content": format!("slow {i} a b c d") }] });
+                let response =
+                    client().post(format!("{api}/v1/chat/completions")).json(&body).send().unwrap();
+                BufReader::new(response).lines().map_while(Result::ok).any(|l| l.contains("[DONE]"))
+            })
+        })
+        .collect();
+    wait_for(CONVERGE, "three completions open at A", || {
+        (a.metric("murmur_endpoint_completions_open") == 3).then_some(())
+    })
+    .unwrap();
+    let (status, reply, _) = post(&a, &ask("one too many"));
+    assert_eq!((status, reply["error"]["code"].as_str()), (429, Some("rate_limit_exceeded")), "{reply}");
+    for stream in held {
+        assert!(stream.join().unwrap(), "a held stream finished with [DONE]");
+    }
+    // Slots come back as streams end.
+    say(&b, "echo", "slow 0");
+    wait_for(CONVERGE, "A's slots to be free", || {
+        (a.metric("murmur_endpoint_completions_open") == 0).then_some(())
+    })
+    .unwrap();
+    let (status, reply, _) = post(&a, &ask("room again"));
+    assert_eq!(status, 200, "{reply}");
+}
+
+#[test]
+fn a_brain_streams_from_an_upstream_provider_configured_for_it() {
+    // The upstream is node B's own OpenAI-compatible /v1 (its brain serves echo-model):
+    // to node A it is any OpenAI-compatible API over HTTP.
+    let b = start(Some("echo"), None);
+    let toml = format!(
+        "{CONFIG}[[agents]]\nname = \"asker\"\nbrain = \"{}\"\nproviders = {{ upstream = {{ base_url = \"{}/v1/\" }} }}\n",
+        echo_brain().display(),
+        b.api
+    );
+    let dir = murmur_tests::init_data_dir_with(&toml);
+    let a = TestNode::start_owned(dir, LOOPBACK).expect("node starts");
+    remembers(&a, "asker", "serving", "asker-model");
+    say(&a, "asker", "ask-at upstream echo-model from far upstream");
+    remembers(&a, "asker", "asked", "from far upstream");
+    remembers(&b, "echo", "last_request", "from far upstream");
+    // An unknown provider or an upstream that refuses: an error event, then chat-end.
+    say(&a, "asker", "ask-at nowhere echo-model x");
+    let error =
+        wait_for(CONVERGE, "the unknown provider's error", || memory(&a, "asker", "ask_error")).unwrap();
+    assert!(error.contains("no provider `nowhere`"), "{error}");
+    say(&a, "asker", "ask-at upstream no-such-model x");
+    wait_for(CONVERGE, "the upstream's 404", || {
+        memory(&a, "asker", "ask_error").filter(|e| e.contains("404")).map(|_| ())
+    })
+    .unwrap();
+    assert!(a.metric("murmur_upstream_errors_total") >= 2);
+}

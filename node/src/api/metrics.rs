@@ -22,6 +22,7 @@ pub struct ModelFigures {
     pub failovers: u64,
     pub served_for_peers: u64,
     pub peer_refusals: Vec<(&'static str, u64)>,
+    pub upstream_errors: u64,
 }
 
 impl ModelFigures {
@@ -41,6 +42,7 @@ impl ModelFigures {
             failovers: router.failovers.load(Relaxed),
             served_for_peers: router.served.load(Relaxed),
             peer_refusals: router.refusals(),
+            upstream_errors: state.upstreams.errors.load(Relaxed),
         }
     }
 }
@@ -342,6 +344,12 @@ fn render_models(metric: &mut impl FnMut(&str, &str, &str, &[(&str, u64)]), m: &
         "counter",
         "Model streams from peers refused here, by check.",
         &borrow(&refusals),
+    );
+    metric(
+        "murmur_upstream_errors_total",
+        "counter",
+        "Brains' streams from upstream providers that failed to open.",
+        &[("", m.upstream_errors)],
     );
 }
 

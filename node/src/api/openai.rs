@@ -27,8 +27,6 @@ use serde_json::{Map, Value, json};
 use super::ApiState;
 use crate::models::{OpenFailure, Reply};
 
-/// Chat completions served at once by this node's endpoint (past it: 429).
-pub const COMPLETIONS_MAX: usize = 2048;
 /// How long a non-streamed completion may take.
 const COMPLETION_WAIT_MAX: Duration = Duration::from_secs(300);
 
@@ -234,14 +232,17 @@ pub(super) async fn chat(
         Ok(parsed) => parsed,
         Err(bad) => return bad.into_response(),
     };
-    if state.completions.fetch_add(1, Ordering::Relaxed) >= COMPLETIONS_MAX {
+    let max = state.completions_max;
+    if state.completions.fetch_add(1, Ordering::Relaxed) >= max {
         state.completions.fetch_sub(1, Ordering::Relaxed);
         return oai_error(
             StatusCode::TOO_MANY_REQUESTS,
             "rate_limit_exceeded",
             Some("rate_limit_exceeded"),
             None,
-            &format!("this node serves {COMPLETIONS_MAX} completions at once, its limit; retry later"),
+            &format!(
+                "this node serves {max} completions at once, its limit (api.completions_max); retry later"
+            ),
         );
     }
     let slot = Slot(state.clone());
