@@ -45,7 +45,7 @@ cargo build --release -p murmur-sim
 sim=target/release/murmur-sim
 if [ -n "${CARGO_TARGET_DIR:-}" ]; then sim="$CARGO_TARGET_DIR/release/murmur-sim"; fi
 for scenario in steady churn partition lossy-wan byzantine mass-restart task-storm unauthorized-sender \
-  artifact-storm byzantine-provider closed-mesh split-heal sybil revocation; do
+  artifact-storm byzantine-provider closed-mesh split-heal sybil revocation models; do
   "$sim" sweep "$scenario" --seeds 1..5
 done
 "$sim" sweep steady-10k --nodes 2000 --seeds 1..3

@@ -12,13 +12,17 @@
 //! acceptances, and every accepted task finishing once faults stop. Artifacts have
 //! [`ArtifactOracle`]: no corrupted chunk or blob stored, pulls within their bounds.
 //! Revocations have [`RevocationOracle`]: what an authority revoked is shut out everywhere
-//! within `check.revocation_bound_s`.
+//! within `check.revocation_bound_s`. Models have [`ModelOracle`]: requests served when a
+//! node could serve them, only where the model is served, without failover after
+//! acceptance, and spread over equally good nodes.
 
 mod artifacts;
+mod models;
 mod revocations;
 mod tasks;
 
 pub use artifacts::{ArtifactOracle, BlobTruth, list_digest};
+pub use models::ModelOracle;
 pub use revocations::{Observer, RevocationFigures, RevocationOracle, Via};
 pub use tasks::{Attack, AttackCount, GrantTruth, TaskOracle};
 

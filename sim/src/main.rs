@@ -24,6 +24,8 @@ use murmur_sim::{Options, Outcome, Scenario, Sim, Verdict};
 ///   murmur-sim run byzantine-provider --plant trust-any-offer    # must fail (exit 4)
 ///   murmur-sim sweep revocation --seeds 1..5
 ///   murmur-sim run revocation --plant ignore-revocations        # must fail (exit 4)
+///   murmur-sim sweep models --seeds 1..5
+///   murmur-sim run models --plant route-ignores-directory       # must fail (exit 4)
 ///   murmur-sim run steady-10k                 # 10,000 nodes, 120 s, churn
 ///   murmur-sim scale                          # that at growing sizes, with the baseline
 ///
@@ -95,7 +97,10 @@ struct Common {
     /// checker), retry-lost (executed-twice checker), volatile-accept (lost-task checker),
     /// the artifact bugs write-unverified (corrupted-write checker) and trust-any-offer
     /// (forged-manifest checker), the mesh bugs open-admission (admission checker) and
-    /// refuse-when-full (liveness), or ignore-revocations (revocation checker).
+    /// refuse-when-full (liveness), ignore-revocations (revocation checker), or the model
+    /// routing bugs (they need a [models] section) route-ignores-directory (routed
+    /// checker), no-failover (served checker), no-spread (spread checker) and
+    /// retry-after-accept (attempts checker).
     #[arg(long, value_parser = parse_plant)]
     plant: Option<Plant>,
     /// Print JSON lines instead of text.
@@ -143,6 +148,13 @@ fn load(common: &Common) -> Result<(Scenario, PathBuf), String> {
         scenario.duration_s = duration;
     }
     scenario.validate().map_err(|e| format!("{} with overrides: {e:#}", path.display()))?;
+    if let Some(plant) = common.plant.filter(|p| p.is_model() && scenario.models.is_none()) {
+        return Err(format!(
+            "--plant {} is a model routing bug: it needs a scenario with a [models] section (e.g. models), and {} has none",
+            plant.name(),
+            path.display()
+        ));
+    }
     Ok((scenario, path))
 }
 

@@ -122,6 +122,77 @@ pub struct Metrics {
     /// Revocations, for scenarios with a `revoke` fault.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revocations: Option<RevocationMetrics>,
+    /// Model traffic, for scenarios with a `[models]` section.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub models: Option<ModelMetrics>,
+}
+
+/// What the model traffic of a run did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ModelMetrics {
+    /// Requests the workload made, and of them: served (a node accepted them; `served_local`
+    /// by the requesting node's own agents), failed by reason (`not_found`: no candidate at
+    /// all; `exhausted`: every candidate provably refused, or `CANDIDATES_MAX` did;
+    /// `unknown`: a candidate may have taken it, so it went nowhere else), dropped because
+    /// the requesting node crashed, and still under way at the end.
+    pub requests: u64,
+    pub served: u64,
+    pub served_local: u64,
+    pub failed: BTreeMap<String, u64>,
+    pub requester_crashed: u64,
+    pub pending_at_end: u64,
+    /// Moves to the next candidate, and by what the one before did: `dead` (dial refused),
+    /// `unreachable` (no stream within the open timeout), `not_served`, `not_member`
+    /// (refusals). With a plant, also moves after an acceptance (`after_accept`).
+    pub failovers: u64,
+    pub failovers_by_reason: BTreeMap<String, u64>,
+    /// Most candidates one request tried.
+    pub attempts_max: u64,
+    /// From a request to its acceptance (served requests).
+    pub accept_p50_ms: u64,
+    pub accept_p99_ms: u64,
+    pub accept_max_ms: u64,
+    /// Sessions that ran to their end, ended early because their serving node crashed,
+    /// or ended because the requesting node crashed.
+    pub sessions_completed: u64,
+    pub sessions_broken: u64,
+    pub sessions_cancelled: u64,
+    /// Requests the served checker judged (some node had served the model long enough and
+    /// was reachable), and of them those not served.
+    pub judged: u64,
+    pub missed: u64,
+    /// Acceptances over the whole run, by model and serving node.
+    pub accepted_by_node: BTreeMap<String, BTreeMap<u32, u64>>,
+    /// The spread checker's window, when the scenario sets one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spread: Option<SpreadMetrics>,
+}
+
+/// How one model's acceptances spread over its serving nodes in the spread window.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SpreadMetrics {
+    pub model: String,
+    pub from_s: u64,
+    pub until_s: u64,
+    /// Acceptances in the window by the nodes judged (those that served the model, up and
+    /// unchanged, all the window).
+    pub accepted: u64,
+    pub nodes: u64,
+    /// The largest and smallest share, as multiples of the mean share, and the bound on
+    /// the largest (`models.spread_max`).
+    pub share_max: f64,
+    pub share_min: f64,
+    pub bound: f64,
+    pub shares: Vec<NodeShare>,
+}
+
+/// One serving node's part of the spread window's acceptances.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct NodeShare {
+    pub node: u32,
+    pub accepted: u64,
+    /// Its fraction of the acceptances judged.
+    pub share: f64,
 }
 
 /// What the revocations of a run did. "Nodes" here are the live honest nodes not revoked
@@ -322,6 +393,7 @@ impl Outcome {
         liveness_gap: String,
         task_gap: Option<String>,
         artifact_gap: Option<String>,
+        model_gap: Option<String>,
     ) -> Self {
         metrics.events_per_sec =
             if metrics.wall_ms > 0.0 { metrics.events as f64 / (metrics.wall_ms / 1000.0) } else { 0.0 };
@@ -356,6 +428,8 @@ impl Outcome {
                     scenario.artifacts_settle_from_s()
                 )],
             )
+        } else if let Some(gap) = model_gap {
+            (Verdict::Liveness, vec![format!("model requests: {gap}")])
         } else if let Some(idle) = faults.iter().find(|f| f.effects == 0) {
             (Verdict::Vacuous, vec![format!("fault {} never acted: this run does not test it", idle.fault)])
         } else {
@@ -476,6 +550,9 @@ impl Outcome {
                 r.tasks_accepted_in_bound
             );
         }
+        if let Some(models) = &m.models {
+            describe_models(&mut out, models);
+        }
         for fault in &self.faults {
             let _ = writeln!(out, "  fault {}: acted {} times", fault.fault, fault.effects);
         }
@@ -487,6 +564,47 @@ impl Outcome {
             let _ = writeln!(out, "  resolved scenario:\n{}", indent(&resolved.to_toml()));
         }
         out
+    }
+}
+
+/// The model lines of [`Outcome::describe`]: totals, then the spread window as a table.
+fn describe_models(out: &mut String, m: &ModelMetrics) {
+    let counts = |map: &BTreeMap<String, u64>| {
+        map.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
+    };
+    let _ = writeln!(
+        out,
+        "  models: {} requests: served {} (local {}), failed {} ({}), requester crashed {}, under way at the end {}; failovers {} ({}); attempts max {}; accepted after p50 {} ms p99 {} ms max {} ms; sessions completed {} broken {} cancelled {}; served checker judged {} missed {}",
+        m.requests,
+        m.served,
+        m.served_local,
+        m.failed.values().sum::<u64>(),
+        counts(&m.failed),
+        m.requester_crashed,
+        m.pending_at_end,
+        m.failovers,
+        counts(&m.failovers_by_reason),
+        m.attempts_max,
+        m.accept_p50_ms,
+        m.accept_p99_ms,
+        m.accept_max_ms,
+        m.sessions_completed,
+        m.sessions_broken,
+        m.sessions_cancelled,
+        m.judged,
+        m.missed
+    );
+    if let Some(s) = &m.spread {
+        let _ = writeln!(
+            out,
+            "  models spread of {} over {}–{} s: {} accepted by {} nodes, shares {:.2}x to {:.2}x the mean (bound {:.1}x)",
+            s.model, s.from_s, s.until_s, s.accepted, s.nodes, s.share_min, s.share_max, s.bound
+        );
+        let _ = writeln!(out, "    {:>6} {:>9} {:>7}", "node", "accepted", "share");
+        for share in &s.shares {
+            let _ =
+                writeln!(out, "    {:>6} {:>9} {:>6.1}%", share.node, share.accepted, share.share * 100.0);
+        }
     }
 }
 

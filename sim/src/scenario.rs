@@ -5,17 +5,21 @@
 //! faults with their times, and the checks (when faults stop, how long the mesh then has
 //! to converge). An optional `[tasks]` section adds task traffic: services that accept
 //! tasks, agent capsules that send them under signed grants, and a stream of submissions
-//! (see [`TaskWorkload`]). Every field has a default; unknown keys are errors. The resolved scenario
-//! (defaults and command-line overrides applied) is printed with every failure, so a run
-//! can be reproduced from its seed and that text alone.
+//! (see [`TaskWorkload`]); an optional `[models]` section adds model traffic: nodes that
+//! serve models and requests routed by the protocol's rule (see [`ModelWorkload`]). Every
+//! field has a default; unknown keys are errors. The resolved scenario (defaults and
+//! command-line overrides applied) is printed with every failure, so a run can be
+//! reproduced from its seed and that text alone.
 
 use murmur_protocol::limits::{ADVERT_TTL_MS_MAX, ADVERT_TTL_MS_MIN};
 use serde::{Deserialize, Serialize};
 
 mod artifacts;
+mod models;
 mod tasks;
 
 pub use artifacts::{ArtifactExercise, ArtifactWorkload};
+pub use models::{MODEL_REQUESTS_MAX, ModelChange, ModelExercise, ModelWorkload, ServedModel};
 pub use tasks::{Exercise, TaskWorkload};
 
 /// A whole scenario.
@@ -40,6 +44,9 @@ pub struct Scenario {
     /// Artifact traffic; none when absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub artifacts: Option<ArtifactWorkload>,
+    /// Model traffic; none when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub models: Option<ModelWorkload>,
 }
 
 impl Default for Scenario {
@@ -57,6 +64,7 @@ impl Default for Scenario {
             check: CheckParams::default(),
             tasks: None,
             artifacts: None,
+            models: None,
         }
     }
 }
@@ -130,7 +138,7 @@ pub struct Topology {
     /// `protocol.peers_target` random others with its gossip mesh formed, and refreshes are
     /// spread over the refresh interval. For meshes too large to form in a run (10,000
     /// nodes: 10⁸ advert deliveries); churn and later joins start cold as usual. Not with
-    /// `[tasks]` or `[artifacts]`.
+    /// `[tasks]`, `[artifacts]` or `[models]`.
     pub warm_start: bool,
 }
 
@@ -447,8 +455,9 @@ impl Scenario {
             "protocol.ttl_s: must be {ttl_min}..={ttl_max} (what an advert may ask for)"
         );
         anyhow::ensure!(
-            !self.topology.warm_start || (self.tasks.is_none() && self.artifacts.is_none()),
-            "topology.warm_start: not with [tasks] or [artifacts] (their worlds start with the nodes)"
+            !self.topology.warm_start
+                || (self.tasks.is_none() && self.artifacts.is_none() && self.models.is_none()),
+            "topology.warm_start: not with [tasks], [artifacts] or [models] (their worlds start with the nodes)"
         );
         let end = self.faults_end_s();
         anyhow::ensure!(
@@ -505,6 +514,9 @@ impl Scenario {
                 tasks.terminal_bound_s,
                 self.duration_s
             );
+        }
+        if let Some(models) = &self.models {
+            models.validate(self.nodes, self.duration_s)?;
         }
         if let Some(artifacts) = &self.artifacts {
             artifacts.validate(self.nodes)?;

@@ -13,8 +13,8 @@
 //! and carries out its outputs, `options` is how a run is set up besides its scenario,
 //! `net`, `gossip` and `topology` model the network and libp2p over it, `faults` and
 //! `byzantine` break things, `revoking` plays the authorities revoking nodes and grants,
-//! and `tasks` and `artifacts` hold the task and artifact parts of the world (`TaskModel`,
-//! `ArtifactModel`).
+//! and `tasks`, `artifacts` and `models` hold the task, artifact and model parts of the
+//! world (`TaskModel`, `ArtifactModel`, `ModelTraffic`).
 
 mod artifacts;
 mod byzantine;
@@ -22,6 +22,7 @@ mod driver;
 mod exchange;
 mod faults;
 mod gossip;
+mod models;
 mod net;
 mod options;
 mod owner;
@@ -178,6 +179,7 @@ enum Event {
     RevocationCheck,
     Task(tasks::TaskEvent),
     Artifact(artifacts::ArtifactEvent),
+    Model(models::ModelEvent),
 }
 
 impl Event {
@@ -206,6 +208,7 @@ impl Event {
             Self::RevocationCheck => (70, 0, 0),
             Self::Task(event) => event.trace(),
             Self::Artifact(event) => event.trace(),
+            Self::Model(event) => event.trace(),
         }
     }
 }
@@ -253,6 +256,8 @@ pub struct Sim {
     artifacts: Option<Box<artifacts::ArtifactModel>>,
     /// The revocation part of the world, when the scenario has a `revoke` fault.
     revocations: Option<Box<revoking::RevocationModel>>,
+    /// The model part of the world, when the scenario has a `[models]` section.
+    models: Option<Box<models::ModelTraffic>>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -324,6 +329,7 @@ impl Sim {
         let revocations = revoking::model(&scenario);
         let artifacts =
             scenario.artifacts.clone().map(|config| Box::new(artifacts::ArtifactModel::new(config, seed)));
+        let models = scenario.models.clone().map(|config| Box::new(models::ModelTraffic::new(config, seed)));
         let mut sim = Self {
             options,
             now: 0,
@@ -358,6 +364,7 @@ impl Sim {
             tasks,
             artifacts,
             revocations,
+            models,
             scenario,
         };
         sim.populate();
@@ -383,6 +390,7 @@ impl Sim {
         }
         self.tasks_populate();
         self.artifacts_populate();
+        self.models_populate();
         for (i, fault) in self.scenario.faults.clone().iter().enumerate() {
             let (at_s, ends) = match fault {
                 Fault::Crash { at_s, .. }
@@ -454,6 +462,9 @@ impl Sim {
         }
         if let Some(model) = self.artifacts.as_deref_mut() {
             model.add_node(ix);
+        }
+        if let Some(traffic) = self.models.as_deref_mut() {
+            traffic.add_node(ix);
         }
         self.index.insert(id, ix);
         self.nodes.push(Node {
@@ -621,6 +632,7 @@ impl Sim {
             Event::RevocationCheck => self.revocation_check(),
             Event::Task(event) => self.task_event(event),
             Event::Artifact(event) => self.artifact_event(event),
+            Event::Model(event) => self.model_event(event),
         }
     }
 
@@ -684,6 +696,7 @@ impl Sim {
         }
         let task_gap = self.tasks_finish();
         let artifact_gap = self.artifacts_finish();
+        let model_gap = self.models_finish();
         self.revocations_finish();
         let node_seconds = (self.nodes.len().max(1) as f64) * (self.scenario.duration_s.max(1) as f64);
         self.metrics.messages_per_node_per_sec = self.metrics.messages_sent as f64 / node_seconds;
@@ -702,6 +715,7 @@ impl Sim {
             self.last_liveness_gap,
             task_gap,
             artifact_gap,
+            model_gap,
         )
     }
 }

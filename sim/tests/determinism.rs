@@ -52,6 +52,8 @@ fn committed_trace_hashes_still_match() {
         ("steady-10k", 300, 31),
         // Revocation lists spreading by gossip, anti-entropy and nodes' stores.
         ("revocation", 40, 37),
+        // Model requests routed by `model::candidates`, with failover, over models in adverts.
+        ("models", 40, 41),
     ];
     let mut lines: Vec<String> = cases
         .iter()

@@ -47,6 +47,7 @@ impl Sim {
                         })
                         .collect();
                 self.partitions.push(Partition { fault: i, side_a, one_way });
+                self.models_partition(i, true);
                 self.schedule_ping_lapses();
             }
             Fault::Crash { count, nodes, restart_after_s, .. } => {
@@ -107,7 +108,10 @@ impl Sim {
 
     pub(super) fn fault_end(&mut self, i: usize) {
         match self.scenario.faults[i] {
-            Fault::Partition { .. } => self.partitions.retain(|p| p.fault != i),
+            Fault::Partition { .. } => {
+                self.partitions.retain(|p| p.fault != i);
+                self.models_partition(i, false);
+            }
             Fault::Slow { .. } => {
                 let slowed: Vec<Ix> = self.slowed.iter().filter(|(f, _)| *f == i).map(|(_, n)| *n).collect();
                 for node in slowed {

@@ -30,16 +30,27 @@ impl Options {
             Some(Plant::WriteUnverified) => Plants::one(Shipped::WriteUnverified),
             Some(Plant::RefuseWhenFull) => Plants::one(Shipped::RefuseWhenFull),
             Some(Plant::IgnoreRevocations) => Plants::one(Shipped::IgnoreRevocations),
-            Some(Plant::TrustAnyOffer | Plant::OpenAdmission) | None => Plants::NONE,
+            Some(
+                Plant::TrustAnyOffer
+                | Plant::OpenAdmission
+                | Plant::RouteIgnoresDirectory
+                | Plant::NoFailover
+                | Plant::NoSpread
+                | Plant::RetryAfterAccept,
+            )
+            | None => Plants::NONE,
         }
     }
 }
 
 /// A known bug, planted on purpose: each must be caught by its checker
 /// (`sim/tests/tasks.rs`, `sim/tests/artifacts.rs`, `sim/tests/scenarios.rs`,
-/// `sim/tests/revocations.rs`). All but `trust-any-offer` and `open-admission` are planted
-/// in the protocol's own machines (the code `murnode` runs); those two are configurations
-/// a node could be given.
+/// `sim/tests/revocations.rs`, `sim/tests/models.rs`). The task, pull, directory and
+/// revocation bugs are planted in the protocol's own machines (the code `murnode` runs);
+/// `trust-any-offer` and `open-admission` are configurations a node could be given; the
+/// model bugs are planted in the simulator's model of `murnode`'s model router
+/// (`node/src/models.rs`, which calls the protocol's `model::candidates`), and need a
+/// scenario with a `[models]` section.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Plant {
     /// The task exchange accepts peers' tasks without the receiving node's grant check
@@ -74,11 +85,25 @@ pub enum Plant {
     /// adverts stay in directories and revoked grants keep working. Caught by the
     /// revocation checker (a `revoke` fault is added if the scenario has none).
     IgnoreRevocations,
+    /// A model request goes to a random live node instead of the first of the candidates
+    /// its directory gives. Caught by the routed checker: the node's advert does not list
+    /// the model.
+    RouteIgnoresDirectory,
+    /// A model request gives up after the first candidate that provably did not take it.
+    /// Caught by the served checker: other nodes serving the model were there.
+    NoFailover,
+    /// Model requests are ranked without their spreading inputs: the same turn for every
+    /// request and no open sessions counted, so equally cheap nodes no longer take turns.
+    /// Caught by the spread checker.
+    NoSpread,
+    /// A model session whose serving node crashed after accepting is sent to the next
+    /// candidate. Caught by the attempts checker: a request tried again after acceptance.
+    RetryAfterAccept,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 12] = [
         Self::SkipIncomingCheck,
         Self::RetryLost,
         Self::VolatileAccept,
@@ -87,6 +112,10 @@ impl Plant {
         Self::OpenAdmission,
         Self::RefuseWhenFull,
         Self::IgnoreRevocations,
+        Self::RouteIgnoresDirectory,
+        Self::NoFailover,
+        Self::NoSpread,
+        Self::RetryAfterAccept,
     ];
 
     /// The name on the command line (`--plant NAME`).
@@ -101,7 +130,20 @@ impl Plant {
             Self::OpenAdmission => "open-admission",
             Self::RefuseWhenFull => "refuse-when-full",
             Self::IgnoreRevocations => "ignore-revocations",
+            Self::RouteIgnoresDirectory => "route-ignores-directory",
+            Self::NoFailover => "no-failover",
+            Self::NoSpread => "no-spread",
+            Self::RetryAfterAccept => "retry-after-accept",
         }
+    }
+
+    /// Whether it is a model routing bug (it needs a `[models]` section to act).
+    #[must_use]
+    pub const fn is_model(self) -> bool {
+        matches!(
+            self,
+            Self::RouteIgnoresDirectory | Self::NoFailover | Self::NoSpread | Self::RetryAfterAccept
+        )
     }
 }
 

@@ -199,16 +199,19 @@ pub(super) fn is_task_capsule(name: &str) -> bool {
 /// unauthorized sender for the grant checker to catch.
 pub(super) fn prepare(scenario: &mut Scenario, options: Options) {
     let Some(plant) = options.plant else { return };
-    if matches!(
-        plant,
-        Plant::WriteUnverified
-            | Plant::TrustAnyOffer
-            | Plant::OpenAdmission
-            | Plant::RefuseWhenFull
-            | Plant::IgnoreRevocations
-    ) {
+    if plant.is_model()
+        || matches!(
+            plant,
+            Plant::WriteUnverified
+                | Plant::TrustAnyOffer
+                | Plant::OpenAdmission
+                | Plant::RefuseWhenFull
+                | Plant::IgnoreRevocations
+        )
+    {
         // An artifact, admission, directory or revocation bug: `artifacts::prepare`,
-        // `revoking::prepare` or the world sets up what it needs.
+        // `revoking::prepare` or the world sets up what it needs. A model bug acts on the
+        // scenario's own `[models]` section.
         return;
     }
     if scenario.tasks.is_none() {

@@ -42,6 +42,7 @@ impl Sim {
         if let Some(cert) = self.nodes[i].cert.clone() {
             self.handle(ix, Input::SetCert { cert: Some(cert) }, None);
         }
+        self.models_started(ix);
         // Bootstrap peers: a few random live nodes, given to the mesh as configured bootstrap
         // peers are (it dials them, and again while it has no peer at all).
         let live: Vec<Ix> =
@@ -128,6 +129,7 @@ impl Sim {
         self.revocations_crashed(ix);
         self.tasks_crashed(ix, for_good);
         self.artifacts_crashed(ix, for_good);
+        self.models_crashed(ix);
     }
     /// Opens a connection after a round trip, if the target is reachable and has room.
     pub(super) fn dial(&mut self, a: Ix, b: Ix) {
