@@ -751,23 +751,24 @@ impl Directory {
 
     /// The nodes running agent `name` whose advert is still valid at `now`, ordered by node.
     pub fn agent_hosts<'a>(&'a self, now: Millis, name: &'a str) -> impl Iterator<Item = NodeId> + 'a {
-        let key = agent_key(name);
-        let range = (key, [0u8; 32])..=(key, [0xff; 32]);
-        let own = self.by_capsule.range(range.clone());
-        let base = self.base.by_capsule.range(range).filter(move |(_, node)| {
-            !self.shadowed.contains(&NodeId::from_key(PublicKey::from_validated(*node)))
-        });
-        MergeSorted::new(own, base, |entry: &&(u64, [u8; 32])| **entry).filter_map(move |(_, node)| {
-            let node = NodeId::from_key(PublicKey::from_validated(*node));
-            let record = self.get(&node)?;
-            (record.expires_at > now && record.advert().runs_agent(name)).then_some(node)
-        })
+        self.indexed(now, agent_key(name), move |advert| advert.runs_agent(name))
     }
 
     /// The nodes serving model `name` whose advert is still valid at `now`, ordered by
     /// node.
     pub fn model_hosts<'a>(&'a self, now: Millis, name: &'a str) -> impl Iterator<Item = NodeId> + 'a {
-        let key = model_key(name);
+        self.indexed(now, model_key(name), move |advert| advert.serves_model(name))
+    }
+
+    /// The nodes under index `key` (own records and the base's not shadowed), ordered by
+    /// node, whose advert is valid at `now` and really lists the name (`lists`: keys are
+    /// hashes).
+    fn indexed<'a>(
+        &'a self,
+        now: Millis,
+        key: u64,
+        lists: impl Fn(&Advert) -> bool + 'a,
+    ) -> impl Iterator<Item = NodeId> + 'a {
         let range = (key, [0u8; 32])..=(key, [0xff; 32]);
         let own = self.by_capsule.range(range.clone());
         let base = self.base.by_capsule.range(range).filter(move |(_, node)| {
@@ -776,7 +777,7 @@ impl Directory {
         MergeSorted::new(own, base, |entry: &&(u64, [u8; 32])| **entry).filter_map(move |(_, node)| {
             let node = NodeId::from_key(PublicKey::from_validated(*node));
             let record = self.get(&node)?;
-            (record.expires_at > now && record.advert().serves_model(name)).then_some(node)
+            (record.expires_at > now && lists(record.advert())).then_some(node)
         })
     }
 

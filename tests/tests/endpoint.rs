@@ -28,14 +28,7 @@ fn start(agent: Option<&str>, bootstrap: Option<&TestNode>) -> TestNode {
             echo_brain().display()
         ));
     }
-    let dir = murmur_tests::init_data_dir_with(&toml);
-    let mut args: Vec<String> = LOOPBACK.iter().map(|s| (*s).to_owned()).collect();
-    if let Some(peer) = bootstrap {
-        args.push("--bootstrap".into());
-        args.push(peer.dial_addrs()[0].clone());
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    TestNode::start_owned(dir, &args).expect("node starts")
+    TestNode::start_with(&toml, bootstrap).expect("node starts")
 }
 
 fn client() -> reqwest::blocking::Client {
@@ -370,11 +363,8 @@ env = {{ OPENAI_BASE_URL = "http://127.0.0.1:{port}/v1" }}
 #[test]
 fn a_client_opening_more_streams_than_the_node_serves_gets_429_and_the_rest_go_on() {
     let b = start(Some("echo"), None);
-    let dir = murmur_tests::init_data_dir_with(&format!("{CONFIG}[api]\ncompletions_max = 3\n"));
-    let mut args: Vec<String> = LOOPBACK.iter().map(|s| (*s).to_owned()).collect();
-    args.extend(["--bootstrap".to_owned(), b.dial_addrs()[0].clone()]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let a = TestNode::start_owned(dir, &args).expect("node starts");
+    let a = TestNode::start_with(&format!("{CONFIG}[api]\ncompletions_max = 3\n"), Some(&b))
+        .expect("node starts");
     wait_for(CONVERGE, "A to list echo-model", || (!served_by(&a, "echo-model").is_empty()).then_some(()))
         .unwrap();
     say(&b, "echo", "slow 300");
