@@ -10,6 +10,8 @@
 #   --bin-dir DIR   where murnode and mur are (default ${CARGO_TARGET_DIR:-target}/release)
 #   --tag TAG       the image's tag (default murmur:dev)
 #   --keep          keep the build context (printed) instead of removing it
+#   --no-strip      keep the binaries' debug info (by default the image's copies are
+#                   stripped with `strip --strip-debug`: release builds carry line tables)
 #
 # The image has the same user, volume, environment, health check and entrypoint as
 # deploy/image/Dockerfile, which needs a registry for its base images. Needs a Docker
@@ -28,6 +30,7 @@ while [ $# -gt 0 ]; do
     --bin-dir) bin_dir="${2:?--bin-dir needs a directory}"; shift 2 ;;
     --tag) tag="${2:?--tag needs a tag}"; shift 2 ;;
     --keep) keep=1; shift ;;
+    --no-strip) no_strip=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "build.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -51,6 +54,13 @@ rootfs="$ctx/rootfs"
 mkdir -p "$rootfs/usr/local/bin" "$rootfs/etc" "$ctx/volume/data"
 chmod 0755 "$rootfs"
 install -m 0755 "$bin_dir/murnode" "$bin_dir/mur" "$rootfs/usr/local/bin/"
+if [ -z "${no_strip:-}" ]; then
+  if command -v strip >/dev/null; then
+    strip --strip-debug "$rootfs/usr/local/bin/murnode" "$rootfs/usr/local/bin/mur"
+  else
+    echo "build.sh: no strip here; the binaries keep their debug info (binutils has strip)" >&2
+  fi
+fi
 
 # Every library the loader would map, at the path it would map it from. A library that
 # `ldd` cannot find stops the build: the image would not start.
