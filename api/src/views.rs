@@ -78,6 +78,27 @@ pub struct TaskTraceView {
     pub trace: String,
 }
 
+/// `GET /v1/mcp`: one MCP server configured on the node, as its supervisor sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpServerView {
+    pub name: String,
+    /// `stdio` or `http`.
+    pub transport: String,
+    /// `starting`, `up`, `down` or `stopped`.
+    pub state: String,
+    /// The MCP version agreed, while up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// Why it is down, and in how many seconds the node tries again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_in_secs: Option<u64>,
+    pub restarts: u64,
+    pub requests_ok: u64,
+    pub requests_failed: u64,
+}
+
 /// `GET /v1/models`: every model an agent of the mesh serves (OpenAI's list shape).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModelsView {

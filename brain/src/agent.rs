@@ -34,6 +34,10 @@ pub struct AgentConfig {
     pub memory_bytes: u64,
     /// How long a brain that was told `reload` or `shutdown` may take to exit.
     pub grace: Duration,
+    /// Tool capsules it may call: names, or prefixes ending in `*`.
+    pub tools: Vec<String>,
+    /// MCP servers of the node it may use.
+    pub mcp: Vec<String>,
 }
 
 impl AgentConfig {
@@ -49,6 +53,8 @@ impl AgentConfig {
             busy: Duration::from_secs(5),
             memory_bytes: 64 << 20,
             grace: Duration::from_secs(5),
+            tools: Vec::new(),
+            mcp: Vec::new(),
         }
     }
 }
@@ -88,6 +94,31 @@ pub(crate) struct Subscriptions {
     /// Whether this run subscribed to lifecycle events (once per run, even after an
     /// unsubscribe).
     pub(crate) lifecycle_used: bool,
+}
+
+/// What a [`Job`] does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum JobKind {
+    ChatStream,
+    ToolCall,
+    ResourceWatch,
+}
+
+impl JobKind {
+    const fn plural(self) -> &'static str {
+        match self {
+            Self::ChatStream => "chat streams",
+            Self::ToolCall => "tool calls",
+            Self::ResourceWatch => "resource subscriptions",
+        }
+    }
+}
+
+/// Host work for a run, in a task of its own.
+#[derive(Debug)]
+pub(crate) struct Job {
+    pub(crate) kind: JobKind,
+    handle: tokio::task::AbortHandle,
 }
 
 /// Senders one run may subscribe to.
@@ -160,8 +191,9 @@ pub struct Agent {
     /// Told when the file behind the agent's source changed.
     pub(crate) source_changed: Notify,
     pub(crate) subscriptions: Mutex<Subscriptions>,
-    /// Chat streams of the current run (`provider.chat-stream`), by UUID.
-    pub(crate) streams: Mutex<BTreeMap<String, tokio::task::AbortHandle>>,
+    /// What the host does for the current run in tasks of its own (chat streams, tool
+    /// calls, resource watches), by the UUID their events are tagged with.
+    pub(crate) jobs: Mutex<BTreeMap<String, Job>>,
     pub logs: Logs,
     pub stats: Stats,
     state: Mutex<State>,
@@ -180,7 +212,7 @@ impl Agent {
             timers_changed: Notify::new(),
             source_changed: Notify::new(),
             subscriptions: Mutex::default(),
-            streams: Mutex::default(),
+            jobs: Mutex::default(),
             logs,
             stats: Stats::default(),
             state: Mutex::new(State::Starting),
@@ -241,16 +273,52 @@ impl Agent {
         self.inbox.clear();
         drop(subscriptions);
         self.timers_changed.notify_one();
-        for (_, stream) in std::mem::take(&mut *self.streams()) {
-            stream.abort();
+        for (_, job) in std::mem::take(&mut *self.jobs()) {
+            job.handle.abort();
         }
         if let Some(node) = self.node.upgrade() {
             node.endpoints.end_run(&node, self.name());
         }
     }
 
-    pub(crate) fn streams(&self) -> MutexGuard<'_, BTreeMap<String, tokio::task::AbortHandle>> {
-        self.streams.lock().unwrap_or_else(PoisonError::into_inner)
+    pub(crate) fn jobs(&self) -> MutexGuard<'_, BTreeMap<String, Job>> {
+        self.jobs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `work(id)` for the current run as job `kind` under a fresh UUID `id` (its
+    /// events' tag), unless the run holds `max` jobs of that kind already; the job leaves
+    /// the table when `work` ends, and is aborted when the run ends first.
+    pub(crate) fn spawn_job<F>(
+        self: &Arc<Self>,
+        node: &crate::brains::Inner,
+        kind: JobKind,
+        max: usize,
+        work: impl FnOnce(String) -> F,
+    ) -> Result<String, String>
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let mut jobs = self.jobs();
+        if jobs.values().filter(|job| job.kind == kind).count() >= max {
+            return Err(format!("this run has {max} {} open, its limit", kind.plural()));
+        }
+        let id = uuid::Uuid::new_v4().to_string();
+        let (agent, tag, work) = (self.clone(), id.clone(), work(id.clone()));
+        let task = node.tasks.spawn(async move {
+            work.await;
+            agent.jobs().remove(&tag);
+        });
+        jobs.insert(id.clone(), Job { kind, handle: task.abort_handle() });
+        Ok(id)
+    }
+
+    /// Aborts job `id` if it is of `kind`; true when it was running.
+    pub(crate) fn cancel_job(&self, id: &str, kind: JobKind) -> bool {
+        let mut jobs = self.jobs();
+        if jobs.get(id).is_none_or(|job| job.kind != kind) {
+            return false;
+        }
+        jobs.remove(id).inspect(|job| job.handle.abort()).is_some()
     }
 
     /// Puts `event` in the inbox, waiting while it is full (a producer that the brain's

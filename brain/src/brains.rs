@@ -162,6 +162,7 @@ impl Mesh for NoMesh {
 pub struct Inner {
     agents: std::sync::RwLock<BTreeMap<String, Arc<Agent>>>,
     pub(crate) mesh: Arc<dyn Mesh>,
+    pub(crate) mcp: Arc<dyn crate::tooling::McpPort>,
     pub(crate) memory: Memory,
     pub(crate) runtime: Runtime,
     pub(crate) store: Arc<ArtifactStore>,
@@ -254,7 +255,8 @@ pub struct AgentMetrics {
 
 impl Brains {
     /// Starts an actor for each of `configs` (names must be unique); memory in the
-    /// database at `memory_path`, logs under `logs_dir/<name>/`.
+    /// database at `memory_path`, logs under `logs_dir/<name>/`; other nodes through
+    /// `mesh`, the node's MCP servers through `mcp`.
     pub fn start(
         configs: Vec<AgentConfig>,
         runtime: Runtime,
@@ -262,12 +264,14 @@ impl Brains {
         memory_path: &Path,
         logs_dir: &Path,
         mesh: Arc<dyn Mesh>,
+        mcp: Arc<dyn crate::tooling::McpPort>,
     ) -> anyhow::Result<Self> {
         let memory = Memory::open(memory_path)?;
         let (shutdown, _) = watch::channel(false);
         let inner = Arc::new(Inner {
             agents: std::sync::RwLock::default(),
             mesh,
+            mcp,
             memory,
             runtime,
             store,

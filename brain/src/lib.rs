@@ -5,10 +5,11 @@
 //! script and a JavaScript script (QuickJS).
 //!
 //! ```text
-//! Brains::start(configs, runtime, store, memory_path, logs_dir, mesh)
+//! Brains::start(configs, runtime, store, memory_path, logs_dir, mesh, mcp)
 //!   └─ one actor per agent (actor.rs): load → run → watch the source → reload / restart
 //!        └─ a run: the brain calls its RunHost (run.rs): inbox, subscriptions, timers,
-//!           sleeps, send-agent (local, or through the Mesh port to another node), memory
+//!           sleeps, send-agent (local, or through the Mesh port to another node), memory,
+//!           tools (the node's tool capsules, or MCP servers through the McpPort)
 //! ```
 //!
 //! This crate owns the actors, the host functions and the interpreters. It must not know
@@ -40,6 +41,7 @@ pub mod memory;
 pub mod run;
 pub mod source;
 pub mod timers;
+pub mod tooling;
 
 pub use agent::{Agent, AgentConfig, State};
 pub use brains::{
@@ -47,3 +49,4 @@ pub use brains::{
 };
 pub use endpoint::{OpenError, Session};
 pub use source::{Language, Source};
+pub use tooling::{McpPort, NoMcp, ResourceChange, ResourceWatch};

@@ -11,14 +11,11 @@ use murmur_runtime::brain::{ChatDelta, ChatRequest, Event, EventEnvelope};
 use murmur_runtime::ports::{BrainPort, PortFuture};
 use tokio::sync::watch;
 
-use crate::agent::{Agent, sender_key};
+use crate::agent::{Agent, JobKind, sender_key};
 use crate::clock;
 
 /// Chat streams one run may hold open.
 pub const STREAMS_PER_RUN_MAX: usize = 64;
-
-/// What the next issue's interfaces answer until this node serves them.
-const NOT_YET: &str = "is declared by murmur:brain@0.1.0 but this node does not serve it yet";
 
 /// One run's host.
 pub struct RunHost {
@@ -300,45 +297,33 @@ impl BrainPort for RunHost {
         murmur_protocol::model::check_model_name(&request.model)?;
         let wire = crate::endpoint::from_wit_request(&request);
         wire.check().map_err(|(field, reason)| format!("the request's {field} {reason}"))?;
-        let mut streams = self.agent.streams();
-        if streams.len() >= STREAMS_PER_RUN_MAX {
-            return Err(format!("this run has {STREAMS_PER_RUN_MAX} chat streams open, its limit"));
-        }
-        let id = uuid::Uuid::new_v4().to_string();
-        let task = node.tasks.clone().spawn(forward_chat(
-            node,
-            self.agent.clone(),
-            id.clone(),
-            request.provider,
-            request.model,
-            wire,
-        ));
-        streams.insert(id.clone(), task.abort_handle());
-        Ok(id)
-    }
-
-    fn cancel_stream(&self, id: String) -> bool {
-        let stream = self.agent.streams().remove(&id);
-        stream.is_some_and(|handle| {
-            handle.abort();
-            true
+        let (host, agent) = (node.clone(), self.agent.clone());
+        self.agent.spawn_job(&host, JobKind::ChatStream, STREAMS_PER_RUN_MAX, |id| {
+            forward_chat(node, agent, id, request.provider, request.model, wire)
         })
     }
 
-    fn call_tool(&self, _server: String, _name: String, _arguments: String) -> Result<String, String> {
-        Err(format!("tooling.call-tool {NOT_YET}"))
+    fn cancel_stream(&self, id: String) -> bool {
+        self.agent.cancel_job(&id, JobKind::ChatStream)
     }
 
-    fn subscribe_resource_list(&self, _server: String) -> Result<String, String> {
-        Err(format!("tooling.subscribe-resource-list {NOT_YET}"))
+    fn call_tool(&self, server: String, name: String, arguments: String) -> Result<String, String> {
+        self.live()?;
+        crate::tooling::call_tool(&self.node()?, &self.agent, server, name, arguments)
     }
 
-    fn subscribe_resource(&self, _server: String, _uri: String) -> Result<String, String> {
-        Err(format!("tooling.subscribe-resource {NOT_YET}"))
+    fn subscribe_resource_list(&self, server: String) -> Result<String, String> {
+        self.live()?;
+        crate::tooling::subscribe(&self.node()?, &self.agent, server, None)
     }
 
-    fn unsubscribe_resource(&self, _id: String) -> bool {
-        false
+    fn subscribe_resource(&self, server: String, uri: String) -> Result<String, String> {
+        self.live()?;
+        crate::tooling::subscribe(&self.node()?, &self.agent, server, Some(uri))
+    }
+
+    fn unsubscribe_resource(&self, id: String) -> bool {
+        crate::tooling::unsubscribe(&self.agent, &id)
     }
 }
 
@@ -377,8 +362,7 @@ async fn forward_chat(
     if let Some(error) = error {
         agent.push_paced(id.clone(), Event::Error(error)).await;
     }
-    agent.push_paced(id.clone(), Event::ChatEnd).await;
-    agent.streams().remove(&id);
+    agent.push_paced(id, Event::ChatEnd).await;
 }
 
 async fn spawn_blocking<T: Send + 'static>(

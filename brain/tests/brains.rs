@@ -52,6 +52,13 @@ impl Node {
             Ports::standalone().unwrap(),
         )
         .unwrap();
+        // The node's one tool capsule: `wordcount`, for the tooling tests.
+        let tool = format!(
+            "name = \"wordcount\"\nversion = \"1.0.0\"\nkind = \"tool\"\nartifact = \"{}\"\n",
+            wasm("wordcount").display()
+        );
+        let manifest = murmur_runtime::CapsuleManifest::parse(&tool, Path::new("/"), dir.path()).unwrap();
+        runtime.install(manifest).unwrap();
         let brains = Brains::start(
             configs,
             runtime,
@@ -59,6 +66,7 @@ impl Node {
             &dir.path().join("brains.redb"),
             &dir.path().join("agents"),
             Arc::new(NoMesh),
+            Arc::new(murmur_brain::NoMcp),
         )
         .unwrap();
         Self { _dir: dir, brains }
@@ -541,4 +549,44 @@ async fn endpoint_sessions_end_exactly_once_and_hostile_calls_change_nothing() {
     assert_eq!(ended("unsubscribed"), 1);
     assert_eq!(ended("completed"), 3);
     assert_eq!(node.brains.endpoints().open_sessions(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_brain_calls_the_tool_capsules_its_allowlist_names_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = r#"
+        let ok = call_tool("", "wordcount", "one two three");
+        memory_set("ok_id", ok);
+        let missing = call_tool("", "word-missing", "x");
+        memory_set("missing_id", missing);
+        try { call_tool("", "echo", "x"); } catch (e) { memory_set("denied", `${e}`); }
+        try { call_tool("files", "read", "{}"); } catch (e) { memory_set("not_allowed", `${e}`); }
+        try { subscribe_resource_list(""); } catch (e) { memory_set("no_resources", `${e}`); }
+        memory_set("unsubscribed_nothing", `${unsubscribe_resource(ok)}`);
+        loop {
+            let e = recv();
+            if e.kind == "tool_result" {
+                memory_set(`result_${e.id}`, e.value.value);
+                memory_set(`name_${e.id}`, e.value.name);
+            }
+            if e.kind == "error" { memory_set(`error_${e.id}`, e.value); }
+        }
+    "#;
+    let mut config = agent("toolbox", script(dir.path(), "toolbox.rhai", text));
+    config.tools = vec!["word*".into()];
+    let node = Node::start_scripts(vec![config]);
+    let ok = node.remembers("toolbox", "ok_id", None).await;
+    let result = node.remembers("toolbox", &format!("result_{ok}"), None).await;
+    let counted: serde_json::Value = serde_json::from_str(&result).unwrap();
+    assert_eq!(counted["words"], 3, "{result}");
+    assert_eq!(node.memory("toolbox")[&format!("name_{ok}")], "wordcount");
+    // Allowed by the glob, but not installed: the call is queued and fails as an event.
+    let missing = node.memory("toolbox")["missing_id"].clone();
+    let error = node.remembers("toolbox", &format!("error_{missing}"), None).await;
+    assert!(error.contains("word-missing"), "{error}");
+    let memory = node.memory("toolbox");
+    assert!(memory["denied"].contains("`echo` is not in the `tools` of agent `toolbox`"), "{memory:?}");
+    assert!(memory["not_allowed"].contains("MCP server `files` is not in the `mcp`"), "{memory:?}");
+    assert!(memory["no_resources"].contains("no resources"), "{memory:?}");
+    assert_eq!(memory["unsubscribed_nothing"], "false", "a tool call is no resource subscription");
 }

@@ -14,6 +14,7 @@ mod client;
 mod directory;
 mod grant;
 mod key;
+mod mcp;
 mod models;
 mod peers;
 mod pull;
@@ -128,6 +129,9 @@ enum Command {
     ///     -d '{"model":"echo-model","stream":true,"messages":[{"role":"user","content":"hi"}]}'
     #[command(verbatim_doc_comment)]
     Models(models::ModelsArgs),
+    /// The MCP servers configured on a node (`[[mcp]]` in murnode.toml): up or down, why,
+    /// restarts and requests. Brains reach their tools and resources through `tooling`.
+    Mcp(mcp::McpArgs),
 }
 
 fn main() -> ExitCode {
@@ -152,5 +156,6 @@ fn dispatch(command: Command) -> CliResult {
         Command::Trace(args) => trace::run(args),
         Command::Agent(command) => agent::run(command),
         Command::Models(args) => models::run(args),
+        Command::Mcp(args) => mcp::run(args),
     }
 }

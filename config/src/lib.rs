@@ -65,6 +65,48 @@ pub struct RawConfig {
     pub credentials: std::collections::BTreeMap<String, RawCredential>,
     /// `[[agents]]`: the long-running brains this node runs.
     pub agents: Vec<RawAgent>,
+    /// `[[mcp]]`: MCP servers this node runs (stdio) or reaches (HTTP) for its agents.
+    pub mcp: Vec<RawMcpServer>,
+}
+
+/// One `[[mcp]]` entry as written: a program the node starts and speaks MCP with over its
+/// stdin and stdout (`command`, `args`, `env`), or a streamable HTTP endpoint (`url`,
+/// `api_key`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMcpServer {
+    pub name: String,
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
+    pub url: Option<String>,
+    /// For `url`: `env:VARIABLE` or `config:KEY`, sent as `Authorization: Bearer`.
+    pub api_key: Option<String>,
+    /// How long one request (a tool call, a read) may take.
+    #[serde(default = "default_mcp_timeout_secs")]
+    pub timeout_secs: u64,
+}
+
+/// A validated `[[mcp]]` entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct McpEntry {
+    /// 1 to 64 letters, digits and `-_.`.
+    pub name: String,
+    pub transport: McpTransport,
+    pub timeout: Duration,
+}
+
+/// How the node reaches an MCP server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum McpTransport {
+    /// A child process: `command` (a path relative to the data directory when it has a
+    /// `/`, else looked up on `PATH`), its arguments and extra environment; its working
+    /// directory is the data directory.
+    Stdio { command: PathBuf, args: Vec<String>, env: std::collections::BTreeMap<String, String> },
+    /// A streamable HTTP endpoint.
+    Http { url: String, api_key: Option<KeySource> },
 }
 
 /// One `[[agents]]` entry as written.
@@ -89,6 +131,13 @@ pub struct RawAgent {
     /// `provider.chat-stream` may name.
     #[serde(default)]
     pub providers: std::collections::BTreeMap<String, RawProvider>,
+    /// Tool capsules of this node the brain may call (`tooling.call-tool` with server
+    /// `""`): names, or prefixes ending in `*`.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// `[[mcp]]` servers whose tools and resources the brain may use, by name.
+    #[serde(default)]
+    pub mcp: Vec<String>,
 }
 
 /// One upstream of an agent as written.
@@ -119,6 +168,21 @@ pub enum KeySource {
     Config(String),
 }
 
+impl KeySource {
+    /// The key now: the environment variable's value, or the credential's.
+    pub fn read(
+        &self,
+        credentials: &std::collections::BTreeMap<String, Credential>,
+    ) -> Result<String, String> {
+        match self {
+            Self::Env(var) => std::env::var(var).map_err(|_| format!("the node's environment has no {var}")),
+            Self::Config(key) => {
+                credentials.get(key).ok_or_else(|| format!("no [credentials] key {key}"))?.read()
+            }
+        }
+    }
+}
+
 const fn default_recv_timeout_secs() -> u64 {
     60
 }
@@ -133,6 +197,9 @@ const fn default_brain_memory_mb() -> u64 {
 }
 const fn default_grace_secs() -> u64 {
     5
+}
+const fn default_mcp_timeout_secs() -> u64 {
+    60
 }
 
 /// Where an agent's brain is.
@@ -158,6 +225,10 @@ pub struct AgentEntry {
     pub grace: Duration,
     /// Upstreams by name (`provider.chat-stream`'s `provider`).
     pub providers: std::collections::BTreeMap<String, ProviderEntry>,
+    /// Tool capsules the brain may call: names, or prefixes ending in `*`.
+    pub tools: Vec<String>,
+    /// `[[mcp]]` servers the brain may use.
+    pub mcp: Vec<String>,
 }
 
 /// One `[credentials]` entry as written: the secret itself, or a file that holds it.
@@ -494,6 +565,8 @@ pub struct Config {
     pub credentials: std::collections::BTreeMap<String, Credential>,
     /// `[[agents]]`, in file order.
     pub agents: Vec<AgentEntry>,
+    /// `[[mcp]]`, in file order.
+    pub mcp: Vec<McpEntry>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -914,11 +987,8 @@ impl Config {
             let mut providers = std::collections::BTreeMap::new();
             for (name, provider) in &agent.providers {
                 let field = format!("{key}.providers.{name}");
-                if name.is_empty()
-                    || name.len() > 64
-                    || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-                {
-                    err(&field, "a provider name is 1 to 64 letters, digits and `-_.`".into());
+                if let Err(msg) = check_plain_name(name) {
+                    err(&field, format!("a provider name {msg}"));
                 }
                 let base_url = provider.base_url.trim_end_matches('/').to_owned();
                 if !(base_url.starts_with("http://") || base_url.starts_with("https://"))
@@ -929,30 +999,28 @@ impl Config {
                         format!("`{}` is not an http:// or https:// URL", provider.base_url),
                     );
                 }
-                let api_key = match provider.api_key.as_deref() {
-                    None => None,
-                    Some(text) => match (text.strip_prefix("env:"), text.strip_prefix("config:")) {
-                        (Some(var), _) if !var.is_empty() => Some(KeySource::Env(var.to_owned())),
-                        (_, Some(k)) if raw.credentials.contains_key(k) => {
-                            Some(KeySource::Config(k.to_owned()))
-                        }
-                        (_, Some(k)) => {
-                            err(
-                                &format!("{field}.api_key"),
-                                format!("`config:{k}` names no [credentials] key"),
-                            );
-                            None
-                        }
-                        _ => {
-                            err(
-                                &format!("{field}.api_key"),
-                                "must be `env:VARIABLE` or `config:KEY`, never the key itself".into(),
-                            );
-                            None
-                        }
-                    },
+                let api_key = match key_source(provider.api_key.as_deref(), &raw.credentials) {
+                    Ok(source) => source,
+                    Err(msg) => {
+                        err(&format!("{field}.api_key"), msg);
+                        None
+                    }
                 };
                 providers.insert(name.clone(), ProviderEntry { base_url, api_key });
+            }
+            for (j, tool) in agent.tools.iter().enumerate() {
+                let pattern = tool.strip_suffix('*').unwrap_or(tool);
+                if !pattern.is_empty() && check_capsule_name(pattern).is_err() {
+                    err(
+                        &format!("{key}.tools[{j}]"),
+                        format!("`{tool}` is not a capsule name or a prefix ending in `*`"),
+                    );
+                }
+            }
+            for (j, server) in agent.mcp.iter().enumerate() {
+                if !raw.mcp.iter().any(|m| &m.name == server) {
+                    err(&format!("{key}.mcp[{j}]"), format!("`{server}` names no [[mcp]] server"));
+                }
             }
             agents.push(AgentEntry {
                 name: agent.name.clone(),
@@ -964,6 +1032,67 @@ impl Config {
                 memory_bytes: agent.memory_mb << 20,
                 grace: Duration::from_secs(agent.grace_secs),
                 providers,
+                tools: agent.tools.clone(),
+                mcp: agent.mcp.clone(),
+            });
+        }
+
+        if raw.mcp.len() > limits::MCP_SERVERS_MAX {
+            err("mcp", format!("lists {} servers, more than {}", raw.mcp.len(), limits::MCP_SERVERS_MAX));
+        }
+        let mut mcp: Vec<McpEntry> = Vec::new();
+        for (i, server) in raw.mcp.iter().enumerate() {
+            let key = format!("mcp[{i}]");
+            if let Err(msg) = check_plain_name(&server.name) {
+                err(&format!("{key}.name"), msg);
+            }
+            if mcp.iter().any(|m| m.name == server.name) {
+                err(&format!("{key}.name"), format!("MCP server `{}` is configured twice", server.name));
+            }
+            if !(1..=3600).contains(&server.timeout_secs) {
+                err(
+                    &format!("{key}.timeout_secs"),
+                    format!("is {} but must be 1..=3600", server.timeout_secs),
+                );
+            }
+            let transport = match (&server.command, &server.url) {
+                (Some(command), None) => {
+                    if server.api_key.is_some() {
+                        err(
+                            &format!("{key}.api_key"),
+                            "is for `url` servers; give a command its key in `env`".into(),
+                        );
+                    }
+                    let command =
+                        if command.contains('/') { data_dir.join(command) } else { PathBuf::from(command) };
+                    McpTransport::Stdio { command, args: server.args.clone(), env: server.env.clone() }
+                }
+                (None, Some(url)) => {
+                    if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() > 512 {
+                        err(&format!("{key}.url"), format!("`{url}` is not an http:// or https:// URL"));
+                    }
+                    if !server.args.is_empty() || !server.env.is_empty() {
+                        err(&format!("{key}.args"), "`args` and `env` are for `command` servers".into());
+                    }
+                    let api_key =
+                        key_source(server.api_key.as_deref(), &raw.credentials).unwrap_or_else(|msg| {
+                            err(&format!("{key}.api_key"), msg);
+                            None
+                        });
+                    McpTransport::Http { url: url.clone(), api_key }
+                }
+                _ => {
+                    err(
+                        &key,
+                        "needs exactly one of `command` (a stdio server) and `url` (streamable HTTP)".into(),
+                    );
+                    continue;
+                }
+            };
+            mcp.push(McpEntry {
+                name: server.name.clone(),
+                transport,
+                timeout: Duration::from_secs(server.timeout_secs),
             });
         }
 
@@ -1016,8 +1145,34 @@ impl Config {
             pins,
             credentials,
             agents,
+            mcp,
         })
     }
+}
+
+/// Reads where a key comes from: `env:VARIABLE` or `config:KEY` (a `[credentials]` key).
+fn key_source(
+    text: Option<&str>,
+    credentials: &std::collections::BTreeMap<String, RawCredential>,
+) -> Result<Option<KeySource>, String> {
+    let Some(text) = text else { return Ok(None) };
+    match (text.strip_prefix("env:"), text.strip_prefix("config:")) {
+        (Some(var), _) if !var.is_empty() => Ok(Some(KeySource::Env(var.to_owned()))),
+        (_, Some(k)) if credentials.contains_key(k) => Ok(Some(KeySource::Config(k.to_owned()))),
+        (_, Some(k)) => Err(format!("`config:{k}` names no [credentials] key")),
+        _ => Err("must be `env:VARIABLE` or `config:KEY`, never the key itself".into()),
+    }
+}
+
+/// A provider's or an MCP server's name: 1 to 64 letters, digits and `-_.`.
+fn check_plain_name(name: &str) -> Result<(), String> {
+    if name.is_empty()
+        || name.len() > 64
+        || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    {
+        return Err(format!("`{name}` is not 1 to 64 letters, digits and `-_.`"));
+    }
+    Ok(())
 }
 
 /// Reads `brain = "…"`: a file (it has a `/` or a brain's file extension; relative to the

@@ -25,6 +25,20 @@ pub const PINS_MAX: usize = 256;
 pub const API_TOKENS_MAX: usize = 64;
 /// Entries of `[credentials]`: one per provider account an agent's driver may be given.
 pub const CREDENTIALS_MAX: usize = 64;
+/// `[[mcp]]` servers one node runs or reaches: each stdio server is a process of its own.
+pub const MCP_SERVERS_MAX: usize = 32;
+/// Bytes of one MCP answer handed to a brain (a tool's text, a resource's content as
+/// delivered, a resource list as JSON): brains get documents, not disks; a larger answer
+/// is an error naming the size.
+pub const MCP_ANSWER_BYTES_MAX: usize = 1 << 20;
+/// Resources of one listed server a brain gets (`resource-list-updated`).
+pub const MCP_RESOURCES_MAX: usize = 1024;
+/// Requests in flight to one MCP server at once; more wait their turn.
+pub const MCP_REQUESTS_MAX: usize = 32;
+/// Tool calls one brain run has queued at once (`tooling.call-tool`).
+pub const TOOL_CALLS_PER_RUN_MAX: usize = 64;
+/// Resource subscriptions one brain run holds (`tooling.subscribe-*`).
+pub const RESOURCE_WATCHES_PER_RUN_MAX: usize = 64;
 /// Bytes of one credential (a value, or the file it is read from): keys and tokens, not
 /// documents.
 pub const CREDENTIAL_BYTES_MAX: u64 = 64 * 1024;

@@ -59,6 +59,8 @@ pub struct ApiState {
     pub models: Arc<crate::models::ModelRouter>,
     /// Brains' upstream providers.
     pub upstreams: Arc<crate::upstream::Upstreams>,
+    /// The node's MCP servers (brains' tooling).
+    pub mcp: Arc<murmur_mcp::Servers>,
     /// Chat completions being served now, and how many may be (`api.completions_max`).
     pub completions: AtomicUsize,
     pub completions_max: usize,
@@ -79,6 +81,7 @@ pub fn app(state: Arc<ApiState>) -> Router {
         .route("/v1/agents/{name}/memory", get(agents::memory))
         .route("/v1/revocations", get(revocations::list))
         .route("/v1/models", get(openai::models))
+        .route("/v1/mcp", get(mcp_servers))
         .route("/", post(a2a::rpc_node))
         .route("/a2a", post(a2a::rpc_node))
         .route("/a2a/{capsule}", post(a2a::rpc_capsule))
@@ -112,6 +115,41 @@ pub fn app(state: Arc<ApiState>) -> Router {
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), guard::guard))
         .with_state(state)
+}
+
+/// `GET /v1/mcp`: the node's MCP servers and how each stands.
+async fn mcp_servers(State(state): State<Arc<ApiState>>) -> Json<Vec<murmur_api::views::McpServerView>> {
+    use murmur_mcp::LinkState;
+    let views = state
+        .mcp
+        .status()
+        .into_iter()
+        .map(|s| {
+            let (name, protocol, error, retry_in_secs) = match s.state {
+                LinkState::Starting => ("starting", None, None, None),
+                LinkState::Up { protocol } => ("up", Some(protocol), None, None),
+                LinkState::Down { error, retry_at } => (
+                    "down",
+                    None,
+                    Some(error),
+                    Some(retry_at.saturating_duration_since(Instant::now()).as_secs()),
+                ),
+                LinkState::Stopped => ("stopped", None, None, None),
+            };
+            murmur_api::views::McpServerView {
+                name: s.name,
+                transport: s.transport.into(),
+                state: name.into(),
+                protocol,
+                error,
+                retry_in_secs,
+                restarts: s.restarts,
+                requests_ok: s.ok,
+                requests_failed: s.failed,
+            }
+        })
+        .collect();
+    Json(views)
 }
 
 /// The client policy: loopback callers (by default) and holders of a configured token.
@@ -212,7 +250,12 @@ async fn capsules(State(state): State<Arc<ApiState>>) -> Response {
 async fn prometheus(State(state): State<Arc<ApiState>>) -> Response {
     match state.net.metrics().await {
         Ok(m) => {
-            let text = metrics::render(&m, &state.brains.metrics(), &metrics::ModelFigures::of(&state));
+            let text = metrics::render(
+                &m,
+                &state.brains.metrics(),
+                &metrics::ModelFigures::of(&state),
+                &state.mcp.status(),
+            );
             ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
         }
         Err(err) => unavailable(&err),
@@ -299,6 +342,7 @@ mod tests {
                 &dir.join("brains.redb"),
                 &dir.join("agents"),
                 Arc::new(murmur_brain::NoMesh),
+                Arc::new(murmur_brain::NoMcp),
             )
             .unwrap(),
             net,
@@ -313,6 +357,7 @@ mod tests {
             upstreams: Arc::new(
                 crate::upstream::Upstreams::new(Default::default(), Default::default()).unwrap(),
             ),
+            mcp: Arc::default(),
             completions: AtomicUsize::new(0),
             completions_max: 2048,
         })

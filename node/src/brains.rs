@@ -6,13 +6,15 @@
 use std::sync::Arc;
 
 use murmur_brain::{
-    AgentConfig, Brains, ChatStream, Delivery, Language, Mesh, SendError, SendErrorKind, Source,
+    AgentConfig, Brains, ChatStream, Delivery, Language, McpPort, Mesh, ResourceChange, ResourceWatch,
+    SendError, SendErrorKind, Source,
 };
 use murmur_config::{AgentEntry, BrainRef};
 use murmur_net::{AgentInbox, NetHandle, Sent};
 use murmur_protocol::NodeId;
 use murmur_protocol::agent::{AddressError, AgentAddress, AgentMessage, AgentResponse, AgentStatus};
 use murmur_protocol::model::ChatRequest;
+use murmur_runtime::brain::{ResourceContent, ResourceInfo};
 use murmur_runtime::ports::PortFuture;
 
 /// The brain host's way to other nodes: the network.
@@ -87,6 +89,65 @@ impl Mesh for NetMesh {
     }
 }
 
+/// The brain host's way to the node's MCP servers.
+#[derive(Debug)]
+pub struct NodeMcp(pub Arc<murmur_mcp::Servers>);
+
+impl McpPort for NodeMcp {
+    fn call_tool(
+        &self,
+        server: &str,
+        name: &str,
+        arguments: serde_json::Map<String, serde_json::Value>,
+    ) -> PortFuture<'_, Result<String, String>> {
+        let (server, name) = (self.0.get(server).cloned(), name.to_owned());
+        Box::pin(async move { server?.call_tool(&name, arguments).await })
+    }
+
+    fn watch(
+        &self,
+        server: &str,
+        uri: Option<String>,
+    ) -> PortFuture<'_, Result<Box<dyn ResourceWatch>, String>> {
+        let server = self.0.get(server).cloned();
+        Box::pin(async move {
+            let server = server?;
+            let watch = match uri {
+                None => server.watch_list(),
+                Some(uri) => server.watch_resource(&uri),
+            };
+            Ok(Box::new(McpWatch(watch)) as Box<dyn ResourceWatch>)
+        })
+    }
+}
+
+/// A watch of an MCP server, in the brain's types.
+struct McpWatch(murmur_mcp::Watch);
+
+impl ResourceWatch for McpWatch {
+    fn next(&mut self) -> PortFuture<'_, Result<ResourceChange, String>> {
+        Box::pin(async move {
+            Ok(match self.0.next().await? {
+                murmur_mcp::WatchEvent::List(list) => ResourceChange::List(
+                    list.into_iter()
+                        .map(|r| ResourceInfo {
+                            uri: r.uri,
+                            name: r.name,
+                            mime_type: r.mime_type,
+                            description: r.description,
+                        })
+                        .collect(),
+                ),
+                murmur_mcp::WatchEvent::Content(c) => ResourceChange::Content(ResourceContent {
+                    uri: c.uri,
+                    mime_type: c.mime_type,
+                    content: c.content,
+                }),
+            })
+        })
+    }
+}
+
 /// Where the network delivers peers' agent messages: the brain host.
 #[derive(Debug, Clone)]
 pub struct BrainInbox(pub Brains);
@@ -117,5 +178,7 @@ pub fn agent_config(entry: &AgentEntry) -> AgentConfig {
         busy: entry.busy,
         memory_bytes: entry.memory_bytes,
         grace: entry.grace,
+        tools: entry.tools.clone(),
+        mcp: entry.mcp.clone(),
     }
 }

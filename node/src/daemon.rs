@@ -125,6 +125,8 @@ pub async fn run(options: RunOptions) -> CliResult {
         )
         .map_err(CliError::failed)?,
     );
+    // MCP servers start in the background: one that fails is retried, never fatal.
+    let mcp = Arc::new(murmur_mcp::Servers::start(&config.mcp, &config.credentials, &options.data_dir));
     let brains = murmur_brain::Brains::start(
         config.agents.iter().map(crate::brains::agent_config).collect(),
         runtime.clone(),
@@ -132,6 +134,7 @@ pub async fn run(options: RunOptions) -> CliResult {
         &options.data_dir.join(BRAINS_DB),
         &options.data_dir.join("agents"),
         crate::brains::NetMesh::new(net.clone(), models.clone(), upstreams.clone()),
+        Arc::new(crate::brains::NodeMcp(mcp.clone())),
     )
     .map_err(CliError::failed)?;
     let runner = TaskRunner::start(manager.clone(), runtime.clone(), config.runtime.audience);
@@ -163,6 +166,7 @@ pub async fn run(options: RunOptions) -> CliResult {
         brains: brains.clone(),
         models,
         upstreams,
+        mcp: mcp.clone(),
         completions: std::sync::atomic::AtomicUsize::new(0),
         completions_max: config.completions_max,
     });
@@ -211,6 +215,7 @@ pub async fn run(options: RunOptions) -> CliResult {
     // Brains hear `shutdown` and get their grace while the network still runs (they may
     // send a last message).
     brains.shutdown(grace + BRAINS_STOP_EXTRA).await;
+    mcp.stop().await;
     let _ = stop_tx.send(true);
     let _ = network.task.await;
     // Writes nobody waited for (`working`, routes) reach the disk before the process ends.

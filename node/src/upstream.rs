@@ -13,7 +13,7 @@ use std::time::Duration;
 use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
 use murmur_brain::ChatStream;
-use murmur_config::{Credential, KeySource, ProviderEntry};
+use murmur_config::{Credential, ProviderEntry};
 use murmur_protocol::model::{ChatDelta, ChatRequest, ToolCallDelta, Usage};
 use murmur_runtime::ports::PortFuture;
 use serde_json::{Map, Value, json};
@@ -86,17 +86,9 @@ impl Upstreams {
         };
         let key = match &provider.api_key {
             None => None,
-            Some(KeySource::Env(var)) => Some(
-                std::env::var(var)
-                    .map_err(|_| format!("provider `{name}`: the node's environment has no {var}"))?,
-            ),
-            Some(KeySource::Config(key)) => Some(
-                self.credentials
-                    .get(key)
-                    .ok_or_else(|| format!("provider `{name}`: no [credentials] key {key}"))?
-                    .read()
-                    .map_err(|e| format!("provider `{name}`: {e}"))?,
-            ),
+            Some(source) => {
+                Some(source.read(&self.credentials).map_err(|e| format!("provider `{name}`: {e}"))?)
+            }
         };
         let url = format!("{}/chat/completions", provider.base_url);
         let mut call = self.client.post(&url).json(&body(model, request)?);

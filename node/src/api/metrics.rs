@@ -47,7 +47,12 @@ impl ModelFigures {
     }
 }
 
-pub fn render(m: &NetMetrics, brains: &BrainMetrics, models: &ModelFigures) -> String {
+pub fn render(
+    m: &NetMetrics,
+    brains: &BrainMetrics,
+    models: &ModelFigures,
+    mcp: &[murmur_mcp::ServerStatus],
+) -> String {
     let mut out = String::new();
     let mut metric = |name: &str, kind: &str, help: &str, series: &[(&str, u64)]| {
         let _ = writeln!(out, "# HELP {name} {help}");
@@ -272,7 +277,43 @@ pub fn render(m: &NetMetrics, brains: &BrainMetrics, models: &ModelFigures) -> S
     );
     render_brains(&mut metric, brains);
     render_models(&mut metric, models);
+    render_mcp(&mut metric, mcp);
     out
+}
+
+/// The MCP servers' series: whether each is up, its restarts, its requests by outcome.
+fn render_mcp(
+    metric: &mut impl FnMut(&str, &str, &str, &[(&str, u64)]),
+    servers: &[murmur_mcp::ServerStatus],
+) {
+    let label = |s: &murmur_mcp::ServerStatus, extra: &str| format!("server=\"{}\"{extra}", s.name);
+    let up: Vec<(String, u64)> = servers
+        .iter()
+        .map(|s| (label(s, ""), u64::from(matches!(s.state, murmur_mcp::LinkState::Up { .. }))))
+        .collect();
+    let restarts: Vec<(String, u64)> = servers.iter().map(|s| (label(s, ""), s.restarts)).collect();
+    let requests: Vec<(String, u64)> = servers
+        .iter()
+        .flat_map(|s| [(label(s, ",outcome=\"ok\""), s.ok), (label(s, ",outcome=\"failed\""), s.failed)])
+        .collect();
+    for (name, kind, help, series) in [
+        ("murmur_mcp_up", "gauge", "Whether the node is connected to each MCP server.", up),
+        (
+            "murmur_mcp_restarts_total",
+            "counter",
+            "Times the node started an MCP server again after it failed, died or stopped answering pings.",
+            restarts,
+        ),
+        (
+            "murmur_mcp_requests_total",
+            "counter",
+            "Requests brains made of each MCP server, by outcome (failed: an error, a timeout, a tool that reported an error).",
+            requests,
+        ),
+    ] {
+        let series: Vec<(&str, u64)> = series.iter().map(|(l, v)| (l.as_str(), *v)).collect();
+        metric(name, kind, help, &series);
+    }
 }
 
 /// The endpoint's series: sessions of this node's agents, completions served by its

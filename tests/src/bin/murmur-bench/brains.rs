@@ -76,6 +76,7 @@ async fn host(dir: &Path, pooling: bool, configs: Vec<AgentConfig>) -> anyhow::R
         &dir.join("brains.redb"),
         &dir.join("agents"),
         Arc::new(NoMesh),
+        Arc::new(murmur_brain::NoMcp),
     )?;
     let deadline = Instant::now() + Duration::from_secs(300);
     while brains.status().iter().any(|s| s.state != "running") {

@@ -98,6 +98,7 @@ async fn host(dir: &Path) -> anyhow::Result<Brains> {
         &dir.join("brains.redb"),
         &dir.join("agents"),
         Arc::new(NoMesh),
+        Arc::new(murmur_brain::NoMcp),
     )?;
     let deadline = Instant::now() + Duration::from_secs(60);
     while !brains.serves("bench-model") {
