@@ -64,6 +64,8 @@ pub struct ApiState {
     /// Chat completions being served now, and how many may be (`api.completions_max`).
     pub completions: AtomicUsize,
     pub completions_max: usize,
+    /// Tokens of the completions this node's `/v1` finished: prompt, completion.
+    pub tokens: [std::sync::atomic::AtomicU64; 2],
 }
 
 /// The router, with every route the node serves.
@@ -360,6 +362,7 @@ mod tests {
             mcp: Arc::default(),
             completions: AtomicUsize::new(0),
             completions_max: 2048,
+            tokens: Default::default(),
         })
     }
 

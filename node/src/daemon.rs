@@ -169,6 +169,7 @@ pub async fn run(options: RunOptions) -> CliResult {
         mcp: mcp.clone(),
         completions: std::sync::atomic::AtomicUsize::new(0),
         completions_max: config.completions_max,
+        tokens: Default::default(),
     });
 
     let ready = Ready {

@@ -131,6 +131,11 @@ fn a_brain_on_another_node_serves_completions_streamed_and_not_with_tools_both_w
     assert_eq!(reply["choices"][0]["finish_reason"], "stop");
     assert!(reply["usage"]["completion_tokens"].as_u64().unwrap() >= 4, "{reply}");
     assert!(reply["usage"]["prompt_tokens"].as_u64().unwrap() >= 8, "{reply}");
+    // The node that answered counts them.
+    assert_eq!(
+        a.metric("murmur_endpoint_tokens_total{kind=\"completion\"}"),
+        reply["usage"]["completion_tokens"].as_u64().unwrap()
+    );
     // Every other setting reaches the agent as the opaque params.
     remembers(&b, "echo", "params", r#"{"temperature":0.25}"#);
 

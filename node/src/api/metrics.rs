@@ -23,6 +23,8 @@ pub struct ModelFigures {
     pub served_for_peers: u64,
     pub peer_refusals: Vec<(&'static str, u64)>,
     pub upstream_errors: u64,
+    /// Tokens of finished completions: prompt, completion.
+    pub tokens: [u64; 2],
 }
 
 impl ModelFigures {
@@ -38,6 +40,7 @@ impl ModelFigures {
             sessions_refused_busy: endpoints.stats.refused_busy.load(Relaxed),
             deltas: endpoints.stats.deltas.load(Relaxed),
             completions_open: state.completions.load(Relaxed) as u64,
+            tokens: [state.tokens[0].load(Relaxed), state.tokens[1].load(Relaxed)],
             remote_opened: router.remote_opened.load(Relaxed),
             failovers: router.failovers.load(Relaxed),
             served_for_peers: router.served.load(Relaxed),
@@ -361,6 +364,12 @@ fn render_models(metric: &mut impl FnMut(&str, &str, &str, &[(&str, u64)]), m: &
         "gauge",
         "Chat completions this node's /v1 serves now.",
         &[("", m.completions_open)],
+    );
+    metric(
+        "murmur_endpoint_tokens_total",
+        "counter",
+        "Tokens of the chat completions this node's /v1 finished, by kind (the agent's usage, else counted with cl100k_base).",
+        &[("kind=\"prompt\"", m.tokens[0]), ("kind=\"completion\"", m.tokens[1])],
     );
     metric(
         "murmur_model_remote_sessions_total",

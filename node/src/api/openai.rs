@@ -204,6 +204,14 @@ fn parse(body: Value) -> Result<Parsed, BadRequest> {
 /// Releases a completion slot when the response is done.
 struct Slot(Arc<ApiState>);
 
+impl Slot {
+    /// Counts a finished reply's tokens.
+    fn finished(&self, usage: Usage) {
+        self.0.tokens[0].fetch_add(usage.prompt_tokens, Ordering::Relaxed);
+        self.0.tokens[1].fetch_add(usage.completion_tokens, Ordering::Relaxed);
+    }
+}
+
 impl Drop for Slot {
     fn drop(&mut self) {
         self.0.completions.fetch_sub(1, Ordering::Relaxed);
@@ -388,7 +396,7 @@ fn stream(reply: Answer, model: String, prompt: ChatRequest, include_usage: bool
         tally: Tally,
         first: bool,
         done: bool,
-        _slot: Slot,
+        slot: Slot,
     }
     let start = S {
         reply,
@@ -398,7 +406,7 @@ fn stream(reply: Answer, model: String, prompt: ChatRequest, include_usage: bool
         tally: Tally::default(),
         first: true,
         done: false,
-        _slot: slot,
+        slot,
     };
     let events = futures::stream::unfold(start, |mut s| async move {
         if s.done {
@@ -413,8 +421,10 @@ fn stream(reply: Answer, model: String, prompt: ChatRequest, include_usage: bool
                 s.first = false;
                 out.push(Ok(chunk(&s.reply, &s.model, s.include_usage, choice, None)));
                 if finish.is_some() {
+                    let usage = s.tally.usage(&s.prompt);
+                    s.slot.finished(usage);
                     if s.include_usage {
-                        let usage = usage_json(s.tally.usage(&s.prompt));
+                        let usage = usage_json(usage);
                         out.push(Ok(chunk(&s.reply, &s.model, s.include_usage, json!([]), Some(usage))));
                     }
                     out.push(Ok(Event::default().data("[DONE]")));
@@ -434,7 +444,7 @@ fn stream(reply: Answer, model: String, prompt: ChatRequest, include_usage: bool
     Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
 }
 
-async fn complete(mut reply: Answer, model: String, prompt: &ChatRequest, _slot: Slot) -> Response {
+async fn complete(mut reply: Answer, model: String, prompt: &ChatRequest, slot: Slot) -> Response {
     let mut tally = Tally::default();
     let mut content: Option<String> = None;
     let mut reasoning: Option<String> = None;
@@ -507,6 +517,8 @@ async fn complete(mut reply: Answer, model: String, prompt: &ChatRequest, _slot:
     if !calls.is_empty() {
         message["tool_calls"] = Value::Array(calls);
     }
+    let usage = tally.usage(prompt);
+    slot.finished(usage);
     Json(json!({
         "id": reply.id,
         "object": "chat.completion",
@@ -514,7 +526,7 @@ async fn complete(mut reply: Answer, model: String, prompt: &ChatRequest, _slot:
         "model": model,
         "system_fingerprint": null,
         "choices": [{ "index": 0, "message": message, "logprobs": null, "finish_reason": finish }],
-        "usage": usage_json(tally.usage(prompt)),
+        "usage": usage_json(usage),
     }))
     .into_response()
 }
