@@ -24,7 +24,7 @@ use murmur_protocol::task::{
 pub use self::manager::{LIVE_MAX, QUEUE_MAX, TaskError, TaskManager};
 pub use self::messages::NodeMessages;
 pub use self::owner::OwnerPort;
-pub use self::record::{Origin, RouteRecord, TaskRecord};
+pub use self::record::{Origin, RouteRecord, TaskRecord, artifact_seq};
 pub use self::runner::TaskRunner;
 use murmur_config::clock;
 use murmur_config::limits::{TASK_LIST_REMOTE_MAX, TASK_LIST_REMOTE_WAIT};

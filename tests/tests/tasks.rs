@@ -433,10 +433,28 @@ fn a_stream_that_reconnects_resumes_after_the_last_event_it_saw() {
         .collect();
     assert_eq!(
         kinds,
-        vec![(4, "status-update".into()), (5, "artifact-update".into()), (5, "status-update".into())],
+        vec![(4, "status-update".into()), (5, "artifact-update".into()), (6, "status-update".into())],
         "{resumed:?}"
     );
     assert_eq!(resumed[1].1["result"]["artifact"]["parts"][0]["text"], "Color? -> blue");
+    // Every event has its own id: a client dropped right after any one of them and
+    // resuming from it gets exactly the events after it, ending with the final status.
+    let resume = |last: u64| {
+        murmur_tests::sse(
+            &format!("{}/", a.api),
+            json!({ "jsonrpc": "2.0", "id": 10, "method": "tasks/resubscribe", "params": { "id": id } }),
+            &[("Last-Event-ID", &last.to_string())],
+            |_, event| event["result"]["final"] == true,
+        )
+        .unwrap()
+    };
+    let all = resume(0);
+    let ids: Vec<u64> = all.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(ids, (1..=6).collect::<Vec<_>>(), "{all:?}");
+    for (i, (seen, _)) in all.iter().enumerate().take(all.len() - 1) {
+        let rest: Vec<u64> = resume(*seen).iter().map(|(seq, _)| *seq).collect();
+        assert_eq!(rest, ids[i + 1..], "resumed after event {seen}");
+    }
     // A 1.0 client resubscribing from the start gets the task first, in 1.0 shapes.
     let from_start = murmur_tests::sse(
         &format!("{}/", a.api),

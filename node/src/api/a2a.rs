@@ -578,28 +578,37 @@ fn task_json(view: &TaskView, dialect: Dialect) -> Value {
     task
 }
 
-/// One task event as a stream item: status updates, and the result artifact before the
-/// final `completed`.
-fn event_items(snapshot: &TaskSnapshot, event: &TaskEvent, dialect: Dialect) -> Vec<Value> {
+/// One task event as stream items with their stream numbers: its status update, and the
+/// result artifact before the final `completed` (numbered the one before it) unless the
+/// client saw it already (`after`).
+fn event_items(
+    snapshot: &TaskSnapshot,
+    event: &TaskEvent,
+    dialect: Dialect,
+    after: u64,
+) -> Vec<(u64, Value)> {
     let mut items = Vec::new();
     let terminal = event.state.is_terminal();
+    let artifact_seq = crate::tasks::artifact_seq(event);
     if event.state == TaskState::Completed
+        && artifact_seq > after
         && let Some(text) = &event.text
     {
         let artifact = result_artifact(snapshot, text, dialect);
-        items.push(match dialect {
+        let item = match dialect {
             Dialect::V03 => json!({
                 "kind": "artifact-update", "taskId": snapshot.task.to_string(), "contextId": snapshot.context,
-                "artifact": artifact, "lastChunk": true, "metadata": { "seq": event.seq },
+                "artifact": artifact, "lastChunk": true, "metadata": { "seq": artifact_seq },
             }),
             Dialect::V1 => json!({ "artifactUpdate": {
                 "taskId": snapshot.task.to_string(), "contextId": snapshot.context,
-                "artifact": artifact, "lastChunk": true, "metadata": { "seq": event.seq },
+                "artifact": artifact, "lastChunk": true, "metadata": { "seq": artifact_seq },
             }}),
-        });
+        };
+        items.push((artifact_seq, item));
     }
     let status = status_json(snapshot, event.state, event.text.as_deref(), event.seq, dialect);
-    items.push(match dialect {
+    let item = match dialect {
         Dialect::V03 => json!({
             "kind": "status-update", "taskId": snapshot.task.to_string(), "contextId": snapshot.context,
             "status": status, "final": terminal, "metadata": { "seq": event.seq },
@@ -608,7 +617,8 @@ fn event_items(snapshot: &TaskSnapshot, event: &TaskEvent, dialect: Dialect) -> 
             "taskId": snapshot.task.to_string(), "contextId": snapshot.context,
             "status": status, "final": terminal, "metadata": { "seq": event.seq },
         }}),
-    });
+    };
+    items.push((event.seq, item));
     items
 }
 
@@ -633,7 +643,9 @@ struct StreamState {
 }
 
 /// An SSE stream of a task's events after `after` (from the start: the task itself first,
-/// then every change). Each SSE event's `id` is the task's sequence number.
+/// then every change). Each SSE event's `id` is its own stream number (the task's sequence
+/// number for a status, the one before it for the result artifact), so a client that
+/// resumes after any event gets exactly the ones after it.
 fn stream(state: Arc<ApiState>, id: Value, dialect: Dialect, view: TaskView, after: Option<u64>) -> Response {
     if state.streams.fetch_add(1, Ordering::Relaxed) >= A2A_STREAMS_MAX {
         state.streams.fetch_sub(1, Ordering::Relaxed);
@@ -667,8 +679,8 @@ fn stream(state: Arc<ApiState>, id: Value, dialect: Dialect, view: TaskView, aft
         match s.state.tasks.events(&s.task, s.after, Duration::from_secs(5), false).await {
             Ok((events, view)) => {
                 for event in &events {
-                    for item in event_items(&view.snapshot, event, s.dialect) {
-                        out.push(Ok(sse(&s.id, event.seq, item)));
+                    for (seq, item) in event_items(&view.snapshot, event, s.dialect, s.after) {
+                        out.push(Ok(sse(&s.id, seq, item)));
                     }
                     s.after = event.seq;
                 }
@@ -742,20 +754,25 @@ mod tests {
     }
 
     #[test]
-    fn completed_events_carry_the_artifact_then_the_final_status() {
+    fn completed_events_carry_the_artifact_then_the_final_status_each_numbered() {
         let s = snapshot(TaskState::Completed, Some("done"));
-        let event = TaskEvent { seq: 4, text: Some("done".into()), state: TaskState::Completed };
-        let items = event_items(&s, &event, Dialect::V03);
-        assert_eq!(items[0]["kind"], "artifact-update");
+        let event = TaskEvent { seq: 5, text: Some("done".into()), state: TaskState::Completed };
+        let items = event_items(&s, &event, Dialect::V03, 3);
+        assert_eq!((items[0].0, items[0].1["kind"].as_str()), (4, Some("artifact-update")));
+        assert_eq!(items[0].1["metadata"]["seq"], 4);
         assert_eq!(
-            (items[1]["kind"].as_str(), items[1]["final"].as_bool()),
-            (Some("status-update"), Some(true))
+            (items[1].0, items[1].1["kind"].as_str(), items[1].1["final"].as_bool()),
+            (5, Some("status-update"), Some(true))
         );
-        let items =
-            event_items(&s, &TaskEvent { seq: 2, text: None, state: TaskState::Working }, Dialect::V1);
+        // A client that saw the artifact gets the final status alone.
+        let items = event_items(&s, &event, Dialect::V03, 4);
         assert_eq!(items.len(), 1);
-        assert_eq!(items[0]["statusUpdate"]["status"]["state"], "TASK_STATE_WORKING");
-        assert_eq!(items[0]["statusUpdate"]["metadata"]["seq"], 2);
+        assert_eq!((items[0].0, items[0].1["kind"].as_str()), (5, Some("status-update")));
+        let items =
+            event_items(&s, &TaskEvent { seq: 2, text: None, state: TaskState::Working }, Dialect::V1, 1);
+        assert_eq!(items.len(), 1);
+        assert_eq!(items[0].1["statusUpdate"]["status"]["state"], "TASK_STATE_WORKING");
+        assert_eq!(items[0].1["statusUpdate"]["metadata"]["seq"], 2);
     }
 
     #[test]

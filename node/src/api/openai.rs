@@ -398,16 +398,8 @@ fn stream(reply: Answer, model: String, prompt: ChatRequest, include_usage: bool
         done: bool,
         slot: Slot,
     }
-    let start = S {
-        reply,
-        model,
-        prompt,
-        include_usage,
-        tally: Tally::default(),
-        first: true,
-        done: false,
-        slot,
-    };
+    let start =
+        S { reply, model, prompt, include_usage, tally: Tally::default(), first: true, done: false, slot };
     let events = futures::stream::unfold(start, |mut s| async move {
         if s.done {
             return None;

@@ -26,6 +26,13 @@ pub struct RouteRecord {
     pub client: Option<String>,
 }
 
+/// The stream number of the result artifact a `completed` event carries: the one its
+/// status's number skipped.
+#[must_use]
+pub const fn artifact_seq(event: &TaskEvent) -> u64 {
+    event.seq.saturating_sub(1)
+}
+
 /// One task owned by this node.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskRecord {
@@ -85,11 +92,18 @@ impl TaskRecord {
         record
     }
 
-    /// Moves to `state` (appending an event). Terminal states never change again: returns
-    /// false, and changes nothing, if already terminal.
+    /// Moves to `state` (appending an event; `completed` with a result takes two numbers,
+    /// see [`artifact_seq`]). Terminal states never change again: returns false, and
+    /// changes nothing, if already terminal.
     pub fn transition(&mut self, state: TaskState, message: Option<String>, now_ms: u64) -> bool {
         if self.state.is_terminal() && self.seq > 0 {
             return false;
+        }
+        // A result goes out on streams as an event of its own (the artifact update) just
+        // before the final status: it takes the number before the status's, so every
+        // stream event has its own id to resume after.
+        if state == TaskState::Completed && message.is_some() {
+            self.seq += 1;
         }
         self.state = state;
         self.message = message.clone();
@@ -141,7 +155,11 @@ mod tests {
         assert!(gap && events.len() == TASK_EVENT_LOG_MAX);
         let (events, gap) = r.events_after(r.seq - 2);
         assert!(!gap && events.len() == 2);
+        let before = r.seq;
         assert!(r.transition(TaskState::Completed, Some("done".into()), 2));
+        // The result's artifact update has a number of its own, just before the status.
+        assert_eq!(r.seq, before + 2);
+        assert_eq!(artifact_seq(r.events.last().unwrap()), before + 1);
         assert!(!r.transition(TaskState::Failed, None, 3));
         assert_eq!(r.state, TaskState::Completed);
     }
