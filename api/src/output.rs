@@ -13,6 +13,14 @@ pub fn print_json<T: Serialize>(value: &T) {
     let _ = out.flush();
 }
 
+/// Prints `text` on stdout as it is (a generated script, a document); a reader that
+/// closed the pipe early (`| head`) is no error.
+pub fn print_raw(text: &[u8]) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text);
+    let _ = out.flush();
+}
+
 /// A table printed with columns padded to their widest cell.
 #[derive(Debug)]
 pub struct Table {

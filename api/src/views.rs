@@ -78,6 +78,37 @@ pub struct TaskTraceView {
     pub trace: String,
 }
 
+/// `GET /v1/status`: one screen of a node — itself, its peers, the mesh's directory, what
+/// it runs, its tasks and pulls (`mur status`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatusView {
+    pub peer_id: String,
+    /// `0.1.0 (git 1a2b3c4d5e)`.
+    pub version: String,
+    pub uptime_secs: u64,
+    /// The API's address and the libp2p listen addresses.
+    pub api: String,
+    pub listen_addrs: Vec<String>,
+    pub peers_connected: usize,
+    /// Known from adverts but not connected.
+    pub peers_known: usize,
+    /// Refused admission (closed mesh), held off for a while.
+    pub peers_held_off: usize,
+    /// Nodes whose advert is held (this one included) and distinct capsule names.
+    pub directory_nodes: usize,
+    pub directory_capsules: usize,
+    /// Capsules installed on this node: `NAME@VERSION (kind)`.
+    pub installed: Vec<String>,
+    pub agents_running: usize,
+    pub agents: usize,
+    pub mcp_up: usize,
+    pub mcp: usize,
+    /// Tasks this node owns, by state (`working`, `completed`, …).
+    pub tasks: std::collections::BTreeMap<String, u64>,
+    /// Content digests being pulled now.
+    pub pulls: Vec<String>,
+}
+
 /// `GET /v1/mcp`: one MCP server configured on the node, as its supervisor sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct McpServerView {

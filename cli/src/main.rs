@@ -19,6 +19,7 @@ mod models;
 mod peers;
 mod pull;
 mod revocation;
+mod status;
 mod task;
 mod tool;
 mod trace;
@@ -58,7 +59,7 @@ use murmur_api::exit::{self, CliResult};
 /// Exit codes: 0 ok, 1 failed (e.g. an invalid grant), 2 usage or input error,
 /// 3 `mur send --wait|--stream`: the task ended failed, canceled or rejected.
 #[derive(Debug, Parser)]
-#[command(name = "mur", version, propagate_version = true, verbatim_doc_comment)]
+#[command(name = "mur", version = env!("MURMUR_VERSION"), propagate_version = true, verbatim_doc_comment)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -132,6 +133,19 @@ enum Command {
     /// The MCP servers configured on a node (`[[mcp]]` in murnode.toml): up or down, why,
     /// restarts and requests. Brains reach their tools and resources through `tooling`.
     Mcp(mcp::McpArgs),
+    /// One screen of a node: itself (version, uptime, addresses), its peers, the mesh's
+    /// directory, what it runs, its agents and MCP servers, its tasks and pulls.
+    Status(status::StatusArgs),
+    /// Print a shell completion script for mur.
+    ///
+    ///   mur completions bash > /etc/bash_completion.d/mur
+    ///   mur completions zsh > "${fpath[1]}/_mur"
+    ///   mur completions fish > ~/.config/fish/completions/mur.fish
+    #[command(verbatim_doc_comment)]
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> ExitCode {
@@ -157,5 +171,13 @@ fn dispatch(command: Command) -> CliResult {
         Command::Agent(command) => agent::run(command),
         Command::Models(args) => models::run(args),
         Command::Mcp(args) => mcp::run(args),
+        Command::Status(args) => status::run(args),
+        Command::Completions { shell } => {
+            use clap::CommandFactory as _;
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "mur", &mut script);
+            murmur_api::output::print_raw(&script);
+            Ok(())
+        }
     }
 }

@@ -42,6 +42,8 @@ use crate::tasks::TaskService;
 pub struct ApiState {
     pub peer_id: String,
     pub api_addr: SocketAddr,
+    /// The libp2p listen addresses, as the ready line printed them.
+    pub listen_addrs: Vec<String>,
     pub started: Instant,
     pub net: NetHandle,
     pub runtime: Runtime,
@@ -84,6 +86,7 @@ pub fn app(state: Arc<ApiState>) -> Router {
         .route("/v1/revocations", get(revocations::list))
         .route("/v1/models", get(openai::models))
         .route("/v1/mcp", get(mcp_servers))
+        .route("/v1/status", get(status))
         .route("/", post(a2a::rpc_node))
         .route("/a2a", post(a2a::rpc_node))
         .route("/a2a/{capsule}", post(a2a::rpc_capsule))
@@ -117,6 +120,41 @@ pub fn app(state: Arc<ApiState>) -> Router {
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), guard::guard))
         .with_state(state)
+}
+
+/// `GET /v1/status`: the node at a glance.
+async fn status(State(state): State<Arc<ApiState>>) -> Response {
+    let (peers, capsules) = match tokio::try_join!(state.net.peers(), state.net.capsules()) {
+        Ok(views) => views,
+        Err(err) => return unavailable(&err),
+    };
+    let agents = state.brains.status();
+    let mcp = state.mcp.status();
+    let view = murmur_api::views::StatusView {
+        peer_id: state.peer_id.clone(),
+        version: crate::VERSION.into(),
+        uptime_secs: state.started.elapsed().as_secs(),
+        api: format!("http://{}", state.api_addr),
+        listen_addrs: state.listen_addrs.clone(),
+        peers_connected: peers.peers.iter().filter(|p| p.connected).count(),
+        peers_known: peers.peers.iter().filter(|p| !p.connected).count(),
+        peers_held_off: peers.peers.iter().filter(|p| p.held_ms.is_some()).count(),
+        directory_nodes: 1 + peers.peers.iter().filter(|p| p.advert_seq.is_some()).count(),
+        directory_capsules: capsules.capsules.len(),
+        installed: state
+            .runtime
+            .installed()
+            .iter()
+            .map(|i| format!("{}@{} ({})", i.manifest.name, i.manifest.version, i.manifest.kind.as_str()))
+            .collect(),
+        agents_running: agents.iter().filter(|a| a.state == "running").count(),
+        agents: agents.len(),
+        mcp_up: mcp.iter().filter(|s| matches!(s.state, murmur_mcp::LinkState::Up { .. })).count(),
+        mcp: mcp.len(),
+        tasks: state.tasks.owned_by_state(),
+        pulls: state.puller.active(),
+    };
+    Json(view).into_response()
 }
 
 /// `GET /v1/mcp`: the node's MCP servers and how each stands.
@@ -329,6 +367,7 @@ mod tests {
             peer_id: "12D3KooWtest".into(),
             api_addr: "127.0.0.1:7420".parse().unwrap(),
             started: Instant::now(),
+            listen_addrs: Vec::new(),
             tasks: TaskService::new(manager, net.clone()),
             puller: crate::artifacts::Puller::new(
                 net.clone(),

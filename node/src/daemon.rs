@@ -155,6 +155,7 @@ pub async fn run(options: RunOptions) -> CliResult {
     let state = Arc::new(ApiState {
         peer_id: peer_id.clone(),
         api_addr,
+        listen_addrs: network.listen_addrs.iter().map(|a| format!("{a}/p2p/{peer_id}")).collect(),
         streams: std::sync::atomic::AtomicUsize::new(0),
         started: Instant::now(),
         net: net.clone(),

@@ -22,3 +22,6 @@ pub mod upstream;
 pub use murmur_api::{exit, output};
 pub use murmur_config::clock;
 pub use murmur_store::data_dir;
+
+/// This build's version with its git revision (`0.1.0 (git 1a2b3c4d5e)`; see `build.rs`).
+pub const VERSION: &str = env!("MURMUR_VERSION");

@@ -304,6 +304,16 @@ impl TaskService {
         }
     }
 
+    /// How many tasks this node owns in each state (asking no other node).
+    #[must_use]
+    pub fn owned_by_state(&self) -> std::collections::BTreeMap<String, u64> {
+        let mut counts = std::collections::BTreeMap::new();
+        for (_, snapshot) in self.manager.list(None) {
+            *counts.entry(snapshot.state.as_str().to_owned()).or_default() += 1;
+        }
+        counts
+    }
+
     /// Tasks this node owns, then those it placed elsewhere (their state asked of their
     /// owners, at most [`TASK_LIST_REMOTE_MAX`]), newest first, optionally in one state.
     pub async fn list(&self, state: Option<TaskState>) -> Vec<TaskView> {

@@ -219,3 +219,51 @@ fn the_demo_walkthrough_succeeds_and_exits_cleanly() {
         assert!(text.contains(expected), "missing `{expected}` in:\n{text}");
     }
 }
+
+#[test]
+fn versions_name_the_revision_completions_parse_and_status_fits_one_screen() {
+    // Both binaries name the same build, with its git revision in a checkout.
+    let version = text(&murnode(&["--version"]).stdout).trim().to_owned();
+    let stamped = version.strip_prefix("murnode ").expect("murnode NAME VERSION").to_owned();
+    assert_eq!(text(&mur(&["--version"]).stdout).trim(), format!("mur {stamped}"));
+    let checkout = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.git").exists();
+    if checkout {
+        let rev = stamped.split("(git ").nth(1).and_then(|r| r.strip_suffix(')')).unwrap_or_default();
+        assert!(rev.len() == 10 && rev.chars().all(|c| c.is_ascii_hexdigit()), "{stamped}");
+    }
+
+    // Completion scripts for both; bash's parses.
+    for (bin, name) in [(murmur_tests::bin("mur"), "mur"), (murmur_tests::bin("murnode"), "murnode")] {
+        let out = std::process::Command::new(&bin).args(["completions", "bash"]).output().unwrap();
+        assert!(out.status.success() && text(&out.stdout).contains(&format!("_{name}()")), "{name}");
+        let checked =
+            std::process::Command::new("bash").args(["-n", "-c", &text(&out.stdout)]).output().unwrap();
+        assert!(checked.status.success(), "{name}'s bash completion: {}", text(&checked.stderr));
+        let zsh = std::process::Command::new(&bin).args(["completions", "zsh"]).output().unwrap();
+        assert!(text(&zsh.stdout).starts_with(&format!("#compdef {name}")), "{name}");
+    }
+    let refused = mur(&["completions", "tcsh"]);
+    assert_eq!(refused.status.code(), Some(2), "an unknown shell is a usage error");
+
+    // Structured logs on request: every line on stderr is a JSON object.
+    let node = TestNode::start(&["--no-mdns", "--log-format", "json"]).unwrap();
+    let status = mur_json(&["status", "--json", "--node", &node.api]);
+    assert_eq!(status["peer_id"], node.peer_id());
+    assert_eq!(status["version"], stamped.as_str());
+    assert_eq!((status["peers_connected"].as_u64(), status["directory_nodes"].as_u64()), (Some(0), Some(1)));
+    assert!(status["listen_addrs"][0].as_str().unwrap().contains(node.peer_id()), "{status}");
+    let screen = text(&mur(&["status", "--node", &node.api]).stdout);
+    for part in
+        ["node      ", "peers     ", "mesh      ", "runs      ", "agents    ", "tasks     ", "pulls     "]
+    {
+        assert!(screen.contains(part), "`mur status` lacks {part:?}:\n{screen}");
+    }
+    let log = node.stderr();
+    let started = log
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .find(|l| l["fields"]["message"] == "node started")
+        .unwrap_or_else(|| panic!("no `node started` line:\n{log}"));
+    assert_eq!(started["fields"]["peer"], node.peer_id(), "the line names the node");
+}

@@ -148,6 +148,13 @@ impl Puller {
         }
     }
 
+    /// The content digests being pulled now.
+    #[must_use]
+    pub fn active(&self) -> Vec<String> {
+        let active = self.inner.active.lock().unwrap_or_else(PoisonError::into_inner);
+        active.iter().map(ToString::to_string).collect()
+    }
+
     /// The store pulls write to.
     #[must_use]
     pub fn store(&self) -> &Arc<ArtifactStore> {

@@ -19,7 +19,7 @@ use murmur_store::data_dir;
 /// Logs go to stderr (filter with MURNODE_LOG, e.g. MURNODE_LOG=debug); the ready line
 /// and command output go to stdout.
 #[derive(Debug, Parser)]
-#[command(name = "murnode", version, propagate_version = true, verbatim_doc_comment)]
+#[command(name = "murnode", version = env!("MURMUR_VERSION"), propagate_version = true, verbatim_doc_comment)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -86,6 +86,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print a shell completion script for murnode.
+    ///
+    ///   murnode completions bash > /etc/bash_completion.d/murnode
+    ///   murnode completions zsh > "${fpath[1]}/_murnode"
+    ///   murnode completions fish > ~/.config/fish/completions/murnode.fish
+    #[command(verbatim_doc_comment)]
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> ExitCode {
@@ -105,6 +115,13 @@ fn dispatch(command: Command) -> CliResult {
         Command::Run { data_dir, api, listen, bootstrap, no_mdns, json } => {
             let runtime = tokio::runtime::Runtime::new().map_err(CliError::failed)?;
             runtime.block_on(daemon::run(RunOptions { data_dir, api, listen, bootstrap, no_mdns, json }))
+        }
+        Command::Completions { shell } => {
+            use clap::CommandFactory as _;
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "murnode", &mut script);
+            murmur_api::output::print_raw(&script);
+            Ok(())
         }
     }
 }
