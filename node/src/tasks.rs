@@ -154,13 +154,20 @@ impl TaskService {
         match outcome {
             Placement::Routed { owner, snapshot } => {
                 if owner != self.local() {
-                    self.manager.remember_route(RouteRecord {
+                    let route = RouteRecord {
                         task,
                         owner: owner.to_string(),
                         capsule: new.capsule,
                         created_ms: clock::now().0,
                         client: new.client,
-                    });
+                    };
+                    // Told only once it is on disk: after a crash here the client still
+                    // finds its task.
+                    self.manager.remember_route(route).await.map_err(|e| {
+                        CallError::Unavailable(format!(
+                            "the task was placed on {owner} but this node could not store where: {e:#}"
+                        ))
+                    })?;
                 }
                 let snapshot = match snapshot {
                     Some(snapshot) => snapshot,

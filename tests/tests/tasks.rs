@@ -762,3 +762,33 @@ fn a_delivery_lost_with_its_owner_is_never_run_elsewhere() {
     assert!(again.get("error").is_some(), "a retry must not run the task elsewhere: {again}");
     assert!(other.task_ids().is_empty(), "the retry reached the other provider: {:?}", other.task_ids());
 }
+
+#[test]
+fn a_route_the_entry_node_acknowledged_survives_its_sigkill() {
+    let b = node(&config(&[], ""), &[("ask", "ask", String::new())], None);
+    let a_dir = murmur_tests::init_data_dir_with(&config(&[], ""));
+    let bootstrap = b.dial_addrs()[0].clone();
+    let mut flags: Vec<String> = murmur_tests::LOOPBACK.iter().map(|s| (*s).to_owned()).collect();
+    flags.extend(["--bootstrap".to_owned(), bootstrap]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut a = TestNode::start_in(a_dir.path(), &flags).unwrap();
+    wait_capsules(&[&a], &["ask"]);
+    // Acknowledged, then killed at once: well inside the second in which a write nobody
+    // waits for may still be in memory only.
+    let sent: Vec<String> = (0..5)
+        .map(|i| {
+            let answer = a.send("mesh://ask", &format!("kept {i}?"), &format!("sk-{i}"), true).unwrap();
+            result(&answer)["task"]["id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    a.kill();
+    let a = TestNode::start_in(a_dir.path(), &flags).unwrap();
+    // A's router remembers nothing now: only the stored routes lead to B.
+    for id in &sent {
+        let got = wait_for(CONVERGE, "the restarted entry node to find the task", || {
+            a.task(id).ok().filter(|t| t.get("result").is_some())
+        })
+        .unwrap_or_else(|e| panic!("{e}: task {id} is lost at its entry node\n{}", a.stderr()));
+        assert_eq!(result(&got)["metadata"]["murmur"]["owner"], b.peer_id(), "{got}");
+    }
+}

@@ -6,8 +6,10 @@
 //! second would each pay one. Writes go to a single writer thread that commits everything
 //! queued so far in one transaction, and each caller waits for the commit that includes
 //! its write — so an acknowledged write is on disk, and a burst shares one fsync. A batch
-//! that nobody waits for (intermediate states, routes) commits without an fsync; the next
-//! durable commit, or at the latest one [`TASK_DB_FLUSH_AFTER`] later, carries it to disk.
+//! that nobody waits for (intermediate states) commits without an fsync; the next durable
+//! commit, or at the latest one [`TASK_DB_FLUSH_AFTER`] later, carries it to disk. Routes
+//! are waited for: the client is told where its task is only once that is on disk. A
+//! full queue makes the writer's producers wait their turn; nothing queued is dropped.
 //! Records are stored as CBOR (the protocol crate's codec), read back with a size bound.
 
 use std::path::Path;
@@ -35,7 +37,7 @@ const ROUTES: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("routes")
 
 enum Write {
     Put(Box<TaskRecord>, Option<oneshot::Sender<Result<(), String>>>),
-    Route(RouteRecord),
+    Route(RouteRecord, oneshot::Sender<Result<(), String>>),
     /// Make everything committed so far durable, then answer.
     Flush(oneshot::Sender<Result<(), String>>),
 }
@@ -46,6 +48,8 @@ pub struct TaskDb {
     db: std::sync::Arc<Database>,
     writes: std_mpsc::SyncSender<Write>,
     writer: Option<std::thread::JoinHandle<()>>,
+    /// Writes that found the queue full and waited for room.
+    pub(crate) waited: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for TaskDb {
@@ -62,6 +66,11 @@ impl Drop for TaskDb {
 impl TaskDb {
     /// Opens (creating) the database at `path` and starts its writer thread.
     pub fn open(path: &Path) -> anyhow::Result<Self> {
+        Self::open_with_queue(path, TASK_DB_WRITE_QUEUE_MAX)
+    }
+
+    /// [`TaskDb::open`] with a write queue of `queue_max` entries.
+    fn open_with_queue(path: &Path, queue_max: usize) -> anyhow::Result<Self> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
         }
@@ -75,35 +84,59 @@ impl TaskDb {
             txn.open_table(ROUTES)?;
             txn.commit()?;
         }
-        let (writes, queue) = std_mpsc::sync_channel(TASK_DB_WRITE_QUEUE_MAX);
+        let (writes, queue) = std_mpsc::sync_channel(queue_max);
         let writer_db = db.clone();
         let writer = std::thread::Builder::new()
             .name("murmur-taskdb".into())
             .spawn(move || writer(&writer_db, &queue))?;
-        Ok(Self { db, writes, writer: Some(writer) })
+        Ok(Self { db, writes, writer: Some(writer), waited: std::sync::atomic::AtomicU64::new(0) })
     }
 
-    /// Stores `record` durably; returns once it is on disk.
-    pub async fn put(&self, record: TaskRecord) -> anyhow::Result<()> {
-        let (tx, rx) = oneshot::channel();
+    /// Queues `write` and waits for its commit's answer.
+    async fn durably(
+        &self,
+        write: Write,
+        answer: oneshot::Receiver<Result<(), String>>,
+    ) -> anyhow::Result<()> {
         let stopped = || anyhow::anyhow!("the task database writer stopped");
-        match self.writes.try_send(Write::Put(Box::new(record), Some(tx))) {
+        match self.writes.try_send(write) {
             Ok(()) => {}
             Err(std_mpsc::TrySendError::Full(write)) => {
                 // The queue is bounded; a full queue blocks a blocking-pool thread, not
                 // the runtime.
+                self.waited.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let writes = self.writes.clone();
                 tokio::task::spawn_blocking(move || writes.send(write)).await?.map_err(|_| stopped())?;
             }
             Err(std_mpsc::TrySendError::Disconnected(_)) => return Err(stopped()),
         }
-        rx.await.map_err(|_| anyhow::anyhow!("the task database writer stopped"))?.map_err(anyhow::Error::msg)
+        answer.await.map_err(|_| stopped())?.map_err(anyhow::Error::msg)
     }
 
-    /// Stores `record` with the next commit, without waiting (for intermediate states whose
-    /// loss a crash turns into "failed: node restarted" anyway).
+    /// Stores `record` durably; returns once it is on disk.
+    pub async fn put(&self, record: TaskRecord) -> anyhow::Result<()> {
+        let (tx, rx) = oneshot::channel();
+        self.durably(Write::Put(Box::new(record), Some(tx)), rx).await
+    }
+
+    /// Stores `record` with the next commit, without waiting for it (for intermediate
+    /// states whose loss a crash turns into "failed: node restarted" anyway). A full queue
+    /// makes the caller wait for room: the writer thread drains it whatever the runtime
+    /// does, so the wait is short and cannot deadlock, and nothing is dropped.
     pub fn put_eventually(&self, record: TaskRecord) {
-        let _ = self.writes.try_send(Write::Put(Box::new(record), None));
+        let write = Write::Put(Box::new(record), None);
+        match self.writes.try_send(write) {
+            Ok(()) => {}
+            Err(std_mpsc::TrySendError::Full(write)) => {
+                self.waited.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if self.writes.send(write).is_err() {
+                    tracing::error!("the task database writer stopped: a task state was not stored");
+                }
+            }
+            Err(std_mpsc::TrySendError::Disconnected(_)) => {
+                tracing::error!("the task database writer stopped: a task state was not stored");
+            }
+        }
     }
 
     /// Makes every write so far durable (the node calls this when it stops: a reference
@@ -117,9 +150,11 @@ impl TaskDb {
         rx.await.map_err(|_| anyhow::anyhow!("the task database writer stopped"))?.map_err(anyhow::Error::msg)
     }
 
-    /// Stores where a task sent from here went, with the next commit.
-    pub fn put_route(&self, route: RouteRecord) {
-        let _ = self.writes.try_send(Write::Route(route));
+    /// Stores where a task sent from here went; returns once it is on disk (a client told
+    /// where its task is finds it after a crash of this node too).
+    pub async fn put_route(&self, route: RouteRecord) -> anyhow::Result<()> {
+        let (tx, rx) = oneshot::channel();
+        self.durably(Write::Route(route, tx), rx).await
     }
 
     /// Where a task sent from here went.
@@ -196,7 +231,8 @@ fn writer(db: &Database, queue: &std_mpsc::Receiver<Write>) {
                 Err(_) => break,
             }
         }
-        let waited_for = batch.iter().any(|w| matches!(w, Write::Put(_, Some(_)) | Write::Flush(_)));
+        let waited_for =
+            batch.iter().any(|w| matches!(w, Write::Put(_, Some(_)) | Write::Route(..) | Write::Flush(_)));
         let overdue = undurable_since.is_some_and(|since| since.elapsed() >= TASK_DB_FLUSH_AFTER);
         let durable = waited_for || overdue;
         let result = commit(db, &batch, durable).map_err(|e| format!("{e:#}"));
@@ -208,7 +244,7 @@ fn writer(db: &Database, queue: &std_mpsc::Receiver<Write>) {
             }
         }
         for write in batch {
-            if let Write::Put(_, Some(reply)) | Write::Flush(reply) = write {
+            if let Write::Put(_, Some(reply)) | Write::Route(_, reply) | Write::Flush(reply) = write {
                 let _ = reply.send(result.clone());
             }
         }
@@ -239,7 +275,7 @@ fn commit(db: &Database, batch: &[Write], durable: bool) -> anyhow::Result<()> {
                     tasks
                         .insert(&record.task.0, murmur_protocol::codec::encode(record.as_ref()).as_slice())?;
                 }
-                Write::Route(route) => {
+                Write::Route(route, _) => {
                     routes.insert(&route.task.0, murmur_protocol::codec::encode(route).as_slice())?;
                 }
                 Write::Flush(_) => {}
@@ -269,8 +305,9 @@ mod tests {
                 capsule: "echo".into(),
                 created_ms: 5,
                 client: None,
-            });
-            // A durable put after the route commits it too (same writer, in order).
+            })
+            .await
+            .unwrap();
             db.put(TaskRecord::new(
                 TaskId::derive("client@x", "m2"),
                 "echo",
@@ -319,17 +356,35 @@ mod tests {
         {
             let db = TaskDb::open(&path).unwrap();
             db.put_eventually(TaskRecord::new(task, "echo", "m1", None, "hi".into(), Origin::Client, 5));
-            db.put_route(route("r1"));
+            db.put_route(route("r1")).await.unwrap();
             // Readable at once (committed in memory), on disk after TASK_DB_FLUSH_AFTER.
             tokio::time::sleep(TASK_DB_FLUSH_AFTER + std::time::Duration::from_millis(300)).await;
             assert_eq!(db.routes().unwrap().len(), 1);
-            db.put_route(route("r2"));
+            db.put_route(route("r2")).await.unwrap();
             db.flush().await.unwrap();
-            db.put_route(route("r3"));
+            db.put_route(route("r3")).await.unwrap();
             // Closing carries the last one to disk.
         }
         let db = TaskDb::open(&path).unwrap();
         assert_eq!(db.get(&task).unwrap().unwrap().input, "hi");
         assert_eq!(db.routes().unwrap().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_makes_writers_wait_and_drops_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tasks.redb");
+        let n = 3000;
+        {
+            // A queue of 4: thousands of writes in a burst must find it full.
+            let db = TaskDb::open_with_queue(&path, 4).unwrap();
+            for i in 0..n {
+                let task = TaskId::derive("client@x", &format!("m{i}"));
+                db.put_eventually(TaskRecord::new(task, "echo", "m", None, "x".into(), Origin::Client, 5));
+            }
+            assert!(db.waited.load(std::sync::atomic::Ordering::Relaxed) > 0, "the queue never filled");
+        }
+        let db = TaskDb::open(&path).unwrap();
+        assert_eq!(db.all().unwrap().len(), n, "a write queued while the queue was full was lost");
     }
 }

@@ -449,14 +449,20 @@ impl TaskManager {
     }
 
     /// Remembers that `task`, sent from here, is owned by `owner` (so `get`, `cancel` and
-    /// streams reach it after a restart too).
-    pub fn remember_route(&self, route: RouteRecord) {
+    /// streams reach it after a restart too); returns once that is on disk.
+    pub async fn remember_route(&self, route: RouteRecord) -> anyhow::Result<()> {
         {
             let mut recent = lock(&self.inner.recent_routes);
             recent.push_front(route.clone());
             recent.truncate(RECENT_ROUTES_MAX);
         }
-        self.inner.db.put_route(route);
+        self.inner.db.put_route(route).await
+    }
+
+    /// Task writes that found the database's queue full and waited for room.
+    #[must_use]
+    pub fn writes_waited(&self) -> u64 {
+        self.inner.db.waited.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Where a task sent from here went.
