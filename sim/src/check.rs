@@ -240,3 +240,69 @@ impl Oracle {
         self.order.len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use murmur_protocol::{Advert, SecretKey, Signed};
+
+    use super::*;
+
+    const TTL_MS: u64 = 90_000;
+    const SKEW_MS: u64 = 30_000;
+
+    /// Node 3's advert `seq`, issued at `issued_at`.
+    fn advert(seq: u64, issued_at: Millis) -> Envelope {
+        let key = SecretKey::from_seed([3; 32]);
+        Signed::sign(Advert::new(seq, issued_at, TTL_MS), &key).unwrap().into_envelope()
+    }
+
+    /// An oracle that saw node 3 publish seqs 1 and 2 at time 1000 (ms on its clock).
+    fn oracle() -> Oracle {
+        let mut oracle = Oracle::new(TTL_MS, SKEW_MS);
+        for seq in [1, 2] {
+            oracle.published(3, seq, advert(seq, Millis(1000)), Millis(1000), TTL_MS, 0);
+        }
+        oracle
+    }
+
+    /// The first instant node 3's adverts are no longer valid to an observer.
+    const EXPIRED: Millis = Millis(1000 + TTL_MS + SKEW_MS);
+
+    #[test]
+    fn an_acceptance_after_the_ttl_and_the_skew_allowance_is_expired() {
+        let mut oracle = oracle();
+        let just_before = Millis(EXPIRED.0 - 1);
+        assert_eq!(oracle.accepted(0, (3, 1), &advert(1, Millis(1000)), just_before, 0, 20), Ok(()));
+        let late = oracle.accepted(1, (3, 1), &advert(1, Millis(1000)), EXPIRED, 0, 20).unwrap_err();
+        assert!(late.contains("after it expired"), "{late}");
+    }
+
+    #[test]
+    fn accepting_an_advert_again_or_an_older_one_is_a_replay() {
+        let mut oracle = oracle();
+        let now = Millis(2000);
+        assert_eq!(oracle.accepted(0, (3, 2), &advert(2, Millis(1000)), now, 0, 20), Ok(()));
+        for seq in [2, 1] {
+            let replay = oracle.accepted(0, (3, seq), &advert(seq, Millis(1000)), now, 0, 20).unwrap_err();
+            assert!(replay.contains("(replay)"), "seq {seq}: {replay}");
+        }
+        // Another observer, and the same one after losing its directory, may accept it.
+        assert_eq!(oracle.accepted(1, (3, 1), &advert(1, Millis(1000)), now, 0, 20), Ok(()));
+        oracle.forget_observer(0);
+        assert_eq!(oracle.accepted(0, (3, 1), &advert(1, Millis(1000)), now, 0, 20), Ok(()));
+    }
+
+    #[test]
+    fn a_provider_named_from_a_forged_or_expired_advert_is_refused() {
+        let oracle = oracle();
+        let now = Millis(2000);
+        assert_eq!(oracle.check_provider(0, (3, 2), &advert(2, Millis(1000)), now), Ok(()));
+        let unpublished = oracle.check_provider(0, (3, 9), &advert(9, Millis(1000)), now).unwrap_err();
+        assert!(unpublished.contains("never published"), "{unpublished}");
+        // Bytes node 3 never signed under a seq it did publish.
+        let other_bytes = oracle.check_provider(0, (3, 2), &advert(2, Millis(1500)), now).unwrap_err();
+        assert!(other_bytes.contains("never published"), "{other_bytes}");
+        let expired = oracle.check_provider(0, (3, 2), &advert(2, Millis(1000)), EXPIRED).unwrap_err();
+        assert!(expired.contains("expired at"), "{expired}");
+    }
+}

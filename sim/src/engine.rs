@@ -29,8 +29,16 @@ impl<E> EventQueue<E> {
 
     /// The earliest event, first queued first.
     pub fn pop(&mut self) -> Option<(u64, E)> {
+        self.pop_until(u64::MAX)
+    }
+
+    /// The earliest event if it is due by `end`; later events stay queued.
+    pub fn pop_until(&mut self, end: u64) -> Option<(u64, E)> {
         let mut entry = self.buckets.first_entry()?;
         let at = *entry.key();
+        if at > end {
+            return None;
+        }
         let event = entry.get_mut().pop_front();
         if entry.get().is_empty() {
             entry.remove();
@@ -67,5 +75,16 @@ mod tests {
         let order: Vec<_> = std::iter::from_fn(|| queue.pop()).collect();
         assert_eq!(order, [(3, "a"), (3, "a2"), (5, "b"), (5, "c"), (9, "d")]);
         assert!(queue.is_empty());
+    }
+
+    #[test]
+    fn pop_until_leaves_later_events_queued() {
+        let mut queue = EventQueue::default();
+        queue.push(3, "a");
+        queue.push(7, "b");
+        assert_eq!(queue.pop_until(5), Some((3, "a")));
+        assert_eq!(queue.pop_until(5), None);
+        assert_eq!(queue.len(), 1);
+        assert_eq!(queue.pop(), Some((7, "b")));
     }
 }

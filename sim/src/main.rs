@@ -100,7 +100,8 @@ struct Common {
     /// refuse-when-full (liveness), ignore-revocations (revocation checker), or the model
     /// routing bugs (they need a [models] section) route-ignores-directory (routed
     /// checker), no-failover (served checker), no-spread (spread checker) and
-    /// retry-after-accept (attempts checker).
+    /// retry-after-accept (attempts checker); or panic, a mesh machine that panics (the
+    /// crash verdict, exit 3).
     #[arg(long, value_parser = parse_plant)]
     plant: Option<Plant>,
     /// Print JSON lines instead of text.

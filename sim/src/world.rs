@@ -566,11 +566,13 @@ impl Sim {
     }
 
     fn step_to_end(&mut self) {
-        let end = self.scenario.duration_s * 1000;
-        while let Some((at, event)) = self.queue.pop() {
-            if at > end {
-                break;
-            }
+        self.step_until(self.scenario.duration_s * 1000);
+    }
+
+    /// Dispatches every event due by `end` (ms), leaving later ones queued, unless the
+    /// queue outgrows its bound or ten violations are found first.
+    fn step_until(&mut self, end: u64) {
+        while let Some((at, event)) = self.queue.pop_until(end) {
             self.now = at;
             let (tag, a, b) = event.trace();
             self.trace.record(tag, self.now, a, b);
@@ -727,3 +729,6 @@ fn prepare_open_admission(scenario: &mut Scenario) {
     let until_s = scenario.faults_end_s().max(10);
     scenario.ensure_byzantine(ByzantineRole::Uncertified, (1, until_s), 1000);
 }
+
+#[cfg(test)]
+mod tests;

@@ -30,6 +30,22 @@ fn the_canary_exits_with_the_safety_code_and_a_repro_line() {
 }
 
 #[test]
+fn a_panic_in_a_run_exits_with_the_crash_code_and_a_repro_line() {
+    let out = sim(&["run", "steady", "--nodes", "20", "--seed", "5", "--plant", "panic"]);
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Crash") && text.contains("panic: planted panic"), "{text}");
+    assert!(text.contains("--seed 5") && text.contains("--plant panic"), "{text}");
+    let out = sim(&["run", "steady", "--nodes", "20", "--plant", "panic", "--json"]);
+    assert_eq!(out.status.code(), Some(3));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((json["verdict"].as_str(), json["exit_code"].as_u64()), (Some("crash"), Some(3)));
+    // In a sweep the crash outranks every other verdict.
+    let out = sim(&["sweep", "steady", "--nodes", "20", "--seeds", "1..=2", "--plant", "panic"]);
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
 fn help_shows_each_example_on_its_own_line() {
     let out = sim(&["--help"]);
     assert_eq!(out.status.code(), Some(0));

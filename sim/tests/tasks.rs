@@ -101,6 +101,7 @@ fn an_owner_skipping_its_grant_check_is_caught_by_the_grant_checker() {
 fn failing_over_after_an_unknown_outcome_is_caught_as_a_task_executed_twice() {
     let outcome = run(&scenario("task-storm"), 2, Some(Plant::RetryLost));
     assert_eq!(outcome.verdict, Verdict::Safety);
+    assert_eq!(outcome.exit_code, exit::SAFETY);
     assert!(outcome.findings[0].contains("executed twice"), "{:?}", outcome.findings);
 }
 
@@ -108,6 +109,7 @@ fn failing_over_after_an_unknown_outcome_is_caught_as_a_task_executed_twice() {
 fn acceptances_kept_only_in_memory_are_caught_as_lost_tasks() {
     let outcome = run(&scenario("task-storm"), 3, Some(Plant::VolatileAccept));
     assert_eq!(outcome.verdict, Verdict::Safety);
+    assert_eq!(outcome.exit_code, exit::SAFETY);
     assert!(outcome.findings[0].contains("an accepted task was lost"), "{:?}", outcome.findings);
 }
 

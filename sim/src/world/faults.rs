@@ -184,31 +184,36 @@ impl Sim {
             let node = live[self.workload_rng.below(live.len() as u64) as usize];
             let name =
                 self.capsule_names[self.workload_rng.below(self.capsule_names.len() as u64) as usize].clone();
-            let now = self.clock(node);
-            let answers: Vec<(murmur_protocol::NodeId, murmur_protocol::Envelope, u64)> = self.nodes
-                [node as usize]
-                .mesh
-                .as_ref()
-                .map(|m| {
-                    m.directory()
-                        .hosts(now, &name)
-                        .map(|(r, _)| (r.node(), r.envelope().clone(), r.advert().seq))
-                        .collect()
-                })
-                .unwrap_or_default();
-            self.metrics.queries += 1;
-            for (provider, envelope, seq) in answers {
-                let Some(&p) = self.index.get(&provider) else {
-                    self.violation(format!("node {node} names a provider of {name} that does not exist"));
-                    continue;
-                };
-                if let Err(what) = self.oracle.check_provider(node, (p, seq), &envelope, now) {
-                    self.violation(what);
-                }
-            }
+            self.check_query(node, &name);
         }
         let interval = self.scenario.workload.query_interval_ms;
         self.schedule(self.now + interval, Event::WorkloadQuery);
+    }
+
+    /// The query checker: every node `node`'s directory names as hosting `name` must be
+    /// named from a genuine advert of that node, unexpired by `node`'s clock.
+    pub(super) fn check_query(&mut self, node: Ix, name: &str) {
+        let now = self.clock(node);
+        let answers: Vec<(NodeId, murmur_protocol::Envelope, u64)> = self.nodes[node as usize]
+            .mesh
+            .as_ref()
+            .map(|m| {
+                m.directory()
+                    .hosts(now, name)
+                    .map(|(r, _)| (r.node(), r.envelope().clone(), r.advert().seq))
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.metrics.queries += 1;
+        for (provider, envelope, seq) in answers {
+            let Some(&p) = self.index.get(&provider) else {
+                self.violation(format!("node {node} names a provider of {name} that does not exist"));
+                continue;
+            };
+            if let Err(what) = self.oracle.check_provider(node, (p, seq), &envelope, now) {
+                self.violation(what);
+            }
+        }
     }
 
     /// After faults end: does every live node hold every live node's latest advert, and

@@ -36,7 +36,8 @@ impl Options {
                 | Plant::RouteIgnoresDirectory
                 | Plant::NoFailover
                 | Plant::NoSpread
-                | Plant::RetryAfterAccept,
+                | Plant::RetryAfterAccept
+                | Plant::Panic,
             )
             | None => Plants::NONE,
         }
@@ -50,7 +51,8 @@ impl Options {
 /// `trust-any-offer` and `open-admission` are configurations a node could be given; the
 /// model bugs are planted in the simulator's model of `murnode`'s model router
 /// (`node/src/models.rs`, which calls the protocol's `model::candidates`), and need a
-/// scenario with a `[models]` section.
+/// scenario with a `[models]` section. `panic` stands in for any protocol code that
+/// panics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Plant {
     /// The task exchange accepts peers' tasks without the receiving node's grant check
@@ -99,11 +101,15 @@ pub enum Plant {
     /// A model session whose serving node crashed after accepting is sent to the next
     /// candidate. Caught by the attempts checker: a request tried again after acceptance.
     RetryAfterAccept,
+    /// The first input to a mesh machine panics, as protocol code with a bug that panics
+    /// would. Caught as the crash verdict (exit 3): `murmur-sim` turns a panic in a run
+    /// into a verdict with the seed and the reproduction line.
+    Panic,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::SkipIncomingCheck,
         Self::RetryLost,
         Self::VolatileAccept,
@@ -116,6 +122,7 @@ impl Plant {
         Self::NoFailover,
         Self::NoSpread,
         Self::RetryAfterAccept,
+        Self::Panic,
     ];
 
     /// The name on the command line (`--plant NAME`).
@@ -134,6 +141,7 @@ impl Plant {
             Self::NoFailover => "no-failover",
             Self::NoSpread => "no-spread",
             Self::RetryAfterAccept => "retry-after-accept",
+            Self::Panic => "panic",
         }
     }
 
