@@ -67,6 +67,24 @@ pub struct RawConfig {
     pub agents: Vec<RawAgent>,
     /// `[[mcp]]`: MCP servers this node runs (stdio) or reaches (HTTP) for its agents.
     pub mcp: Vec<RawMcpServer>,
+    /// `[tasks]`: how long finished tasks and routes stay on disk.
+    pub tasks: RawTasks,
+}
+
+/// `[tasks]` as written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTasks {
+    /// Finished tasks (and routes to other nodes' tasks) are kept this many days...
+    pub keep_days: u64,
+    /// ...and at most this many of each; the oldest go first.
+    pub keep_max: usize,
+}
+
+impl Default for RawTasks {
+    fn default() -> Self {
+        Self { keep_days: 7, keep_max: 1_000_000 }
+    }
 }
 
 /// One `[[mcp]]` entry as written: a program the node starts and speaks MCP with over its
@@ -567,6 +585,9 @@ pub struct Config {
     pub agents: Vec<AgentEntry>,
     /// `[[mcp]]`, in file order.
     pub mcp: Vec<McpEntry>,
+    /// `[tasks]`: finished tasks and routes kept this long and at most this many.
+    pub tasks_keep: Duration,
+    pub tasks_keep_max: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1037,6 +1058,12 @@ impl Config {
             });
         }
 
+        if !(1..=3650).contains(&raw.tasks.keep_days) {
+            err("tasks.keep_days", format!("is {} but must be 1..=3650", raw.tasks.keep_days));
+        }
+        if !(1_000..=100_000_000).contains(&raw.tasks.keep_max) {
+            err("tasks.keep_max", format!("is {} but must be 1000..=100000000", raw.tasks.keep_max));
+        }
         if raw.mcp.len() > limits::MCP_SERVERS_MAX {
             err("mcp", format!("lists {} servers, more than {}", raw.mcp.len(), limits::MCP_SERVERS_MAX));
         }
@@ -1146,6 +1173,8 @@ impl Config {
             credentials,
             agents,
             mcp,
+            tasks_keep: Duration::from_secs(raw.tasks.keep_days * 86_400),
+            tasks_keep_max: raw.tasks.keep_max,
         })
     }
 }

@@ -112,6 +112,11 @@ pub async fn run(options: RunOptions) -> CliResult {
     let advertiser = Advertiser::new(net.clone(), store.clone());
     let puller = Puller::new(net.clone(), store.clone(), config.trust.publishers.clone(), advertiser.clone());
     let manager = TaskManager::open(&options.data_dir.join(TASKS_DB)).await.map_err(CliError::failed)?;
+    let retention = crate::tasks::Retention {
+        keep_ms: u64::try_from(config.tasks_keep.as_millis()).unwrap_or(u64::MAX),
+        keep_max: config.tasks_keep_max,
+    };
+    tokio::spawn(manager.clone().keep_pruning(retention, murmur_config::limits::TASK_PRUNE_EVERY));
     let tasks = TaskService::new(manager.clone(), net.clone());
     let messages = NodeMessages::new(config.trust.authorities.clone(), tasks.clone(), net.clone())
         .map_err(CliError::failed)?;

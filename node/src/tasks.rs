@@ -21,7 +21,8 @@ use murmur_protocol::task::{
     Sender, Submit, TaskEvent, TaskId, TaskRequest, TaskResponse, TaskSnapshot, TaskState,
 };
 
-pub use self::manager::{LIVE_MAX, QUEUE_MAX, TaskError, TaskManager};
+pub use self::db::TaskDb;
+pub use self::manager::{LIVE_MAX, Pruned, QUEUE_MAX, Retention, TaskError, TaskManager};
 pub use self::messages::NodeMessages;
 pub use self::owner::OwnerPort;
 pub use self::record::{Origin, RouteRecord, TaskRecord, artifact_seq};

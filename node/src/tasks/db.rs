@@ -17,7 +17,7 @@ use std::sync::mpsc as std_mpsc;
 
 use anyhow::Context;
 use murmur_protocol::task::TaskId;
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 use tokio::sync::oneshot;
 
 use super::record::{RouteRecord, TaskRecord};
@@ -34,6 +34,54 @@ fn decode<T: serde::de::DeserializeOwned + serde::Serialize>(bytes: &[u8]) -> Op
 }
 
 const ROUTES: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("routes");
+/// Tasks not yet finished: what a start-up recovers, without reading the finished ones.
+const OPEN: TableDefinition<&[u8; 16], ()> = TableDefinition::new("open");
+/// Finished tasks by when they finished (ms, big-endian, then the id): retention prunes
+/// from the oldest; a start-up loads the newest.
+const FINISHED: TableDefinition<&[u8; 24], ()> = TableDefinition::new("finished");
+/// Routes by when they were made, the same way.
+const ROUTE_TIMES: TableDefinition<&[u8; 24], ()> = TableDefinition::new("route_times");
+/// `indexed` = 1 once `OPEN`, `FINISHED` and `ROUTE_TIMES` cover every record (a
+/// database written before them is indexed once, at its first open).
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// A time-ordered index key: `ms` big-endian, then the task id.
+fn timed(ms: u64, task: &TaskId) -> [u8; 24] {
+    let mut key = [0u8; 24];
+    key[..8].copy_from_slice(&ms.to_be_bytes());
+    key[8..].copy_from_slice(&task.0);
+    key
+}
+
+fn task_of(key: &[u8; 24]) -> [u8; 16] {
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&key[8..]);
+    id
+}
+
+fn ms_of(key: &[u8; 24]) -> u64 {
+    let mut ms = [0u8; 8];
+    ms.copy_from_slice(&key[..8]);
+    u64::from_be_bytes(ms)
+}
+
+/// What one pruning pass removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pruned {
+    pub tasks: usize,
+    pub routes: usize,
+}
+
+/// How long, and how many, finished tasks and routes are kept on disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    pub keep_ms: u64,
+    pub keep_max: usize,
+}
+
+/// Index entries removed per transaction while pruning: a large backlog is pruned in
+/// bounded steps, between which other writes go on.
+const PRUNE_BATCH: usize = 10_000;
 
 enum Write {
     Put(Box<TaskRecord>, Option<oneshot::Sender<Result<(), String>>>),
@@ -82,6 +130,13 @@ impl TaskDb {
             let txn = db.begin_write()?;
             txn.open_table(TASKS)?;
             txn.open_table(ROUTES)?;
+            txn.open_table(OPEN)?;
+            txn.open_table(FINISHED)?;
+            txn.open_table(ROUTE_TIMES)?;
+            let indexed = txn.open_table(META)?.get("indexed")?.is_some_and(|v| v.value() == 1);
+            if !indexed {
+                index_everything(&txn)?;
+            }
             txn.commit()?;
         }
         let (writes, queue) = std_mpsc::sync_channel(queue_max);
@@ -178,6 +233,84 @@ impl TaskDb {
         Ok(routes)
     }
 
+    /// The newest `max` stored routes, newest first.
+    pub fn newest_routes(&self, max: usize) -> anyhow::Result<Vec<RouteRecord>> {
+        let txn = self.db.begin_read()?;
+        let (times, routes) = (txn.open_table(ROUTE_TIMES)?, txn.open_table(ROUTES)?);
+        let mut newest = Vec::new();
+        for entry in times.iter()?.rev() {
+            if newest.len() >= max {
+                break;
+            }
+            let (key, _) = entry?;
+            if let Some(route) = routes.get(&task_of(key.value()))?.and_then(|v| decode(v.value())) {
+                newest.push(route);
+            }
+        }
+        Ok(newest)
+    }
+
+    /// What a start-up loads: every task not yet finished, and the newest `finished_max`
+    /// finished ones (the rest stay on disk for `get`); and whether some stayed there.
+    pub fn startup_records(&self, finished_max: usize) -> anyhow::Result<(Vec<TaskRecord>, bool)> {
+        let txn = self.db.begin_read()?;
+        let (tasks, open, finished) =
+            (txn.open_table(TASKS)?, txn.open_table(OPEN)?, txn.open_table(FINISHED)?);
+        let mut records = Vec::new();
+        for entry in open.iter()? {
+            let (key, _) = entry?;
+            if let Some(record) = tasks.get(key.value())?.and_then(|v| decode(v.value())) {
+                records.push(record);
+            }
+        }
+        let mut loaded = 0;
+        for entry in finished.iter()?.rev().take(finished_max) {
+            let (key, _) = entry?;
+            if let Some(record) = tasks.get(&task_of(key.value()))?.and_then(|v| decode(v.value())) {
+                records.push(record);
+                loaded += 1;
+            }
+        }
+        let left = finished.len()? > loaded as u64;
+        Ok((records, left))
+    }
+
+    /// Finished tasks and routes on disk now.
+    pub fn finished_and_routes(&self) -> anyhow::Result<(u64, u64)> {
+        let txn = self.db.begin_read()?;
+        Ok((txn.open_table(FINISHED)?.len()?, txn.open_table(ROUTE_TIMES)?.len()?))
+    }
+
+    /// Removes finished tasks and routes older than `retention.keep_ms` before `now_ms`,
+    /// and the oldest beyond `retention.keep_max` of each, in bounded transactions.
+    /// Unfinished tasks are never pruned.
+    pub fn prune(&self, now_ms: u64, retention: Retention) -> anyhow::Result<Pruned> {
+        let cutoff = now_ms.saturating_sub(retention.keep_ms);
+        let mut pruned = Pruned::default();
+        loop {
+            let txn = self.db.begin_write()?;
+            let (tasks_done, routes_done);
+            {
+                let mut tasks = txn.open_table(TASKS)?;
+                let mut finished = txn.open_table(FINISHED)?;
+                let (n, more) =
+                    prune_index(&mut finished, cutoff, retention.keep_max, |id| tasks.remove(id).map(drop))?;
+                pruned.tasks += n;
+                tasks_done = !more;
+                let mut routes = txn.open_table(ROUTES)?;
+                let mut times = txn.open_table(ROUTE_TIMES)?;
+                let (n, more) =
+                    prune_index(&mut times, cutoff, retention.keep_max, |id| routes.remove(id).map(drop))?;
+                pruned.routes += n;
+                routes_done = !more;
+            }
+            txn.commit()?;
+            if tasks_done && routes_done {
+                return Ok(pruned);
+            }
+        }
+    }
+
     /// Every stored record.
     pub fn all(&self) -> anyhow::Result<Vec<TaskRecord>> {
         let txn = self.db.begin_read()?;
@@ -198,6 +331,60 @@ impl TaskDb {
         let table = txn.open_table(TASKS)?;
         Ok(table.get(&task.0)?.and_then(|v| decode(v.value())))
     }
+}
+
+/// Removes from `index` (and, through `remove`, the record each entry names) the entries
+/// older than `cutoff` and the oldest beyond `keep_max`, at most [`PRUNE_BATCH`]; how many,
+/// and whether more are due.
+fn prune_index(
+    index: &mut redb::Table<&[u8; 24], ()>,
+    cutoff: u64,
+    keep_max: usize,
+    mut remove: impl FnMut(&[u8; 16]) -> Result<(), redb::StorageError>,
+) -> anyhow::Result<(usize, bool)> {
+    let len = usize::try_from(index.len()?).unwrap_or(usize::MAX);
+    let mut doomed = Vec::new();
+    for entry in index.iter()? {
+        let (key, _) = entry?;
+        let key = *key.value();
+        let over = len - doomed.len() > keep_max;
+        if !(over || ms_of(&key) < cutoff) || doomed.len() >= PRUNE_BATCH {
+            break;
+        }
+        doomed.push(key);
+    }
+    for key in &doomed {
+        index.remove(key)?;
+        remove(&task_of(key))?;
+    }
+    Ok((doomed.len(), doomed.len() >= PRUNE_BATCH))
+}
+
+/// Builds the indexes of a database written before them: one full read, once.
+fn index_everything(txn: &redb::WriteTransaction) -> anyhow::Result<()> {
+    let tasks = txn.open_table(TASKS)?;
+    let mut open = txn.open_table(OPEN)?;
+    let mut finished = txn.open_table(FINISHED)?;
+    for entry in tasks.iter()? {
+        let (_, value) = entry?;
+        if let Some(record) = decode::<TaskRecord>(value.value()) {
+            if record.state.is_terminal() {
+                finished.insert(&timed(record.updated_ms, &record.task), ())?;
+            } else {
+                open.insert(&record.task.0, ())?;
+            }
+        }
+    }
+    let routes = txn.open_table(ROUTES)?;
+    let mut times = txn.open_table(ROUTE_TIMES)?;
+    for entry in routes.iter()? {
+        let (_, value) = entry?;
+        if let Some(route) = decode::<RouteRecord>(value.value()) {
+            times.insert(&timed(route.created_ms, &route.task), ())?;
+        }
+    }
+    txn.open_table(META)?.insert("indexed", 1)?;
+    Ok(())
 }
 
 fn writer(db: &Database, queue: &std_mpsc::Receiver<Write>) {
@@ -259,24 +446,35 @@ fn commit(db: &Database, batch: &[Write], durable: bool) -> anyhow::Result<()> {
     {
         let mut tasks = txn.open_table(TASKS)?;
         let mut routes = txn.open_table(ROUTES)?;
+        let mut open = txn.open_table(OPEN)?;
+        let mut finished = txn.open_table(FINISHED)?;
+        let mut route_times = txn.open_table(ROUTE_TIMES)?;
         for write in batch {
             match write {
                 Write::Put(record, _) => {
                     // Writes of one task may reach the queue out of order (they are queued
                     // after the record's lock is released): never let an older state
                     // replace a newer one.
-                    let stored_seq = tasks
-                        .get(&record.task.0)?
-                        .and_then(|v| decode::<TaskRecord>(v.value()))
-                        .map(|r| r.seq);
+                    let stored = tasks.get(&record.task.0)?.and_then(|v| decode::<TaskRecord>(v.value()));
+                    let stored_seq = stored.as_ref().map(|r| r.seq);
                     if stored_seq.is_some_and(|seq| seq > record.seq) {
                         continue;
                     }
+                    let was_finished = stored.as_ref().is_some_and(|r| r.state.is_terminal());
                     tasks
                         .insert(&record.task.0, murmur_protocol::codec::encode(record.as_ref()).as_slice())?;
+                    if record.state.is_terminal() {
+                        open.remove(&record.task.0)?;
+                        if !was_finished {
+                            finished.insert(&timed(record.updated_ms, &record.task), ())?;
+                        }
+                    } else {
+                        open.insert(&record.task.0, ())?;
+                    }
                 }
                 Write::Route(route, _) => {
                     routes.insert(&route.task.0, murmur_protocol::codec::encode(route).as_slice())?;
+                    route_times.insert(&timed(route.created_ms, &route.task), ())?;
                 }
                 Write::Flush(_) => {}
             }
@@ -368,6 +566,108 @@ mod tests {
         let db = TaskDb::open(&path).unwrap();
         assert_eq!(db.get(&task).unwrap().unwrap().input, "hi");
         assert_eq!(db.routes().unwrap().len(), 3);
+    }
+
+    fn finished(n: u64, at_ms: u64) -> TaskRecord {
+        let task = TaskId::derive("client@x", &format!("f{n}"));
+        let mut record = TaskRecord::new(task, "echo", "m", None, "x".into(), Origin::Client, at_ms);
+        record.transition(murmur_protocol::task::TaskState::Completed, Some("done".into()), at_ms);
+        record
+    }
+
+    fn open_task(n: u64) -> TaskRecord {
+        TaskRecord::new(
+            TaskId::derive("client@x", &format!("o{n}")),
+            "echo",
+            "m",
+            None,
+            "x".into(),
+            Origin::Client,
+            1,
+        )
+    }
+
+    fn route_at(n: u64, at_ms: u64) -> RouteRecord {
+        RouteRecord {
+            task: TaskId::derive("client@x", &format!("r{n}")),
+            owner: "peer".into(),
+            capsule: "echo".into(),
+            created_ms: at_ms,
+            client: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn retention_prunes_by_age_then_by_count_and_never_an_unfinished_task() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = TaskDb::open(&dir.path().join("tasks.redb")).unwrap();
+        for n in 1..=10 {
+            db.put(finished(n, n * 1000)).await.unwrap();
+            db.put_route(route_at(n, n * 1000)).await.unwrap();
+        }
+        for n in 1..=3 {
+            db.put(open_task(n)).await.unwrap();
+        }
+        // Older than 5 s at 10 s: the first four of each go.
+        let pruned = db.prune(10_000, Retention { keep_ms: 5_500, keep_max: 1000 }).unwrap();
+        assert_eq!(pruned, Pruned { tasks: 4, routes: 4 });
+        assert!(db.get(&finished(4, 0).task).unwrap().is_none());
+        assert!(db.get(&finished(5, 0).task).unwrap().is_some());
+        // Then at most three of each: the oldest go first.
+        let pruned = db.prune(10_000, Retention { keep_ms: 60_000, keep_max: 3 }).unwrap();
+        assert_eq!(pruned, Pruned { tasks: 3, routes: 3 });
+        assert_eq!(db.finished_and_routes().unwrap(), (3, 3));
+        assert!(db.get(&finished(8, 0).task).unwrap().is_some());
+        assert!(db.route(&route_at(7, 0).task).unwrap().is_none());
+        // Unfinished tasks stay, however old.
+        let pruned = db.prune(u64::MAX, Retention { keep_ms: 0, keep_max: 1000 }).unwrap();
+        assert_eq!(pruned, Pruned { tasks: 3, routes: 3 });
+        let (records, left) = db.startup_records(100).unwrap();
+        assert_eq!((records.len(), left), (3, false));
+        assert!(records.iter().all(|r| !r.state.is_terminal()));
+    }
+
+    #[tokio::test]
+    async fn a_start_up_reads_the_unfinished_tasks_and_only_the_newest_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = TaskDb::open(&dir.path().join("tasks.redb")).unwrap();
+        for n in 1..=20 {
+            db.put(finished(n, n)).await.unwrap();
+        }
+        for n in 1..=5 {
+            db.put(open_task(n)).await.unwrap();
+        }
+        let (records, left) = db.startup_records(4).unwrap();
+        assert!(left, "sixteen finished tasks stayed on disk");
+        assert_eq!(records.iter().filter(|r| !r.state.is_terminal()).count(), 5);
+        let mut newest: Vec<u64> =
+            records.iter().filter(|r| r.state.is_terminal()).map(|r| r.updated_ms).collect();
+        newest.sort_unstable();
+        assert_eq!(newest, [17, 18, 19, 20]);
+    }
+
+    #[tokio::test]
+    async fn a_database_written_before_the_indexes_is_indexed_at_its_first_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tasks.redb");
+        {
+            let db = TaskDb::open(&path).unwrap();
+            db.put(finished(1, 5)).await.unwrap();
+            db.put(open_task(1)).await.unwrap();
+            db.put_route(route_at(1, 5)).await.unwrap();
+            // What an older murnode left: the records, no indexes.
+            let txn = db.db.begin_write().unwrap();
+            assert!(txn.delete_table(OPEN).unwrap());
+            assert!(txn.delete_table(FINISHED).unwrap());
+            assert!(txn.delete_table(ROUTE_TIMES).unwrap());
+            assert!(txn.delete_table(META).unwrap());
+            txn.commit().unwrap();
+        }
+        let db = TaskDb::open(&path).unwrap();
+        let (records, left) = db.startup_records(10).unwrap();
+        assert_eq!((records.len(), left), (2, false));
+        assert_eq!(db.newest_routes(10).unwrap().len(), 1);
+        assert_eq!(db.finished_and_routes().unwrap(), (1, 1));
     }
 
     #[tokio::test]

@@ -21,8 +21,9 @@ use tokio::sync::{oneshot, watch};
 use super::db::TaskDb;
 use super::record::{Origin, RouteRecord, TaskRecord};
 
+pub use super::db::{Pruned, Retention};
 /// Routes (tasks placed on other nodes) kept in memory for listing, newest first.
-pub use murmur_config::limits::RECENT_ROUTES_MAX;
+pub use murmur_config::limits::{RECENT_ROUTES_MAX, STARTUP_FINISHED_MAX};
 /// Tasks kept in memory (the database keeps all; older finished ones are dropped first).
 pub use murmur_protocol::limits::OWNER_LIVE_MAX as LIVE_MAX;
 /// Tasks waiting in one capsule's queue.
@@ -131,6 +132,8 @@ struct Inner {
     live: DashMap<TaskId, Arc<Live>>,
     /// The newest routes, newest first (for listing without reading every route).
     recent_routes: Mutex<std::collections::VecDeque<RouteRecord>>,
+    /// The start-up left finished tasks on disk only: `holds` must look there.
+    left_on_disk: std::sync::atomic::AtomicBool,
 }
 
 impl TaskManager {
@@ -151,13 +154,15 @@ impl TaskManager {
                 owner: Mutex::new(Owner::new(config)),
                 live: DashMap::new(),
                 recent_routes: Mutex::new(std::collections::VecDeque::new()),
+                left_on_disk: std::sync::atomic::AtomicBool::new(false),
             }),
         };
-        let mut routes = manager.inner.db.routes()?;
-        routes.sort_by_key(|r| std::cmp::Reverse(r.created_ms));
-        routes.truncate(RECENT_ROUTES_MAX);
+        // Bounded whatever the file holds: the newest routes, the tasks not finished and
+        // the newest finished ones; the rest stay on disk for `get`.
+        let routes = manager.inner.db.newest_routes(RECENT_ROUTES_MAX)?;
         *lock(&manager.inner.recent_routes) = routes.into();
-        let records = manager.inner.db.all()?;
+        let (records, left) = manager.inner.db.startup_records(STARTUP_FINISHED_MAX.min(live_max / 2))?;
+        manager.inner.left_on_disk.store(left, std::sync::atomic::Ordering::Relaxed);
         let recovered: Vec<(TaskId, String, TaskState, u64)> =
             records.iter().map(|r| (r.task, r.capsule.clone(), r.state, r.ticket)).collect();
         {
@@ -306,7 +311,9 @@ impl TaskManager {
     /// memory) in its database. A disk read only after an eviction.
     #[must_use]
     pub fn holds(&self, task: &TaskId) -> bool {
-        self.owns(task) || (self.forgot_any() && matches!(self.inner.db.get(task), Ok(Some(_))))
+        let on_disk_only =
+            self.forgot_any() || self.inner.left_on_disk.load(std::sync::atomic::Ordering::Relaxed);
+        self.owns(task) || (on_disk_only && matches!(self.inner.db.get(task), Ok(Some(_))))
     }
 
     /// Who sent `task` (no copy of its text or events while it is in memory).
@@ -457,6 +464,32 @@ impl TaskManager {
             recent.truncate(RECENT_ROUTES_MAX);
         }
         self.inner.db.put_route(route).await
+    }
+
+    /// Prunes finished tasks and routes past `retention` now (on a blocking thread); what
+    /// went. Tasks still in memory stay there until the owner drops them.
+    pub async fn prune(&self, retention: Retention) -> anyhow::Result<Pruned> {
+        let manager = self.clone();
+        let now = murmur_config::clock::now().0;
+        tokio::task::spawn_blocking(move || manager.inner.db.prune(now, retention)).await?
+    }
+
+    /// Prunes every `every`, for as long as the node runs.
+    pub async fn keep_pruning(self, retention: Retention, every: std::time::Duration) {
+        loop {
+            match self.prune(retention).await {
+                Ok(pruned) if pruned != Pruned::default() => {
+                    tracing::info!(
+                        tasks = pruned.tasks,
+                        routes = pruned.routes,
+                        "pruned finished tasks and routes past their retention"
+                    );
+                }
+                Ok(_) => {}
+                Err(err) => tracing::error!(error = %format!("{err:#}"), "pruning the task database failed"),
+            }
+            tokio::time::sleep(every).await;
+        }
     }
 
     /// Task writes that found the database's queue full and waited for room.

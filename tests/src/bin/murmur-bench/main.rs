@@ -60,6 +60,7 @@ mod models;
 mod pipe;
 mod pull;
 mod runtime;
+mod taskdb;
 mod tasks;
 
 use std::path::PathBuf;
@@ -180,6 +181,22 @@ enum Bench {
         #[arg(long, default_value = "bench-models.json")]
         out: PathBuf,
     },
+    /// Task database: start-up time with many finished tasks on disk (the read as it was
+    /// beside `TaskManager::open` as it is), and one pruning pass.
+    Taskdb {
+        /// Finished tasks written first.
+        #[arg(long, default_value_t = 1_000_000)]
+        finished: usize,
+        /// Tasks the pruning pass keeps.
+        #[arg(long, default_value_t = 100_000)]
+        keep: usize,
+        /// Start-ups per figure (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Where to write the JSON results.
+        #[arg(long, default_value = "bench-taskdb.json")]
+        out: PathBuf,
+    },
     /// Advert convergence time and node memory.
     Mesh {
         /// Mesh sizes (local processes).
@@ -206,6 +223,7 @@ fn main() -> anyhow::Result<()> {
             pull::run(&sizes_mib, runs, &out, pin_cores, transport)?
         }
         Bench::Mesh { sizes, runs, out } => mesh::run(&sizes, runs, &out)?,
+        Bench::Taskdb { finished, keep, runs, out } => taskdb::run(finished, keep, runs, &out)?,
         Bench::Models { samples, chunks, streams, out } => models::run(samples, chunks, streams, &out)?,
     }
     Ok(())
