@@ -231,6 +231,9 @@ pub const TASK_RECORD_BYTES_MAX: usize = 4 * TASK_FRAME_BYTES_MAX;
 pub const STARTUP_FINISHED_MAX: usize = 10_000;
 /// How often finished tasks and routes past their retention are pruned.
 pub const TASK_PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+/// How often the data directory is swept of what dead processes left (temporary files),
+/// abandoned pulls and old shell logs (`node/src/housekeeping.rs`).
+pub const HOUSEKEEPING_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
 /// Task writes queued for the database's writer thread at most; callers wait when it is
 /// full.
 pub const TASK_DB_WRITE_QUEUE_MAX: usize = 8192;

@@ -117,6 +117,12 @@ pub async fn run(options: RunOptions) -> CliResult {
         keep_max: config.tasks_keep_max,
     };
     tokio::spawn(manager.clone().keep_pruning(retention, murmur_config::limits::TASK_PRUNE_EVERY));
+    // What dead processes left (temporary files), abandoned pulls and old shell logs.
+    tokio::spawn(crate::housekeeping::keep_clean(
+        options.data_dir.clone(),
+        config.tasks_keep,
+        murmur_config::limits::HOUSEKEEPING_EVERY,
+    ));
     let tasks = TaskService::new(manager.clone(), net.clone());
     let messages = NodeMessages::new(config.trust.authorities.clone(), tasks.clone(), net.clone())
         .map_err(CliError::failed)?;

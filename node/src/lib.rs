@@ -12,6 +12,7 @@ pub mod artifacts;
 pub mod brains;
 pub mod daemon;
 pub mod demo;
+pub mod housekeeping;
 pub mod models;
 pub mod notify;
 pub mod revocations;
