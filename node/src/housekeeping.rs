@@ -69,20 +69,20 @@ pub async fn keep_clean(data_dir: PathBuf, keep: Duration, every: Duration) {
 }
 
 fn files(dir: &Path) -> impl Iterator<Item = PathBuf> {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-        .map(|e| e.path())
+    entries(dir, false)
 }
 
 fn dirs(dir: &Path) -> impl Iterator<Item = PathBuf> {
+    entries(dir, true)
+}
+
+/// The files (or, `dirs`, the directories) right in `dir`; none when it cannot be read.
+fn entries(dir: &Path, dirs: bool) -> impl Iterator<Item = PathBuf> {
     std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter(move |e| e.file_type().is_ok_and(|t| if dirs { t.is_dir() } else { t.is_file() }))
         .map(|e| e.path())
 }
 
