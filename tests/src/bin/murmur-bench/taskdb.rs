@@ -14,6 +14,7 @@ use serde_json::json;
 pub fn run(finished: usize, keep: usize, runs: usize, out: &Path) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("tasks.redb");
+    let runtime = tokio::runtime::Runtime::new()?;
     let began = Instant::now();
     {
         let db = TaskDb::open(&path)?;
@@ -26,7 +27,7 @@ pub fn run(finished: usize, keep: usize, runs: usize, out: &Path) -> anyhow::Res
             record.transition(TaskState::Completed, Some("a few words of output".into()), at);
             db.put_eventually(record);
         }
-        futures::executor::block_on(db.flush())?;
+        runtime.block_on(db.flush())?;
     }
     let size = std::fs::metadata(&path)?.len();
     eprintln!(
@@ -35,7 +36,6 @@ pub fn run(finished: usize, keep: usize, runs: usize, out: &Path) -> anyhow::Res
         began.elapsed().as_secs_f64()
     );
 
-    let runtime = tokio::runtime::Runtime::new()?;
     let (mut scan, mut open) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         let started = Instant::now();
