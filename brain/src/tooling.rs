@@ -127,15 +127,13 @@ pub(crate) fn call_tool(
     if arguments.len() > MCP_ANSWER_BYTES_MAX {
         return Err(format!("arguments are at most {MCP_ANSWER_BYTES_MAX} bytes, these {}", arguments.len()));
     }
-    // An MCP tool takes a JSON object; a capsule takes its input's text as it is.
+    // An MCP tool takes a JSON object (none given: an empty one); a capsule takes its
+    // input's text as it is.
     let object = if server == CAPSULE_TOOLS {
         None
     } else {
-        match serde_json::from_str::<serde_json::Value>(if arguments.trim().is_empty() {
-            "{}"
-        } else {
-            &arguments
-        }) {
+        let text = if arguments.trim().is_empty() { "{}" } else { arguments.as_str() };
+        match serde_json::from_str::<serde_json::Value>(text) {
             Ok(serde_json::Value::Object(map)) => Some(map),
             Ok(_) => return Err("the arguments of an MCP tool are a JSON object".into()),
             Err(e) => return Err(format!("the arguments are not JSON: {e}")),
@@ -156,7 +154,7 @@ pub(crate) fn call_tool(
     })
 }
 
-/// A tool capsule of this node run for `agent`: its data when it passed, else why not.
+/// Tool capsule `name` of this node run on `arguments`: its data when it passed, else why not.
 async fn capsule_tool(node: &Inner, name: &str, arguments: &str) -> Result<String, String> {
     let input = murmur_runtime::ToolInput { data: Some(arguments.to_owned()), log_path: None };
     let run = node.runtime.run_tool(name, input).await.map_err(|e| format!("tool `{name}`: {e}"))?;
