@@ -290,16 +290,13 @@ async fn capsules(State(state): State<Arc<ApiState>>) -> Response {
 async fn prometheus(State(state): State<Arc<ApiState>>) -> Response {
     match state.net.metrics().await {
         Ok(m) => {
-            let mut text = metrics::render(
+            let text = metrics::render(
                 &m,
                 &state.brains.metrics(),
                 &metrics::ModelFigures::of(&state),
                 &state.mcp.status(),
+                state.tasks.manager().writes_waited(),
             );
-            let waited = state.tasks.manager().writes_waited();
-            text.push_str(&format!(
-                "# HELP murmur_task_db_write_waits_total Task writes that found the database's queue full and waited for room (none is dropped).\n# TYPE murmur_task_db_write_waits_total counter\nmurmur_task_db_write_waits_total {waited}\n"
-            ));
             ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
         }
         Err(err) => unavailable(&err),

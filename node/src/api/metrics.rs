@@ -55,6 +55,7 @@ pub fn render(
     brains: &BrainMetrics,
     models: &ModelFigures,
     mcp: &[murmur_mcp::ServerStatus],
+    task_db_waits: u64,
 ) -> String {
     let mut out = String::new();
     let mut metric = |name: &str, kind: &str, help: &str, series: &[(&str, u64)]| {
@@ -281,6 +282,12 @@ pub fn render(
     render_brains(&mut metric, brains);
     render_models(&mut metric, models);
     render_mcp(&mut metric, mcp);
+    metric(
+        "murmur_task_db_write_waits_total",
+        "counter",
+        "Task writes that found the database's queue full and waited for room (none is dropped).",
+        &[("", task_db_waits)],
+    );
     out
 }
 
