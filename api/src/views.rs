@@ -22,7 +22,7 @@ pub struct PeerView {
     pub admitted: bool,
     /// Remote addresses of open connections, else the addresses its advert lists.
     pub addrs: Vec<String>,
-    /// Last ping round-trip time.
+    /// Round-trip time: the least of the last four pings.
     pub rtt_ms: Option<f64>,
     /// Milliseconds since we last heard from the peer (a ping, a message, an advert).
     pub last_seen_ms: Option<u64>,

@@ -39,13 +39,41 @@ struct PeerInfo {
     /// The peer's node id, decoded once (decoding validates a curve point).
     node: Option<NodeId>,
     addrs: BTreeSet<Multiaddr>,
-    rtt: Option<Duration>,
+    rtt: RttWindow,
     last_seen: Instant,
     /// The wire version its identify announced (none yet: treated as the oldest minor).
     wire: Option<WireVersion>,
     /// A sync request went to it in the oldest minor's shape, before its identify arrived:
     /// if it reads more, exchange again once it says so.
     synced_blind: bool,
+}
+
+/// Samples of a peer's round trip kept for its estimate.
+const RTT_SAMPLES: usize = 4;
+
+/// A peer's round trip as routing sees it: the least of its last [`RTT_SAMPLES`] pings.
+/// One sample is noise — the first ping of a new connection, or one queued behind a
+/// burst of traffic or a busy scheduler, can take several times the path's delay — and
+/// routing on it sends every request of a quiet mesh to whichever peer was lucky in its
+/// last ping. The least recent sample is the path's delay without the queueing (the
+/// filter TCP-BBR keeps for `min_rtt`); a lasting rise shows once the window has turned
+/// over, one minute at the default 15 s ping interval.
+#[derive(Debug, Default)]
+struct RttWindow {
+    samples: [Option<Duration>; RTT_SAMPLES],
+    next: usize,
+}
+
+impl RttWindow {
+    fn record(&mut self, rtt: Duration) {
+        self.samples[self.next] = Some(rtt);
+        self.next = (self.next + 1) % RTT_SAMPLES;
+    }
+
+    /// The estimate, none before the first sample.
+    fn estimate(&self) -> Option<Duration> {
+        self.samples.iter().flatten().min().copied()
+    }
 }
 
 pub(super) struct Driver {
@@ -259,7 +287,7 @@ impl Driver {
                 let info = self.peers.entry(peer_id).or_insert_with(|| PeerInfo {
                     node: NodeId::from_peer_id(&peer_id).ok(),
                     addrs: BTreeSet::new(),
-                    rtt: None,
+                    rtt: RttWindow::default(),
                     last_seen: Instant::now(),
                     wire: None,
                     synced_blind: false,
@@ -397,7 +425,7 @@ impl Driver {
             BehaviourEvent::Ping(ping::Event { peer, connection, result }) => match result {
                 Ok(rtt) => {
                     if let Some(info) = self.peers.get_mut(&peer) {
-                        info.rtt = Some(rtt);
+                        info.rtt.record(rtt);
                         info.last_seen = Instant::now();
                     }
                 }
@@ -629,7 +657,7 @@ impl Driver {
                     connected: true,
                     admitted: node.and_then(|n| admitted.get(&n).copied()).unwrap_or(false),
                     addrs: info.addrs.iter().map(ToString::to_string).collect(),
-                    rtt_ms: info.rtt.map(|d| d.as_secs_f64() * 1000.0),
+                    rtt_ms: info.rtt.estimate().map(|d| d.as_secs_f64() * 1000.0),
                     last_seen_ms: Some(
                         u64::try_from(info.last_seen.elapsed().as_millis()).unwrap_or(u64::MAX),
                     ),
@@ -715,5 +743,28 @@ fn log_event(event: &Event) {
         Event::RevocationRefused { authority, from, reason } => {
             debug!(authority = %authority, from = ?from.map(|f| f.to_string()), reason = %reason, "revocation list refused");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A slow first ping does not make a peer look far away once a normal one follows,
+    /// and a lasting rise shows once the window has turned over.
+    #[test]
+    fn the_round_trip_estimate_is_the_least_recent_sample() {
+        let ms = Duration::from_millis;
+        let mut window = RttWindow::default();
+        assert_eq!(window.estimate(), None);
+        window.record(ms(11));
+        assert_eq!(window.estimate(), Some(ms(11)));
+        window.record(ms(2));
+        window.record(ms(9));
+        assert_eq!(window.estimate(), Some(ms(2)), "the spike and the queued ping are noise");
+        for _ in 0..RTT_SAMPLES {
+            window.record(ms(40));
+        }
+        assert_eq!(window.estimate(), Some(ms(40)), "a lasting rise replaces the old delay");
     }
 }

@@ -116,7 +116,7 @@ impl Driver {
         self.peers
             .values()
             .filter_map(|info| {
-                let rtt = info.rtt?;
+                let rtt = info.rtt.estimate()?;
                 Some((info.node?, u32::try_from(rtt.as_millis()).unwrap_or(u32::MAX)))
             })
             .collect()
