@@ -28,6 +28,19 @@ bin_dir="${CARGO_TARGET_DIR:-target}/debug"
 bash deploy/systemd/verify.sh --murnode "$bin_dir/murnode"
 bash deploy/k8s/validate.sh --murnode "$bin_dir/murnode"
 
+# Two suites need what not every machine has; each skips (and passes) without it, unless
+# MURMUR_REQUIRE_DOCKER=1 / MURMUR_REQUIRE_BROWSER=1 (.ci/run sets both). Say which run.
+if docker info >/dev/null 2>&1 && command -v docker-compose >/dev/null 2>&1; then
+  say "a Docker engine answers: the Compose mesh test runs (tests/tests/compose.rs)"
+else
+  say "SKIPPING the Compose mesh test: no Docker engine answers \`docker info\` (or no docker-compose); .ci/run installs and starts one"
+fi
+if [ -x /usr/bin/chromedriver ] || [ -x /usr/lib/chromium/chromedriver ]; then
+  say "chromedriver is here: the dashboard runs in headless Chromium (tests/tests/dashboard.rs)"
+else
+  say "SKIPPING the dashboard's browser tests: no chromedriver (apt-get install chromium chromium-driver)"
+fi
+
 if command -v cargo-nextest >/dev/null 2>&1; then
   say "build and test (cargo nextest)"
   cargo nextest run --workspace --no-fail-fast

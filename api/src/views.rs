@@ -209,3 +209,58 @@ pub struct AgentMemoryEntry {
     pub key: String,
     pub value: String,
 }
+
+/// `GET /v1/artifacts`: the node's artifact store, and the pulls under way.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactsView {
+    /// Sorted by name, then version.
+    pub artifacts: Vec<ArtifactView>,
+    /// Oldest first.
+    pub pulls: Vec<PullView>,
+}
+
+/// One artifact of the store.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactView {
+    pub name: String,
+    pub version: String,
+    /// `tool`, `agent`, `driver`, …
+    pub kind: String,
+    /// `sha256:…` of the OCI manifest (the artifact's identity) and of the content.
+    pub manifest: String,
+    pub content: String,
+    /// Content bytes.
+    pub size: u64,
+}
+
+/// One pull under way.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PullView {
+    pub name: String,
+    pub version: String,
+    /// `resolving` (asking providers), `waiting` (another pull of the same content runs)
+    /// or `fetching`.
+    pub state: String,
+    /// `sha256:…` of the content, once resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// Verified content bytes written so far (resumed ones included), of `size`.
+    pub written: u64,
+    pub size: u64,
+    /// Providers fetched from, and providers dropped for misbehaving.
+    pub providers: usize,
+    pub penalized: usize,
+    pub elapsed_ms: u64,
+}
+
+/// One event of `GET /v1/tasks/events`: a task this node owns changed state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskChangeView {
+    pub task_id: String,
+    pub capsule: String,
+    /// `submitted`, `working`, `input-required`, `completed`, `failed`, …
+    pub state: String,
+    /// The task's event number (the same as its A2A stream's).
+    pub seq: u64,
+    pub updated_ms: u64,
+}

@@ -21,8 +21,9 @@ pub struct NodeArgs {
     #[arg(long = "node", env = "MURMUR_NODE", value_name = "URL", default_value = DEFAULT_NODE_URL, global = true)]
     pub url: String,
     /// A file holding the bearer token for a node that is not on this machine (one of its
-    /// `api.tokens`; the file's first line). Without it, `$MURMUR_TOKEN` is used.
-    #[arg(long = "token-file", value_name = "PATH", global = true)]
+    /// `api.tokens`; the file's first line), e.g. a container's `/run/secrets/…`. Without
+    /// it, `$MURMUR_TOKEN` is used.
+    #[arg(long = "token-file", env = "MURMUR_TOKEN_FILE", value_name = "PATH", global = true)]
     pub token_file: Option<std::path::PathBuf>,
     /// Refused: a token on the command line is visible to every user through `ps`.
     #[arg(long = "token", value_name = "TOKEN", hide = true, global = true)]

@@ -12,11 +12,13 @@ mod agents;
 pub mod artifacts;
 mod cards;
 mod guard;
+mod live;
 mod metrics;
 mod openai;
 mod revocations;
 pub mod runtime;
 mod traces;
+mod ui;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -87,6 +89,8 @@ pub fn app(state: Arc<ApiState>) -> Router {
         .route("/v1/models", get(openai::models))
         .route("/v1/mcp", get(mcp_servers))
         .route("/v1/status", get(status))
+        .route("/v1/tasks/events", get(live::task_events))
+        .route("/v1/artifacts", get(live::artifacts))
         .route("/", post(a2a::rpc_node))
         .route("/a2a", post(a2a::rpc_node))
         .route("/a2a/{capsule}", post(a2a::rpc_capsule))
@@ -111,6 +115,10 @@ pub fn app(state: Arc<ApiState>) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), admit));
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/ui", get(ui::index))
+        .route("/ui/", get(ui::slash))
+        .route("/ui/app.js", get(ui::script))
+        .route("/ui/app.css", get(ui::style))
         .route("/.well-known/agent-card.json", get(cards::node_card))
         .route("/.well-known/agent.json", get(cards::node_card))
         .route("/a2a/.well-known/agent-card.json", get(cards::a2a_root_card))

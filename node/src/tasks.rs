@@ -22,7 +22,9 @@ use murmur_protocol::task::{
 };
 
 pub use self::db::TaskDb;
-pub use self::manager::{LIVE_MAX, Pruned, QUEUE_MAX, Retention, TaskError, TaskManager};
+pub use self::manager::{
+    CHANGES_MAX, LIVE_MAX, Pruned, QUEUE_MAX, Retention, TaskChange, TaskError, TaskManager,
+};
 pub use self::messages::NodeMessages;
 pub use self::owner::OwnerPort;
 pub use self::record::{Origin, RouteRecord, TaskRecord, artifact_seq};

@@ -43,6 +43,19 @@ pub struct Initialized {
 /// Creates the directory (mode 0700), a node key and the default config, keeping any that
 /// already exist.
 pub fn init(dir: &Path) -> anyhow::Result<Initialized> {
+    init_with_key(dir, None)
+}
+
+/// [`init`], installing the key in the file `key` (a key file as `mur key gen` writes it,
+/// mode 0600) instead of making one: how a node gets an identity decided beforehand (a
+/// seed that others bootstrap to by its peer id). A data directory that has a key keeps
+/// it, and is refused when it is another key: the node would not be the peer others
+/// expect.
+pub fn init_with_key(dir: &Path, key: Option<&Path>) -> anyhow::Result<Initialized> {
+    let given = match key {
+        Some(path) => Some(keyfile::read(path).with_context(|| format!("--key {}", path.display()))?),
+        None => None,
+    };
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -51,11 +64,24 @@ pub fn init(dir: &Path) -> anyhow::Result<Initialized> {
     let key_path = dir.join(KEY_FILE);
     let key_created = !key_path.exists();
     let key = if key_created {
-        let key = keyfile::generate();
+        let key = given.unwrap_or_else(keyfile::generate);
         keyfile::create(&key_path, &key)?;
         key
     } else {
-        keyfile::read(&key_path)?
+        let held = keyfile::read(&key_path)?;
+        if let Some(given) = given
+            && given.public() != held.public()
+        {
+            anyhow::bail!(
+                "{} already holds the key of node {}, not the key given ({}); a data directory keeps its identity: \
+                 use another directory, or remove {} if that node is meant to be gone",
+                dir.display(),
+                held.node_id(),
+                given.node_id(),
+                key_path.display()
+            );
+        }
+        held
     };
     let config_path = dir.join(CONFIG_FILE);
     let config_created = !config_path.exists();
@@ -96,6 +122,33 @@ mod tests {
         assert!(!second.key_created && !second.config_created);
         assert_eq!(first.key.public(), second.key.public());
         assert_eq!(fs::read_to_string(dir.join(CONFIG_FILE)).unwrap(), "# edited\n");
+    }
+
+    #[test]
+    fn a_given_key_is_installed_once_and_another_one_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let seed = tmp.path().join("seed.key");
+        let key = keyfile::generate();
+        keyfile::create(&seed, &key).unwrap();
+        let dir = tmp.path().join("node");
+        let first = init_with_key(&dir, Some(&seed)).unwrap();
+        assert!(first.key_created);
+        assert_eq!(first.key.public(), key.public());
+        assert_eq!(node_key(&dir).unwrap().public(), key.public());
+        // Again with the same key: kept.
+        assert!(!init_with_key(&dir, Some(&seed)).unwrap().key_created);
+        // Another key: refused, and the directory's key is untouched.
+        let other = tmp.path().join("other.key");
+        keyfile::create(&other, &keyfile::generate()).unwrap();
+        let err = format!("{:#}", init_with_key(&dir, Some(&other)).unwrap_err());
+        assert!(err.contains("already holds the key of node") && err.contains("keeps its identity"), "{err}");
+        assert_eq!(node_key(&dir).unwrap().public(), key.public());
+        // A key file others can read is refused before anything is made.
+        let fresh = tmp.path().join("fresh");
+        fs::set_permissions(&other, fs::Permissions::from_mode(0o644)).unwrap();
+        let err = format!("{:#}", init_with_key(&fresh, Some(&other)).unwrap_err());
+        assert!(err.contains("--key") && err.contains("chmod 600"), "{err}");
+        assert!(!fresh.exists());
     }
 
     #[test]

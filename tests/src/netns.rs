@@ -23,6 +23,30 @@ fn run(args: &[&str]) -> Result<(), String> {
     }
 }
 
+/// Why bridged traffic between the lab's namespaces would be dropped, if it would: with
+/// `net.bridge.bridge-nf-call-iptables = 1`, frames crossing a bridge pass the iptables
+/// FORWARD chain, and Docker's daemon (run with iptables on) sets its policy to DROP.
+#[must_use]
+pub fn firewall_drops_bridged_traffic() -> Option<String> {
+    let through_iptables = std::fs::read_to_string("/proc/sys/net/bridge/bridge-nf-call-iptables")
+        .is_ok_and(|v| v.trim() == "1");
+    if !through_iptables {
+        return None;
+    }
+    ["iptables", "iptables-legacy"].into_iter().find_map(|program| {
+        let out = Command::new(program).args(["-S", "FORWARD"]).output().ok()?;
+        let rules = String::from_utf8_lossy(&out.stdout);
+        rules.lines().any(|l| l.trim() == "-P FORWARD DROP").then(|| {
+            format!(
+                "the host's firewall drops traffic between the lab's namespaces: `{program}` FORWARD policy is DROP \
+                 and net.bridge.bridge-nf-call-iptables = 1 (Docker's daemon does this when it runs with iptables). \
+                 Restore it with `{program} -P FORWARD ACCEPT`, and start dockerd with --iptables=false \
+                 (what .ci/run does)"
+            )
+        })
+    })
+}
+
 impl Lab {
     /// Creates `hosts` namespaces on a fresh bridge.
     pub fn new(hosts: usize) -> Result<Self, String> {
@@ -47,6 +71,10 @@ impl Lab {
             run(&["ip", "-n", &ns, "link", "set", "eth0", "up"])?;
             run(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
             run(&["ip", "-n", &ns, "route", "add", "224.0.0.0/4", "dev", "eth0"])?;
+        }
+        if let Some(reason) = firewall_drops_bridged_traffic() {
+            // The lab exists but nothing would cross it: say so instead of timing out.
+            panic!("{reason}");
         }
         Ok(lab)
     }

@@ -622,8 +622,20 @@ fn event_items(
     items
 }
 
-/// Releases a stream slot when the stream ends.
-struct StreamSlot(Arc<ApiState>);
+/// One of the [`A2A_STREAMS_MAX`] SSE streams the API serves at once (every kind counts),
+/// released when the stream ends.
+pub(super) struct StreamSlot(Arc<ApiState>);
+
+impl StreamSlot {
+    /// A slot, unless as many streams as the node serves are open.
+    pub(super) fn take(state: &Arc<ApiState>) -> Option<Self> {
+        if state.streams.fetch_add(1, Ordering::Relaxed) >= A2A_STREAMS_MAX {
+            state.streams.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(Self(state.clone()))
+    }
+}
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
@@ -647,14 +659,12 @@ struct StreamState {
 /// number for a status, the one before it for the result artifact), so a client that
 /// resumes after any event gets exactly the ones after it.
 fn stream(state: Arc<ApiState>, id: Value, dialect: Dialect, view: TaskView, after: Option<u64>) -> Response {
-    if state.streams.fetch_add(1, Ordering::Relaxed) >= A2A_STREAMS_MAX {
-        state.streams.fetch_sub(1, Ordering::Relaxed);
+    let Some(slot) = StreamSlot::take(&state) else {
         return reply(
             &id,
             Err(RpcError::new(code::UNAVAILABLE, format!("more than {A2A_STREAMS_MAX} streams are open"))),
         );
-    }
-    let slot = StreamSlot(state.clone());
+    };
     let task = view.snapshot.task;
     // Without a resume point the stream opens with the task as it is now.
     let (first, after) = match after {

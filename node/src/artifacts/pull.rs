@@ -2,7 +2,7 @@
 //! blob by blob, the content transferred ([`super::transfer`]), and the commit to the
 //! store; and the errors that say what failed and what to do.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -58,6 +58,85 @@ pub enum Progress {
     Chunks { written: u64, size: u64, providers: usize },
     /// A provider was dropped from the pull.
     Penalized { provider: String, reason: String },
+}
+
+/// One pull under way, as `GET /v1/artifacts` lists it.
+pub use murmur_api::views::PullView;
+
+/// The pulls under way, each by a number of its own, with when it started and how far it
+/// got.
+#[derive(Debug, Default)]
+struct UnderWay {
+    pulls: Mutex<BTreeMap<u64, (Instant, PullView)>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl UnderWay {
+    /// Lists a new pull of `want` until the returned entry is dropped.
+    fn enter(&self, want: &Want) -> UnderWayEntry<'_> {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let view = PullView {
+            name: want.name.clone(),
+            version: want.version.clone(),
+            state: "resolving".into(),
+            ..PullView::default()
+        };
+        self.lock().insert(id, (Instant::now(), view));
+        UnderWayEntry { under_way: self, id }
+    }
+
+    fn list(&self) -> Vec<PullView> {
+        self.lock()
+            .values()
+            .map(|(started, view)| PullView {
+                elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                ..view.clone()
+            })
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, (Instant, PullView)>> {
+        self.pulls.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A pull's entry in [`UnderWay`], removed when the pull ends however it ends.
+struct UnderWayEntry<'a> {
+    under_way: &'a UnderWay,
+    id: u64,
+}
+
+impl UnderWayEntry<'_> {
+    fn note(&self, event: &Progress) {
+        let mut pulls = self.under_way.lock();
+        let Some((_, view)) = pulls.get_mut(&self.id) else { return };
+        match event {
+            Progress::Resolving { .. } => view.state = "resolving".into(),
+            Progress::Resolved { content, size, providers, .. } => {
+                view.state = "fetching".into();
+                view.content = Some(content.clone());
+                view.size = *size;
+                view.providers = *providers;
+            }
+            Progress::Waiting { content } => {
+                view.state = "waiting".into();
+                view.content = Some(content.clone());
+            }
+            Progress::Chunks { written, size, providers } => {
+                view.state = "fetching".into();
+                view.written = *written;
+                view.size = *size;
+                view.providers = *providers;
+            }
+            Progress::Penalized { .. } => view.penalized += 1,
+        }
+    }
+}
+
+impl Drop for UnderWayEntry<'_> {
+    fn drop(&mut self) {
+        self.under_way.lock().remove(&self.id);
+    }
 }
 
 /// A finished pull.
@@ -120,6 +199,8 @@ pub(super) struct Inner {
     pub(super) config: PullConfig,
     /// Content digests being pulled: a second pull of the same content waits its turn.
     active: Mutex<BTreeSet<Digest>>,
+    /// Every pull under way, as far as it got (`GET /v1/artifacts`).
+    under_way: UnderWay,
     /// Advertises what a pull committed, at once.
     advertiser: Advertiser,
 }
@@ -143,6 +224,7 @@ impl Puller {
                 publishers,
                 config,
                 active: Mutex::new(BTreeSet::new()),
+                under_way: UnderWay::default(),
                 advertiser,
             }),
         }
@@ -153,6 +235,12 @@ impl Puller {
     pub fn active(&self) -> Vec<String> {
         let active = self.inner.active.lock().unwrap_or_else(PoisonError::into_inner);
         active.iter().map(ToString::to_string).collect()
+    }
+
+    /// The pulls under way, oldest first, as far as each got.
+    #[must_use]
+    pub fn under_way(&self) -> Vec<PullView> {
+        self.inner.under_way.list()
     }
 
     /// The store pulls write to.
@@ -169,7 +257,21 @@ impl Puller {
 
     /// Pulls `want` from the mesh into the store, reporting progress; returns what the
     /// store then holds. Nothing is named in the store unless every byte was verified.
+    /// While it runs, [`Puller::under_way`] lists it.
     pub async fn pull(
+        &self,
+        want: &Want,
+        progress: &mut (dyn FnMut(Progress) + Send),
+    ) -> Result<Pulled, PullError> {
+        let entry = self.inner.under_way.enter(want);
+        let mut track = |event: Progress| {
+            entry.note(&event);
+            progress(event);
+        };
+        self.pull_untracked(want, &mut track).await
+    }
+
+    async fn pull_untracked(
         &self,
         want: &Want,
         progress: &mut (dyn FnMut(Progress) + Send),
@@ -460,5 +562,40 @@ struct Turn {
 impl Drop for Turn {
     fn drop(&mut self) {
         self.puller.active.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.content);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pull is listed from its start with how far it got, and gone once it ends, however
+    /// it ends (a failed pull's future is dropped like a finished one's).
+    #[test]
+    fn pulls_under_way_are_listed_as_they_go_and_leave_when_they_end() {
+        let under_way = UnderWay::default();
+        let want = |name: &str| Want { name: name.into(), version: "1.0.0".into(), pin: None };
+        let first = under_way.enter(&want("big"));
+        let second = under_way.enter(&want("small"));
+        assert_eq!(under_way.list().iter().map(|p| p.state.as_str()).collect::<Vec<_>>(), ["resolving"; 2]);
+        first.note(&Progress::Resolved {
+            manifest: "sha256:m".into(),
+            trusted_by: "pin".into(),
+            content: "sha256:c".into(),
+            size: 1000,
+            providers: 2,
+            unanswered: 0,
+        });
+        first.note(&Progress::Chunks { written: 400, size: 1000, providers: 2 });
+        first.note(&Progress::Penalized { provider: "p".into(), reason: "bad chunk".into() });
+        let listed = under_way.list();
+        assert_eq!(listed[0].name, "big", "oldest first");
+        assert_eq!((listed[0].state.as_str(), listed[0].written, listed[0].size), ("fetching", 400, 1000));
+        assert_eq!((listed[0].providers, listed[0].penalized), (2, 1));
+        assert_eq!(listed[0].content.as_deref(), Some("sha256:c"));
+        drop(first);
+        assert_eq!(under_way.list().iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["small"]);
+        drop(second);
+        assert!(under_way.list().is_empty());
     }
 }

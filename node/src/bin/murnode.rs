@@ -37,6 +37,11 @@ enum Command {
         /// The data directory.
         #[arg(long, env = "MURNODE_DATA_DIR", default_value_os_t = data_dir::default_path())]
         data_dir: PathBuf,
+        /// Install this node key (a file from `mur key gen`, mode 0600) instead of making
+        /// one: for a node whose peer id others know beforehand (a bootstrap seed). A data
+        /// directory that has a key keeps it; a different one is refused.
+        #[arg(long, value_name = "FILE", env = "MURNODE_KEY_FILE")]
+        key: Option<PathBuf>,
         /// Print a JSON object instead of text.
         #[arg(long)]
         json: bool,
@@ -108,7 +113,7 @@ fn main() -> ExitCode {
 
 fn dispatch(command: Command) -> CliResult {
     match command {
-        Command::Init { data_dir, json } => init(&data_dir, json),
+        Command::Init { data_dir, key, json } => init(&data_dir, key.as_deref(), json),
         Command::Demo { once, dir, components } => {
             murmur_node::demo::run(&murmur_node::demo::DemoOptions { once, dir, components })
         }
@@ -126,8 +131,8 @@ fn dispatch(command: Command) -> CliResult {
     }
 }
 
-fn init(dir: &std::path::Path, json: bool) -> CliResult {
-    let done = data_dir::init(dir).map_err(CliError::usage)?;
+fn init(dir: &std::path::Path, key: Option<&std::path::Path>, json: bool) -> CliResult {
+    let done = data_dir::init_with_key(dir, key).map_err(CliError::usage)?;
     let peer_id = done.key.node_id().to_string();
     let config = dir.join(murmur_config::CONFIG_FILE);
     let posture = murmur_config::RawConfig::load(&config).map_err(CliError::usage)?.posture();

@@ -134,6 +134,22 @@ struct Inner {
     recent_routes: Mutex<std::collections::VecDeque<RouteRecord>>,
     /// The start-up left finished tasks on disk only: `holds` must look there.
     left_on_disk: std::sync::atomic::AtomicBool,
+    /// Every change of a task's state, for live views (`GET /v1/tasks/events`). Bounded:
+    /// a receiver that falls [`CHANGES_MAX`] behind is told it lagged, and re-lists.
+    changes: tokio::sync::broadcast::Sender<TaskChange>,
+}
+
+/// Changes a live view may fall behind before it is told it lagged.
+pub const CHANGES_MAX: usize = 1024;
+
+/// A task this node owns changed state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskChange {
+    pub task: TaskId,
+    pub capsule: String,
+    pub state: TaskState,
+    pub seq: u64,
+    pub updated_ms: u64,
 }
 
 impl TaskManager {
@@ -155,6 +171,7 @@ impl TaskManager {
                 live: DashMap::new(),
                 recent_routes: Mutex::new(std::collections::VecDeque::new()),
                 left_on_disk: std::sync::atomic::AtomicBool::new(false),
+                changes: tokio::sync::broadcast::channel(CHANGES_MAX).0,
             }),
         };
         // Bounded whatever the file holds: the newest routes, the tasks not finished and
@@ -492,6 +509,12 @@ impl TaskManager {
         }
     }
 
+    /// Every change of a task's state from now on, in the order they happened.
+    #[must_use]
+    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<TaskChange> {
+        self.inner.changes.subscribe()
+    }
+
     /// Task writes that found the database's queue full and waited for room.
     #[must_use]
     pub fn writes_waited(&self) -> u64 {
@@ -566,6 +589,16 @@ impl TaskManager {
                         record.transition(state, text, now);
                     }
                     entry.changed.send_replace(record.seq);
+                    if self.inner.changes.receiver_count() > 0 {
+                        // No one watching (the usual case) costs nothing.
+                        let _ = self.inner.changes.send(TaskChange {
+                            task: id,
+                            capsule: record.capsule.clone(),
+                            state: record.state,
+                            seq: record.seq,
+                            updated_ms: record.updated_ms,
+                        });
+                    }
                     effects.writes.push((record.clone(), write));
                 }
                 Output::Start { task: id } => {
