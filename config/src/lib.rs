@@ -79,11 +79,14 @@ pub struct RawTasks {
     pub keep_days: u64,
     /// ...and at most this many of each; the oldest go first.
     pub keep_max: usize,
+    /// At SIGTERM, how long the node waits for the tasks it runs and has queued to end
+    /// before it stops (it takes no new ones meanwhile); 0 stops at once.
+    pub drain_secs: u64,
 }
 
 impl Default for RawTasks {
     fn default() -> Self {
-        Self { keep_days: 7, keep_max: 1_000_000 }
+        Self { keep_days: 7, keep_max: 1_000_000, drain_secs: 15 }
     }
 }
 
@@ -588,6 +591,8 @@ pub struct Config {
     /// `[tasks]`: finished tasks and routes kept this long and at most this many.
     pub tasks_keep: Duration,
     pub tasks_keep_max: usize,
+    /// `tasks.drain_secs`: how long a stopping node waits for its tasks.
+    pub tasks_drain: Duration,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1064,6 +1069,9 @@ impl Config {
         if !(1_000..=100_000_000).contains(&raw.tasks.keep_max) {
             err("tasks.keep_max", format!("is {} but must be 1000..=100000000", raw.tasks.keep_max));
         }
+        if raw.tasks.drain_secs > 3600 {
+            err("tasks.drain_secs", format!("is {} but must be 0..=3600", raw.tasks.drain_secs));
+        }
         if raw.mcp.len() > limits::MCP_SERVERS_MAX {
             err("mcp", format!("lists {} servers, more than {}", raw.mcp.len(), limits::MCP_SERVERS_MAX));
         }
@@ -1175,6 +1183,7 @@ impl Config {
             mcp,
             tasks_keep: Duration::from_secs(raw.tasks.keep_days * 86_400),
             tasks_keep_max: raw.tasks.keep_max,
+            tasks_drain: Duration::from_secs(raw.tasks.drain_secs),
         })
     }
 }

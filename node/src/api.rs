@@ -246,15 +246,23 @@ pub(crate) fn forbidden(client: &ApiClient, scope: Scope) -> Response {
 
 /// `{"status": "ok"}` for anyone (a load balancer's probe); the node's identity and uptime
 /// only for clients the policy admits.
-async fn healthz(State(state): State<Arc<ApiState>>, request: Request) -> Json<serde_json::Value> {
+async fn healthz(State(state): State<Arc<ApiState>>, request: Request) -> Response {
+    // Draining (stopping): not ready for new work, so load balancers and Kubernetes'
+    // readiness probe send it elsewhere.
+    let (code, status) = if state.tasks.manager().is_draining() {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining")
+    } else {
+        (StatusCode::OK, "ok")
+    };
     if !admitted(&state, &request) {
-        return Json(json!({ "status": "ok" }));
+        return (code, Json(json!({ "status": status }))).into_response();
     }
-    Json(json!({
-        "status": "ok",
+    let body = json!({
+        "status": status,
         "peer_id": state.peer_id,
         "uptime_secs": state.started.elapsed().as_secs(),
-    }))
+    });
+    (code, Json(body)).into_response()
 }
 
 /// Whether the client policy admits `request`'s client.

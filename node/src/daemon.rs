@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde::Serialize;
@@ -211,6 +211,7 @@ pub async fn run(options: RunOptions) -> CliResult {
     }
 
     let grace = config.agents.iter().map(|a| a.grace).max().unwrap_or_default();
+    let drain_for = config.tasks_drain;
     tokio::spawn(reload_on_sighup(options.clone(), config, runtime, net.clone()));
 
     // No Nagle on the API: a stream's small events (SSE chunks) go out as they are made,
@@ -221,7 +222,7 @@ pub async fn run(options: RunOptions) -> CliResult {
         }
     });
     axum::serve(listener, api::app(state).into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(stop_after_drain(manager.clone(), net.clone(), drain_for))
         .await
         .context("API server failed")?;
     let _ = crate::notify::notify("STOPPING=1");
@@ -343,6 +344,49 @@ async fn reload_on_sighup(options: RunOptions, mut current: Config, runtime: Run
             );
         }
         current = Config { capsules: next.capsules, ..current };
+    }
+}
+
+/// Resolves once the node may stop. At SIGINT or SIGTERM it drains first, for at most
+/// `drain_for` (`tasks.drain_secs`), with the API still serving: it takes no new tasks
+/// (senders go to other nodes hosting the capsule), withdraws its capsules from the
+/// directory, and waits until the tasks it runs and has queued have ended. A second signal
+/// stops the wait.
+async fn stop_after_drain(manager: TaskManager, net: murmur_net::NetHandle, drain_for: Duration) {
+    shutdown_signal().await;
+    if drain_for.is_zero() {
+        return;
+    }
+    manager.drain();
+    let _ = crate::notify::notify("STATUS=draining: finishing the tasks it holds");
+    if let Err(err) = net.set_hosted(Vec::new()).await {
+        tracing::warn!(error = %format!("{err:#}"), "draining: cannot withdraw this node's capsules from the directory");
+    }
+    let started = tokio::time::Instant::now();
+    info!(
+        tasks = manager.busy(),
+        drain_secs = drain_for.as_secs(),
+        "draining: taking no new tasks and withdrew this node's capsules; waiting for the tasks it holds"
+    );
+    let drained = async {
+        while manager.busy() > 0 && started.elapsed() < drain_for {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::select! {
+        () = drained => {}
+        () = shutdown_signal() => info!("a second signal: stopping without waiting for the tasks"),
+    }
+    let left = manager.busy();
+    let waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    if left == 0 {
+        info!(waited_ms, "drained: every task this node held has ended");
+    } else {
+        tracing::warn!(
+            left,
+            waited_ms,
+            "stopping with tasks unfinished: those running end failed at the next start, queued ones run then"
+        );
     }
 }
 

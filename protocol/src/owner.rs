@@ -167,6 +167,13 @@ pub enum Refusal {
     Overloaded { capsule: String, queued: usize },
     #[error("capsule `{capsule}` {}", audience_says(*.audience))]
     NotInAudience { capsule: String, audience: Audience },
+    /// The node is shutting down ([`Owner::drain`]): it finishes what it holds and takes
+    /// nothing new. On the wire a `not_accepting` refusal, so every sender (older ones
+    /// too) tries the next node hosting the capsule.
+    #[error(
+        "this node is shutting down and takes no new tasks; capsule `{capsule}` runs on other nodes of the mesh, if any"
+    )]
+    Draining { capsule: String },
 }
 
 /// What a refusal for `audience` tells the sender.
@@ -191,6 +198,7 @@ impl Refusal {
             Self::Busy { .. } => "busy",
             Self::Overloaded { .. } => "overloaded",
             Self::NotInAudience { .. } => "not_in_audience",
+            Self::Draining { .. } => "not_accepting",
         }
     }
 }
@@ -279,6 +287,8 @@ pub struct Owner {
     scan_at: usize,
     outputs: VecDeque<Output>,
     stats: OwnerStats,
+    /// Shutting down: new deliveries are refused ([`Refusal::Draining`]).
+    draining: bool,
 }
 
 impl Owner {
@@ -293,6 +303,7 @@ impl Owner {
             scan_at: 0,
             outputs: VecDeque::new(),
             stats: OwnerStats::default(),
+            draining: false,
         }
     }
 
@@ -365,6 +376,7 @@ impl Owner {
         let capsule = &submit.capsule;
         let refusal = match policy {
             None => Some(Refusal::NotHosted { capsule: capsule.clone() }),
+            Some(_) if self.draining => Some(Refusal::Draining { capsule: capsule.clone() }),
             Some(p) if !p.audience.admits(arrival, &submit.sender) => {
                 Some(Refusal::NotInAudience { capsule: capsule.clone(), audience: p.audience })
             }
@@ -495,6 +507,20 @@ impl Owner {
     #[must_use]
     pub const fn forgot_any(&self) -> bool {
         self.forgot
+    }
+
+    /// Stops taking new tasks: every new delivery is refused from now on, while the tasks
+    /// held run on (queued ones start as before) and may still be answered, replied to and
+    /// canceled. A repeated delivery of a task held is still answered with it. The node
+    /// calls this when it is told to stop, then waits until [`Owner::busy`] is 0 (or its
+    /// drain time is up).
+    pub fn drain(&mut self) {
+        self.draining = true;
+    }
+
+    #[must_use]
+    pub const fn is_draining(&self) -> bool {
+        self.draining
     }
 
     /// Tasks running and queued over every capsule.

@@ -298,6 +298,11 @@ impl TestNode {
     /// Sends SIGTERM and waits (bounded) for the exit status.
     pub fn terminate(&mut self, timeout: Duration) -> anyhow::Result<ExitStatus> {
         self.signal(Signal::SIGTERM);
+        self.wait_exit(timeout)
+    }
+
+    /// Waits (bounded) for the process to exit by itself; SIGKILLs it past `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> anyhow::Result<ExitStatus> {
         let mut child = self.child.take().context("already stopped")?;
         let deadline = Instant::now() + timeout;
         loop {
@@ -306,7 +311,7 @@ impl TestNode {
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
-                bail!("murnode did not exit within {timeout:?} of SIGTERM");
+                bail!("murnode did not exit within {timeout:?}");
             }
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -792,3 +792,53 @@ fn a_route_the_entry_node_acknowledged_survives_its_sigkill() {
         assert_eq!(result(&got)["metadata"]["murmur"]["owner"], b.peer_id(), "{got}");
     }
 }
+
+#[test]
+fn a_stopping_node_drains_its_tasks_while_new_ones_go_to_other_nodes() {
+    let a = node(&config(&[], "[tasks]\ndrain_secs = 30\n"), &[("sleeper", "sleeper", String::new())], None);
+    let b = node(&config(&[], ""), &[("sleeper", "sleeper", String::new())], Some(&a));
+    let mut a = a;
+    wait_for(CONVERGE, "B to list sleeper on A and B", || {
+        let view = b.get("/v1/capsules").ok()?;
+        let hosts = view["capsules"].as_array()?.iter().find(|c| c["name"] == "sleeper")?["providers"]
+            .as_array()?
+            .len();
+        (hosts == 2).then_some(())
+    })
+    .unwrap();
+    // A task that is working on A when A is told to stop.
+    let pinned = format!("mesh://sleeper@{}", a.peer_id());
+    let answer = a.send(&pinned, "3000", "drain-1", true).unwrap();
+    let id = result(&answer)["task"]["id"].as_str().unwrap().to_owned();
+    wait_for(CONVERGE, "the long task to work on A", || {
+        (state(result(&a.task(&id).ok()?)) == "TASK_STATE_WORKING").then_some(())
+    })
+    .unwrap();
+    let stopping = std::time::Instant::now();
+    a.signal(nix::sys::signal::Signal::SIGTERM);
+    // Draining: not ready; A withdrew its capsules, so a task pinned to A finds no host
+    // (had it arrived first, A's owner would refuse it: not_accepting, shutting down).
+    wait_for(CONVERGE, "A's health to say draining", || {
+        (a.get("/healthz").ok()?["status"] == "draining").then_some(())
+    })
+    .unwrap();
+    let refused = a.send(&pinned, "10", "drain-2", false).unwrap();
+    let check = refused["error"]["data"]["check"].as_str().unwrap_or_default();
+    assert!(check == "unavailable" || check == "not_accepting", "{refused}");
+    // A new task for the capsule, sent through A itself, runs on B.
+    let elsewhere = a.send("mesh://sleeper", "10", "drain-3", false).unwrap();
+    let task = &result(&elsewhere)["task"];
+    assert_eq!(state(task), "TASK_STATE_COMPLETED", "{elsewhere}");
+    assert_eq!(task["metadata"]["murmur"]["owner"], b.peer_id(), "{elsewhere}");
+    // The task A held ends as it would have, and only then does A stop.
+    let done = wait_for(CONVERGE, "the long task to complete on A", || {
+        let task = result(&a.task(&id).ok()?).clone();
+        (state(&task) == "TASK_STATE_COMPLETED").then_some(task)
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", a.stderr()));
+    assert!(text(&done).contains("slept 3000 ms"), "{done}");
+    let status = a.wait_exit(Duration::from_secs(30)).unwrap();
+    assert!(status.success(), "{status}\n{}", a.stderr());
+    assert!(stopping.elapsed() >= Duration::from_millis(1500), "A waited for its task");
+    assert!(a.stderr().contains("drained: every task this node held has ended"), "{}", a.stderr());
+}

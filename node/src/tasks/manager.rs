@@ -472,6 +472,22 @@ impl TaskManager {
         lock(&self.inner.owner).load_permille(workers)
     }
 
+    /// Takes no new tasks from now on ([`Owner::drain`]); those held run on.
+    pub fn drain(&self) {
+        lock(&self.inner.owner).drain();
+    }
+
+    #[must_use]
+    pub fn is_draining(&self) -> bool {
+        lock(&self.inner.owner).is_draining()
+    }
+
+    /// Tasks running and queued here.
+    #[must_use]
+    pub fn busy(&self) -> usize {
+        lock(&self.inner.owner).busy()
+    }
+
     /// Remembers that `task`, sent from here, is owned by `owner` (so `get`, `cancel` and
     /// streams reach it after a restart too); returns once that is on disk.
     pub async fn remember_route(&self, route: RouteRecord) -> anyhow::Result<()> {

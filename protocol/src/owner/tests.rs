@@ -315,3 +315,31 @@ fn an_interruptible_capsules_working_task_can_be_canceled_and_frees_its_worker_w
     assert_eq!(owner.state(&running), Some(TaskState::Canceled));
     assert!(drain(&mut owner).contains(&Output::Start { task: queued }));
 }
+
+#[test]
+fn a_draining_owner_refuses_new_tasks_and_finishes_what_it_holds() {
+    let mut owner = Owner::new(OwnerConfig::default());
+    let running = accept(&mut owner, "m1", QUEUE);
+    let second = accept(&mut owner, "m2", QUEUE);
+    let queued = accept(&mut owner, "m3", QUEUE);
+    drain(&mut owner);
+    assert_eq!(owner.busy(), 3, "two running (two workers), one queued");
+    owner.drain();
+    assert!(owner.is_draining());
+    let refused = owner.admit(T0, &submit("m4", "echo"), Some(QUEUE), Arrival::Local).unwrap_err();
+    assert_eq!(refused, Refusal::Draining { capsule: "echo".into() });
+    assert_eq!(refused.check(), "not_accepting", "every sender tries the next node");
+    assert!(refused.to_string().contains("shutting down"), "{refused}");
+    assert!(drain(&mut owner).is_empty(), "nothing stored for the refused task");
+    // A repeated delivery of a held task is still answered.
+    assert_eq!(
+        owner.admit(T0, &submit("m1", "echo"), Some(QUEUE), Arrival::Local),
+        Ok(Admitted::Existing(TaskState::Working))
+    );
+    // What it holds runs to the end: the queued task starts when a worker is free.
+    owner.finished(T0, running, TaskState::Completed);
+    assert!(drain(&mut owner).contains(&Output::Start { task: queued }), "the queue still moves");
+    owner.finished(T0, second, TaskState::Completed);
+    owner.finished(T0, queued, TaskState::Completed);
+    assert_eq!(owner.busy(), 0, "drained");
+}
