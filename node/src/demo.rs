@@ -528,7 +528,8 @@ fn walkthrough(exe: &Path, dir: &Path, components: &Path, once: bool) -> anyhow:
     if once {
         return Ok(());
     }
-    println!("\nThe nodes keep running. Try:");
+    println!("\nThe nodes keep running. Watch node1 live in a browser: {}/ui", nodes[0].api);
+    println!("Try:");
     println!("   export MURMUR_NODE={}", nodes[0].api);
     println!("   mur directory");
     println!("   mur send mesh://wordcount \"count these words\" --wait");
