@@ -579,7 +579,8 @@ async fn a_brain_calls_the_tool_capsules_its_allowlist_names_and_nothing_else() 
     let result = node.remembers("toolbox", &format!("result_{ok}"), None).await;
     let counted: serde_json::Value = serde_json::from_str(&result).unwrap();
     assert_eq!(counted["words"], 3, "{result}");
-    assert_eq!(node.memory("toolbox")[&format!("name_{ok}")], "wordcount");
+    // Written just after the result: wait for it too.
+    assert_eq!(node.remembers("toolbox", &format!("name_{ok}"), None).await, "wordcount");
     // Allowed by the glob, but not installed: the call is queued and fails as an event.
     let missing = node.memory("toolbox")["missing_id"].clone();
     let error = node.remembers("toolbox", &format!("error_{missing}"), None).await;

@@ -225,7 +225,6 @@ pub async fn run(options: RunOptions) -> CliResult {
         .with_graceful_shutdown(stop_after_drain(manager.clone(), net.clone(), drain_for))
         .await
         .context("API server failed")?;
-    let _ = crate::notify::notify("STOPPING=1");
     // Brains hear `shutdown` and get their grace while the network still runs (they may
     // send a last message).
     brains.shutdown(grace + BRAINS_STOP_EXTRA).await;
@@ -354,11 +353,13 @@ async fn reload_on_sighup(options: RunOptions, mut current: Config, runtime: Run
 /// stops the wait.
 async fn stop_after_drain(manager: TaskManager, net: murmur_net::NetHandle, drain_for: Duration) {
     shutdown_signal().await;
+    // The service manager learns at once that the node is stopping (and why it takes time).
     if drain_for.is_zero() {
+        let _ = crate::notify::notify("STOPPING=1");
         return;
     }
+    let _ = crate::notify::notify("STOPPING=1\nSTATUS=draining: finishing the tasks it holds");
     manager.drain();
-    let _ = crate::notify::notify("STATUS=draining: finishing the tasks it holds");
     if let Err(err) = net.set_hosted(Vec::new()).await {
         tracing::warn!(error = %format!("{err:#}"), "draining: cannot withdraw this node's capsules from the directory");
     }

@@ -32,7 +32,9 @@ fn a_node_tells_its_service_manager_when_it_is_ready_and_when_it_stops() {
     // Ready means ready: the API answers now.
     assert_eq!(node.get("/healthz").unwrap()["status"], "ok");
     assert!(node.terminate(Duration::from_secs(20)).unwrap().success());
-    assert_eq!(next(&socket), "STOPPING=1");
+    // Stopping is announced when the signal arrives, with what the node is doing.
+    let stopping = next(&socket);
+    assert!(stopping.starts_with("STOPPING=1\nSTATUS=draining"), "{stopping:?}");
 }
 
 #[test]
