@@ -37,6 +37,8 @@ pub const BRAINS_DB: &str = "brains.redb";
 /// Beyond the longest grace, how long the node waits for its brains at shutdown (a
 /// script finishing its current step).
 const BRAINS_STOP_EXTRA: std::time::Duration = std::time::Duration::from_secs(3);
+/// How long a stopping node's API waits for requests still under way before it closes them.
+const API_CLOSE_WAIT: Duration = Duration::from_secs(2);
 use murmur_config::limits::{ADVERTISE_EVERY, PINS_EVERY};
 use murmur_protocol::HostedCapsule;
 
@@ -221,10 +223,29 @@ pub async fn run(options: RunOptions) -> CliResult {
             tracing::debug!(error = %err, "cannot set TCP_NODELAY on an API connection");
         }
     });
-    axum::serve(listener, api::app(state).into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(stop_after_drain(manager.clone(), net.clone(), drain_for))
-        .await
-        .context("API server failed")?;
+    // Once the node may stop, the API finishes the requests under way; streams that would
+    // go on (a dashboard's task feed, a follow of agent logs, a subscription to a task that
+    // waits for input) are cut after API_CLOSE_WAIT, or they would hold the node up forever.
+    let (stopping_tx, stopping_rx) = tokio::sync::oneshot::channel::<()>();
+    let drained = {
+        let (manager, net) = (manager.clone(), net.clone());
+        async move {
+            stop_after_drain(manager, net, drain_for).await;
+            let _ = stopping_tx.send(());
+        }
+    };
+    let server = axum::serve(listener, api::app(state).into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(drained);
+    tokio::select! {
+        served = server => served.context("API server failed")?,
+        () = async {
+            if stopping_rx.await.is_ok() {
+                tokio::time::sleep(API_CLOSE_WAIT).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        } => info!(wait_ms = API_CLOSE_WAIT.as_millis() as u64, "closed the API's streams still open"),
+    }
     // Brains hear `shutdown` and get their grace while the network still runs (they may
     // send a last message).
     brains.shutdown(grace + BRAINS_STOP_EXTRA).await;

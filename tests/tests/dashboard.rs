@@ -41,7 +41,7 @@ fn task_events(api: &str, opened: std::sync::mpsc::Sender<()>, done: impl Fn(&Va
     let mut events = Vec::new();
     let mut kind = String::new();
     for line in BufReader::new(response).lines() {
-        let line = line.unwrap();
+        let Ok(line) = line else { break }; // the node went away
         if let Some(name) = line.strip_prefix("event: ") {
             kind = name.to_owned();
         } else if let Some(data) = line.strip_prefix("data: ") {
@@ -95,6 +95,21 @@ fn the_task_events_stream_reports_every_change_in_order_and_artifacts_list_the_s
     assert!(page.text().unwrap().contains("/ui/app.js"));
     let script = reqwest::blocking::get(format!("{}/ui/app.js", a.api)).unwrap();
     assert!(script.headers()["content-type"].to_str().unwrap().starts_with("text/javascript"));
+}
+
+#[test]
+fn a_node_with_a_task_feed_open_still_stops_promptly() {
+    let mut a = node(CONFIG, None);
+    let (opened, is_open) = std::sync::mpsc::channel();
+    let api = a.api.clone();
+    // A client that never closes the feed (a dashboard left open).
+    let _watcher = std::thread::spawn(move || task_events(&api, opened, |_| false));
+    is_open.recv_timeout(Duration::from_secs(10)).expect("the stream opened");
+    let stopping = Instant::now();
+    let status = a.terminate(Duration::from_secs(20)).expect("the node stops with the feed open");
+    assert!(status.success(), "{status}\n{}", a.stderr());
+    assert!(stopping.elapsed() < Duration::from_secs(10), "stopped after {:?}", stopping.elapsed());
+    assert!(a.stderr().contains("closed the API's streams still open"), "{}", a.stderr());
 }
 
 /// A headless Chromium under `chromedriver`, driven through WebDriver (fantoccini).

@@ -806,12 +806,22 @@ fn a_stopping_node_drains_its_tasks_while_new_ones_go_to_other_nodes() {
         (hosts == 2).then_some(())
     })
     .unwrap();
-    // A task that is working on A when A is told to stop.
+    // A task that is working on A when A is told to stop, its client waiting for the result.
     let pinned = format!("mesh://sleeper@{}", a.peer_id());
-    let answer = a.send(&pinned, "3000", "drain-1", true).unwrap();
-    let id = result(&answer)["task"]["id"].as_str().unwrap().to_owned();
-    wait_for(CONVERGE, "the long task to work on A", || {
-        (state(result(&a.task(&id).ok()?)) == "TASK_STATE_WORKING").then_some(())
+    let waiting = {
+        let (api, pinned) = (a.api.clone(), pinned.clone());
+        std::thread::spawn(move || {
+            let params = json!({
+                "tenant": pinned,
+                "message": { "messageId": "drain-1", "role": "ROLE_USER", "parts": [{ "text": "3000" }] },
+                "configuration": { "returnImmediately": false },
+            });
+            rpc_at(&api, "SendMessage", params, &[])
+        })
+    };
+    let id = wait_for(CONVERGE, "the long task to work on A", || {
+        let id = a.task_ids().into_iter().next()?;
+        (state(result(&a.task(&id).ok()?)) == "TASK_STATE_WORKING").then_some(id)
     })
     .unwrap();
     let stopping = std::time::Instant::now();
@@ -830,15 +840,18 @@ fn a_stopping_node_drains_its_tasks_while_new_ones_go_to_other_nodes() {
     let task = &result(&elsewhere)["task"];
     assert_eq!(state(task), "TASK_STATE_COMPLETED", "{elsewhere}");
     assert_eq!(task["metadata"]["murmur"]["owner"], b.peer_id(), "{elsewhere}");
-    // The task A held ends as it would have, and only then does A stop.
-    let done = wait_for(CONVERGE, "the long task to complete on A", || {
-        let task = result(&a.task(&id).ok()?).clone();
-        (state(&task) == "TASK_STATE_COMPLETED").then_some(task)
-    })
-    .unwrap_or_else(|e| panic!("{e}\n{}", a.stderr()));
-    assert!(text(&done).contains("slept 3000 ms"), "{done}");
+    // The task A held ends as it would have, its waiting client gets the result, and only
+    // then does A stop.
+    let answer = waiting.join().unwrap().unwrap();
+    let done = &result(&answer)["task"];
+    assert_eq!(state(done), "TASK_STATE_COMPLETED", "{answer}\n{}", a.stderr());
+    assert!(text(done).contains("slept 3000 ms"), "{answer}");
     let status = a.wait_exit(Duration::from_secs(30)).unwrap();
     assert!(status.success(), "{status}\n{}", a.stderr());
     assert!(stopping.elapsed() >= Duration::from_millis(1500), "A waited for its task");
     assert!(a.stderr().contains("drained: every task this node held has ended"), "{}", a.stderr());
+    // On disk as completed: A started again answers for it.
+    let again = TestNode::start_in(&a.data_dir, murmur_tests::LOOPBACK).unwrap();
+    let kept = again.task(&id).unwrap();
+    assert_eq!(state(result(&kept)), "TASK_STATE_COMPLETED", "{kept}");
 }
