@@ -55,8 +55,8 @@ const RTT_SAMPLES: usize = 4;
 /// One sample is noise — the first ping of a new connection, or one queued behind a
 /// burst of traffic or a busy scheduler, can take several times the path's delay — and
 /// routing on it sends every request of a quiet mesh to whichever peer was lucky in its
-/// last ping. The least recent sample is the path's delay without the queueing (the
-/// filter TCP-BBR keeps for `min_rtt`); a lasting rise shows once the window has turned
+/// last ping. The smallest of the recent samples is the path's delay without the queueing
+/// (the filter TCP-BBR keeps for `min_rtt`); a lasting rise shows once the window has turned
 /// over, one minute at the default 15 s ping interval.
 #[derive(Debug, Default)]
 struct RttWindow {
