@@ -104,6 +104,22 @@ fn directory_merge(c: &mut Criterion) {
     group.bench_function("missing_for_empty_peer_10000", |b| {
         b.iter(|| black_box(&full).missing_for(black_box(&empty), usize::MAX, usize::MAX))
     });
+    // A sync request carrying the whole 10,000-node digest, decoded as a responder does;
+    // beside it the baseline of before, which also checked every entry's key (a point
+    // decompression each).
+    let request = sync::SyncRequest::new(None, full.digest()).encode();
+    group.bench_function("sync_request_decode_10000", |b| {
+        b.iter(|| sync::SyncRequest::decode(black_box(&request)).unwrap())
+    });
+    group.bench_function("sync_request_decode_10000_keys_checked", |b| {
+        b.iter(|| {
+            let decoded = sync::SyncRequest::decode(black_box(&request)).unwrap();
+            for entry in decoded.digest.entries() {
+                PublicKey::from_bytes(*entry.0.key().as_bytes()).unwrap();
+            }
+            decoded
+        })
+    });
     group.finish();
 }
 

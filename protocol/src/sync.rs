@@ -489,6 +489,24 @@ mod tests {
         DirectoryDigest::from_entries(nodes.iter().map(|&n| DigestEntry(node(n), 1)).collect())
     }
 
+    #[test]
+    fn a_digest_entry_is_read_without_checking_its_key() {
+        // Bytes that are no ed25519 point: a key made of them is refused, a digest entry
+        // naming them is read as the bytes (and matches no node).
+        let not_a_key = (0u8..=255)
+            .map(|i| [i; 32])
+            .find(|b| crate::identity::PublicKey::from_bytes(*b).is_err())
+            .expect("some 32-byte strings are no curve point");
+        let mut entries = digest(&[1, 2]).entries().to_vec();
+        entries.push(DigestEntry(NodeId::bound(not_a_key), 9));
+        let request = SyncRequest::new(None, DirectoryDigest::from_entries(entries));
+        let bytes = request.encode();
+        let decoded = SyncRequest::decode(&bytes).expect("decodes");
+        assert_eq!(decoded.digest, request.digest);
+        assert_eq!(decoded.encode(), bytes, "the same bytes again");
+        assert!(decoded.digest.entries().iter().any(|e| e.0.key().as_bytes() == &not_a_key));
+    }
+
     fn invalid(bytes: &[u8]) -> String {
         match SyncRequest::decode(bytes) {
             Err(e) => e.to_string(),

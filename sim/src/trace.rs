@@ -26,6 +26,13 @@ impl TraceHash {
         self.records += 1;
     }
 
+    /// Folds a message's bytes as it went on the wire (its length first, so two messages
+    /// never hash as one).
+    pub fn bytes(&mut self, bytes: &[u8]) {
+        self.hasher.update((bytes.len() as u64).to_le_bytes());
+        self.hasher.update(bytes);
+    }
+
     /// Records folded so far.
     #[must_use]
     pub const fn records(&self) -> u64 {

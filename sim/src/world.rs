@@ -49,7 +49,6 @@ use murmur_protocol::cert::NodeCert;
 use murmur_protocol::directory::{Admission, DirectoryConfig};
 use murmur_protocol::limits::GOSSIP_HEARTBEAT_MS;
 use murmur_protocol::mesh::{MeshConfig, MeshNode};
-use murmur_protocol::sync::{SyncRequest, SyncResponse};
 use murmur_protocol::verify::Verifier;
 use murmur_protocol::{Envelope, Millis, NodeId, SecretKey, Signed};
 
@@ -157,22 +156,83 @@ impl Node {
 /// node holds.
 #[derive(Debug)]
 enum Event {
-    Start { node: Ix },
-    Timer { node: Ix, epoch: u32 },
-    Heartbeat { node: Ix, epoch: u32 },
-    Gossip { to: Ix, from: Ix, msg: u32, epoch: u32 },
-    IHave { to: Ix, from: Ix, ids: Arc<[u32]>, epoch: u32 },
-    IWant { to: Ix, from: Ix, ids: Arc<[u32]>, epoch: u32 },
-    SyncRequest { to: Ix, from: Ix, req: u64, request: Arc<SyncRequest>, epoch: u32 },
-    SyncResponse { to: Ix, from: Ix, req: u64, response: Arc<SyncResponse>, epoch: u32 },
-    SyncTimeout { node: Ix, req: u64, epoch: u32 },
-    Connected { a: Ix, b: Ix, epoch_a: u32, epoch_b: u32 },
-    PingLapse { a: Ix, b: Ix, epoch_a: u32, epoch_b: u32 },
-    FaultStart { fault: usize },
-    FaultEnd { fault: usize },
-    Restart { node: Ix },
-    ChurnStep { fault: usize },
-    Misbehave { node: Ix },
+    Start {
+        node: Ix,
+    },
+    Timer {
+        node: Ix,
+        epoch: u32,
+    },
+    Heartbeat {
+        node: Ix,
+        epoch: u32,
+    },
+    Gossip {
+        to: Ix,
+        from: Ix,
+        msg: u32,
+        epoch: u32,
+    },
+    IHave {
+        to: Ix,
+        from: Ix,
+        ids: Arc<[u32]>,
+        epoch: u32,
+    },
+    IWant {
+        to: Ix,
+        from: Ix,
+        ids: Arc<[u32]>,
+        epoch: u32,
+    },
+    /// An anti-entropy request as it travels: its bytes from the shipping codec.
+    SyncRequest {
+        to: Ix,
+        from: Ix,
+        req: u64,
+        bytes: Arc<[u8]>,
+        epoch: u32,
+    },
+    /// An anti-entropy answer as it travels: its bytes from the shipping codec.
+    SyncResponse {
+        to: Ix,
+        from: Ix,
+        req: u64,
+        bytes: Arc<[u8]>,
+        epoch: u32,
+    },
+    SyncTimeout {
+        node: Ix,
+        req: u64,
+        epoch: u32,
+    },
+    Connected {
+        a: Ix,
+        b: Ix,
+        epoch_a: u32,
+        epoch_b: u32,
+    },
+    PingLapse {
+        a: Ix,
+        b: Ix,
+        epoch_a: u32,
+        epoch_b: u32,
+    },
+    FaultStart {
+        fault: usize,
+    },
+    FaultEnd {
+        fault: usize,
+    },
+    Restart {
+        node: Ix,
+    },
+    ChurnStep {
+        fault: usize,
+    },
+    Misbehave {
+        node: Ix,
+    },
     WorkloadChange,
     WorkloadQuery,
     LivenessCheck,
@@ -209,6 +269,17 @@ impl Event {
             Self::Task(event) => event.trace(),
             Self::Artifact(event) => event.trace(),
             Self::Model(event) => event.trace(),
+        }
+    }
+
+    /// The encoded message this event delivers, if it delivers one: folded into the trace
+    /// hash, so a change in what goes on the wire changes the hash.
+    fn wire_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Self::SyncRequest { bytes, .. } | Self::SyncResponse { bytes, .. } => Some(bytes),
+            Self::Task(event) => event.wire_bytes(),
+            Self::Artifact(event) => event.wire_bytes(),
+            _ => None,
         }
     }
 }
@@ -576,6 +647,9 @@ impl Sim {
             self.now = at;
             let (tag, a, b) = event.trace();
             self.trace.record(tag, self.now, a, b);
+            if let Some(bytes) = event.wire_bytes() {
+                self.trace.bytes(bytes);
+            }
             self.metrics.events += 1;
             self.dispatch(event);
             self.metrics.queue_max = self.metrics.queue_max.max(self.queue.len() as u64);
@@ -607,11 +681,11 @@ impl Sim {
             Event::Gossip { to, from, msg, epoch } => self.deliver_gossip(to, from, msg, epoch),
             Event::IHave { to, from, ids, epoch } => self.receive_ihave(to, from, &ids, epoch),
             Event::IWant { to, from, ids, epoch } => self.receive_iwant(to, from, &ids, epoch),
-            Event::SyncRequest { to, from, req, request, epoch } => {
-                self.sync_requested(to, from, req, request, epoch);
+            Event::SyncRequest { to, from, req, bytes, epoch } => {
+                self.sync_requested(to, from, req, &bytes, epoch);
             }
-            Event::SyncResponse { to, from, req, response, epoch } => {
-                self.sync_answered(to, from, req, response, epoch);
+            Event::SyncResponse { to, from, req, bytes, epoch } => {
+                self.sync_answered(to, from, req, &bytes, epoch);
             }
             Event::SyncTimeout { node, req, epoch } => self.sync_timed_out(node, req, epoch),
             Event::Connected { a, b, epoch_a, epoch_b } => {

@@ -14,6 +14,7 @@
 //! artifact it should hold.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use murmur_protocol::catalog::{Catalog, CatalogArtifact, CatalogBlob};
 use murmur_protocol::digest::Digest;
@@ -125,8 +126,8 @@ pub(super) enum ArtifactEvent {
     PinCheck { node: Ix, epoch: u32 },
     /// A pull's timer.
     PullTimer { node: Ix, epoch: u32, blob: usize },
-    /// A chunk request reaches its provider.
-    Request { to: Ix, from: Ix, req: u64, blob: usize, index: u32, epoch: u32 },
+    /// A chunk request reaches its provider (its bytes from the shipping codec).
+    Request { to: Ix, from: Ix, req: u64, blob: usize, bytes: Arc<[u8]>, epoch: u32 },
     /// The answer reaches the puller: the digest of the bytes sent, or `None` (not held).
     Response { to: Ix, req: u64, answer: Option<Digest>, epoch: u32 },
     /// The request failed (dial refused).
@@ -135,10 +136,10 @@ pub(super) enum ArtifactEvent {
     Timeout { req: u64 },
     /// A resolution's timer.
     ResolveTimer { node: Ix, epoch: u32, blob: usize },
-    /// A resolve ask reaches its provider.
-    Ask { to: Ix, from: Ix, req: u64, blob: usize, epoch: u32 },
-    /// The answer to a resolve ask reaches the asking node.
-    Offer { to: Ix, req: u64, offer: super::resolves::Offer, epoch: u32 },
+    /// A resolve ask reaches its provider (its bytes from the shipping codec).
+    Ask { to: Ix, from: Ix, req: u64, bytes: Arc<[u8]>, epoch: u32 },
+    /// The answer to a resolve ask reaches the asking node (its bytes).
+    Offer { to: Ix, req: u64, bytes: Arc<[u8]>, epoch: u32 },
     /// The ask failed (dial refused, or the connection closed).
     AskFailure { req: u64 },
     /// The connection from `node` to `provider` closed (the provider crashed).
@@ -165,6 +166,15 @@ impl ArtifactEvent {
             Self::Ask { to, req, .. } => (62, u64::from(*to), *req),
             Self::Offer { to, req, .. } => (63, u64::from(*to), *req),
             Self::AskFailure { req } => (64, *req, 0),
+        }
+    }
+
+    /// The encoded message this event delivers, if any. (A chunk answer carries the digest
+    /// of the bytes sent, not the bytes: its size is the exact size of their frame.)
+    pub(super) fn wire_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Self::Request { bytes, .. } | Self::Ask { bytes, .. } | Self::Offer { bytes, .. } => Some(bytes),
+            _ => None,
         }
     }
 }
@@ -300,9 +310,9 @@ impl Sim {
                     self.pull_timer(node, blob);
                 }
             }
-            ArtifactEvent::Request { to, from, req, blob, index, epoch } => {
+            ArtifactEvent::Request { to, from, req, blob, bytes, epoch } => {
                 if self.is_current(to, epoch) {
-                    self.serve_chunk(to, from, req, blob, index);
+                    self.serve_chunk(to, from, req, blob, &bytes);
                 }
             }
             ArtifactEvent::Response { to, req, answer, epoch } => {
@@ -317,14 +327,14 @@ impl Sim {
                     self.resolve_timer(node, blob);
                 }
             }
-            ArtifactEvent::Ask { to, from, req, blob, epoch } => {
+            ArtifactEvent::Ask { to, from, req, bytes, epoch } => {
                 if self.is_current(to, epoch) {
-                    self.answer_ask(to, from, req, blob);
+                    self.answer_ask(to, from, req, &bytes);
                 }
             }
-            ArtifactEvent::Offer { to, req, offer, epoch } => {
+            ArtifactEvent::Offer { to, req, bytes, epoch } => {
                 if self.is_current(to, epoch) {
-                    self.ask_answered(req, Some(offer));
+                    self.offer_arrived(to, req, &bytes);
                 }
             }
             ArtifactEvent::AskFailure { req } => self.ask_answered(req, None),

@@ -9,10 +9,8 @@
 //! exchange, pulls, resolutions), so every machine's deadline is read on its node's clock
 //! the same way.
 
-use std::sync::Arc;
-
 use murmur_protocol::directory::{Refusal, Source};
-use murmur_protocol::limits::{ENVELOPE_OVERHEAD_MAX, SYNC_REQUEST_BYTES_MAX, SYNC_RESPONSE_BYTES_MAX};
+use murmur_protocol::limits::{SYNC_REQUEST_BYTES_MAX, SYNC_RESPONSE_BYTES_MAX};
 use murmur_protocol::mesh::{Event as MeshEvent, Input, Output, Verdict};
 use murmur_protocol::sync::{SyncRequest, SyncResponse};
 use murmur_protocol::{Millis, NodeId};
@@ -79,37 +77,38 @@ impl Sim {
     }
 
     /// A peer's anti-entropy request reached node `to`; its answer comes back by token.
-    pub(super) fn sync_requested(
-        &mut self,
-        to: Ix,
-        from: Ix,
-        req: u64,
-        request: Arc<SyncRequest>,
-        epoch: u32,
-    ) {
-        if self.is_current(to, epoch) {
-            let token = self.next_token();
-            self.nodes[to as usize].answering.insert(token, (from, req));
-            let from_id = self.nodes[from as usize].id;
-            // The request was sent to this node alone: no copy of a large digest.
-            let request = Arc::try_unwrap(request).unwrap_or_else(|shared| (*shared).clone());
-            self.handle(to, Input::SyncRequested { from: from_id, token, request }, None);
+    pub(super) fn sync_requested(&mut self, to: Ix, from: Ix, req: u64, bytes: &[u8], epoch: u32) {
+        if !self.is_current(to, epoch) {
+            return;
         }
+        // Decoded as `murnode` decodes it: strictly, within its size limit.
+        let request = match SyncRequest::decode(bytes) {
+            Ok(request) => request,
+            Err(err) => {
+                // The stream fails; the requester hears of it as a failed request.
+                self.violation(format!("node {to} could not decode node {from}'s sync request: {err}"));
+                let epoch = self.nodes[from as usize].epoch;
+                self.schedule(self.now, Event::SyncTimeout { node: from, req, epoch });
+                return;
+            }
+        };
+        let token = self.next_token();
+        self.nodes[to as usize].answering.insert(token, (from, req));
+        let from_id = self.nodes[from as usize].id;
+        self.handle(to, Input::SyncRequested { from: from_id, token, request }, None);
     }
 
     /// The answer to node `to`'s request `req` arrived (ignored once it timed out).
-    pub(super) fn sync_answered(
-        &mut self,
-        to: Ix,
-        from: Ix,
-        req: u64,
-        response: Arc<SyncResponse>,
-        epoch: u32,
-    ) {
+    pub(super) fn sync_answered(&mut self, to: Ix, from: Ix, req: u64, bytes: &[u8], epoch: u32) {
         if self.is_current(to, epoch) && self.nodes[to as usize].syncing.remove(&req).is_some() {
             let from_id = self.nodes[from as usize].id;
-            let response = Arc::try_unwrap(response).unwrap_or_else(|shared| (*shared).clone());
-            self.handle(to, Input::SyncAnswered { from: from_id, response }, None);
+            match SyncResponse::decode(bytes) {
+                Ok(response) => self.handle(to, Input::SyncAnswered { from: from_id, response }, None),
+                Err(err) => {
+                    self.violation(format!("node {to} could not decode node {from}'s sync response: {err}"));
+                    self.handle(to, Input::SyncFailed { peer: from_id }, None);
+                }
+            }
         }
     }
 
@@ -143,27 +142,19 @@ impl Sim {
             Output::SendSyncRequest { peer, request } => self.send_sync_request(ix, peer, request),
             Output::SendSyncResponse { token, response } => {
                 if let Some((to, req)) = self.nodes[ix as usize].answering.remove(&token) {
-                    let size = response
-                        .adverts
-                        .iter()
-                        .chain(&response.gone)
-                        .chain(&response.revocations)
-                        .map(|e| e.body().len() + ENVELOPE_OVERHEAD_MAX)
-                        .sum::<usize>()
-                        + response.differ.as_ref().map_or(0, |d| d.len() * 12)
-                        + 16;
-                    if size > SYNC_RESPONSE_BYTES_MAX {
+                    let bytes = response.encode();
+                    if bytes.len() > SYNC_RESPONSE_BYTES_MAX {
                         // Dropped by the requester's size limit; it times out.
-                        self.violation(format!("node {ix} built a sync response of {size} bytes, above the {SYNC_RESPONSE_BYTES_MAX}-byte limit"));
+                        self.violation(format!(
+                            "node {ix} built a sync response of {} bytes, above the {SYNC_RESPONSE_BYTES_MAX}-byte limit",
+                            bytes.len()
+                        ));
                         return;
                     }
                     let epoch = self.nodes[to as usize].epoch;
-                    self.send(
-                        ix,
-                        to,
-                        size,
-                        Event::SyncResponse { to, from: ix, req, response: Arc::new(response), epoch },
-                    );
+                    let size = bytes.len();
+                    let event = Event::SyncResponse { to, from: ix, req, bytes: bytes.into(), epoch };
+                    self.send(ix, to, size, event);
                 }
             }
             Output::Dial { peer, .. } => {
@@ -315,14 +306,10 @@ impl Sim {
             self.schedule(self.now, Event::SyncTimeout { node: ix, req, epoch });
             return;
         }
-        // Estimated encoded size (≈45 bytes per digest entry, 9 per summary bucket, up to 3
-        // per scope bucket, 45 per revocation list held): encoding a large digest for every
-        // request would dominate big runs.
-        let size = request.digest.entries().len() * 45
-            + request.summary.as_ref().map_or(0, |s| s.sums.len() * 9)
-            + request.scope.as_ref().map_or(0, |s| s.buckets.len() * 3)
-            + request.revocations.as_ref().map_or(0, |seen| seen.len() * 45)
-            + 64;
+        // What goes on the wire: the shipping codec's bytes, whose length is what the
+        // bandwidth model charges and the size limit checks.
+        let bytes = request.encode();
+        let size = bytes.len();
         self.nodes[ix as usize].syncing.insert(req, to);
         if size > SYNC_REQUEST_BYTES_MAX {
             // request-response refuses an oversized request: the exchange fails.
@@ -336,7 +323,7 @@ impl Sim {
             ix,
             to,
             size,
-            Event::SyncRequest { to, from: ix, req, request: Arc::new(request), epoch: epoch_to },
+            Event::SyncRequest { to, from: ix, req, bytes: bytes.into(), epoch: epoch_to },
         );
         let timeout = self.scenario.topology.request_timeout_ms;
         self.schedule(self.now + timeout, Event::SyncTimeout { node: ix, req, epoch: epoch_me });

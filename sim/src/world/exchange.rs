@@ -269,20 +269,40 @@ impl Sim {
     fn respond(&mut self, owner: Ix, req: u64, response: TaskResponse) {
         let Some(model) = self.tasks.as_deref() else { return };
         let Some(from) = model.wire.requests.get(&req).map(|r| r.from) else { return };
-        let size = response.encode().len();
+        let bytes = response.encode();
+        if bytes.len() > TASK_FRAME_BYTES_MAX {
+            // The requester's codec refuses it: its request fails as an I/O error.
+            self.violation(format!(
+                "node {owner} built a task response of {} bytes, above the limit",
+                bytes.len()
+            ));
+            self.task_failed(req, RequestFailure::Io, "response too large");
+            return;
+        }
+        let size = bytes.len();
         let epoch = self.nodes[from as usize].epoch;
-        let event = TaskEvent::Response { to: from, req, response: Arc::new(response), epoch };
+        let event = TaskEvent::Response { to: from, req, bytes: Arc::from(bytes), epoch };
         self.send_via(owner, from, size, Event::Task(event), Channel::Task);
     }
 
     /// The answer to request `req` reached its sender `at`.
-    pub(super) fn task_answered(&mut self, at: Ix, req: u64, response: &TaskResponse) {
+    pub(super) fn task_answered(&mut self, at: Ix, req: u64, bytes: &[u8]) {
+        let response = match TaskResponse::decode(bytes) {
+            Ok(response) => response,
+            Err(err) => {
+                // Every answer comes from an honest exchange: one that does not decode is
+                // a codec bug. The requester sees its stream fail.
+                self.violation(format!("node {at} could not decode the answer to task request {req}: {err}"));
+                self.task_failed(req, RequestFailure::Io, "undecodable response");
+                return;
+            }
+        };
         let Some(r) = self.take_request(req) else { return };
         if r.from != at {
             return;
         }
         if let Purpose::Exchange(id) = r.purpose {
-            self.exchange(at, Input::Answered { id, response: response.clone() });
+            self.exchange(at, Input::Answered { id, response });
         }
     }
 

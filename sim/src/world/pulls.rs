@@ -20,8 +20,10 @@
 //! modelled separately (a chunk's transfer time dominates).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use murmur_protocol::NodeId;
+use murmur_protocol::artifact::{ArtifactRequest, ArtifactResponse};
 use murmur_protocol::digest::Digest;
 use murmur_protocol::pull::{Input, Output, Pull, PullConfig};
 
@@ -31,11 +33,6 @@ use super::net::Channel;
 use super::{Event, Ix, Role, Sim};
 use crate::check::ArtifactOracle;
 use crate::scenario::{ByzantineRole, Fault};
-
-/// Bytes of a chunk request on the wire (digest, index, framing).
-const REQUEST_BYTES: usize = 96;
-/// Bytes of an answer besides the chunk itself.
-const RESPONSE_OVERHEAD_BYTES: usize = 64;
 
 impl Sim {
     /// Starts (or resumes) node `ix`'s pull of `blob`: first its resolution (`resolves`),
@@ -204,7 +201,9 @@ impl Sim {
 
     fn carry_out_pull(&mut self, ix: Ix, blob: usize, output: Output, served: Option<Digest>) {
         match output {
-            Output::Request { provider, index, .. } => self.request_chunk(ix, blob, provider, index),
+            Output::Request { provider, index, offset, len } => {
+                self.request_chunk(ix, blob, provider, index, (offset, len));
+            }
             Output::Write { index, .. } => match served {
                 Some(digest) => self.store_chunk(ix, blob, index, digest),
                 None => self.violation(format!("node {ix}'s pull of art-{blob} wrote chunk {index} unasked")),
@@ -224,8 +223,16 @@ impl Sim {
         }
     }
 
-    /// Sends a chunk request from `ix` to `provider`.
-    fn request_chunk(&mut self, ix: Ix, blob: usize, provider: NodeId, index: u32) {
+    /// Sends a chunk request from `ix` to `provider`: `len` bytes at `offset`, as the pull
+    /// asked.
+    fn request_chunk(
+        &mut self,
+        ix: Ix,
+        blob: usize,
+        provider: NodeId,
+        index: u32,
+        (offset, len): (u64, u64),
+    ) {
         let Some(&to) = self.index.get(&provider) else {
             // Not a node of this run: the pull hears nothing and times out.
             return;
@@ -233,6 +240,7 @@ impl Sim {
         let from_epoch = self.nodes[ix as usize].epoch;
         let timeout = self.scenario.topology.request_timeout_ms;
         let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let Some(digest) = model.oracle.blob(blob).map(|t| t.digest) else { return };
         if model.requests.len() >= REQUESTS_MAX {
             self.violation(format!("chunk requests in flight exceeded their bound of {REQUESTS_MAX}"));
             return;
@@ -246,13 +254,29 @@ impl Sim {
             return;
         }
         let epoch = self.nodes[to as usize].epoch;
-        let event = ArtifactEvent::Request { to, from: ix, req, blob, index, epoch };
-        self.send_via(ix, to, REQUEST_BYTES, Event::Artifact(event), Channel::Artifact);
+        let bytes: Arc<[u8]> = ArtifactRequest::Blob { len, digest, offset }.encode().into();
+        let size = bytes.len();
+        let event = ArtifactEvent::Request { to, from: ix, req, blob, bytes, epoch };
+        self.send_via(ix, to, size, Event::Artifact(event), Channel::Artifact);
         self.schedule(self.now + timeout, Event::Artifact(ArtifactEvent::Timeout { req }));
     }
 
-    /// Provider `to` answers a chunk request: the digest of the bytes it sends.
-    pub(super) fn serve_chunk(&mut self, to: Ix, from: Ix, req: u64, blob: usize, index: u32) {
+    /// Provider `to` answers a chunk request (`bytes`, as it arrived): the digest of the
+    /// bytes it sends.
+    pub(super) fn serve_chunk(&mut self, to: Ix, from: Ix, req: u64, blob: usize, bytes: &[u8]) {
+        let chunk = self.artifacts.as_deref().map_or(1, |m| m.config.chunk_bytes());
+        let truth = self.artifacts.as_deref().and_then(|m| m.oracle.blob(blob)).map(|t| t.digest);
+        let index = match ArtifactRequest::decode(bytes) {
+            Ok(ArtifactRequest::Blob { digest, offset, .. })
+                if Some(digest) == truth && offset % chunk == 0 && u32::try_from(offset / chunk).is_ok() =>
+            {
+                (offset / chunk) as u32
+            }
+            other => {
+                self.violation(format!("node {to} could not read node {from}'s chunk request: {other:?}"));
+                return;
+            }
+        };
         let corrupt = matches!(
             self.nodes[to as usize].role,
             Role::Byzantine { role: ByzantineRole::CorruptProvider, .. }
@@ -266,7 +290,12 @@ impl Sim {
         } else {
             model.nodes[to as usize].store.get(&blob).and_then(|s| s.get(&index)).copied()
         };
-        let size = RESPONSE_OVERHEAD_BYTES + if answer.is_some() { len as usize } else { 0 };
+        // The answer's exact size on the wire: a `Bytes` frame of `len` bytes, or `NotFound`.
+        let size = if answer.is_some() {
+            bytes_frame_len(len as usize)
+        } else {
+            ArtifactResponse::NotFound.encode().len()
+        };
         let epoch = self.nodes[from as usize].epoch;
         let event = ArtifactEvent::Response { to: from, req, answer, epoch };
         self.send_via(to, from, size, Event::Artifact(event), Channel::Artifact);
@@ -394,7 +423,35 @@ impl Sim {
 }
 
 /// Bytes in chunk `index` of a `size`-byte blob.
+/// The encoded length of an `ArtifactResponse::Bytes` frame carrying `len` bytes, without
+/// building one: the frame of an empty chunk, with the byte string's CBOR head grown to
+/// hold `len` (RFC 8949 §3: 1, 2, 3, 5 or 9 bytes) and the bytes themselves.
+fn bytes_frame_len(len: usize) -> usize {
+    let empty = ArtifactResponse::Bytes { data: Vec::new() }.encode().len();
+    let head = match len {
+        0..24 => 1,
+        24..256 => 2,
+        256..65_536 => 3,
+        _ if u32::try_from(len).is_ok() => 5,
+        _ => 9,
+    };
+    empty - 1 + head + len
+}
+
 fn chunk_len(size: u64, chunk: u64, index: u32) -> u64 {
     let offset = u64::from(index) * chunk;
     chunk.min(size.saturating_sub(offset))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunk_answers_size_is_the_size_of_its_real_frame() {
+        for len in [0, 1, 23, 24, 255, 256, 65_535, 65_536, 1 << 20, 4 << 20] {
+            let frame = ArtifactResponse::Bytes { data: vec![7; len] }.encode();
+            assert_eq!(bytes_frame_len(len), frame.len(), "a chunk of {len} bytes");
+        }
+    }
 }

@@ -20,6 +20,9 @@
 //! Safety, checked by the oracle when each resolution ends: every candidate is the blob's
 //! true manifest (no forged offer is ever taken).
 
+use std::sync::Arc;
+
+use murmur_protocol::artifact::{ArtifactRequest, ArtifactResponse};
 use murmur_protocol::resolve::{Offers, Resolution, ResolveConfig};
 use murmur_protocol::{Envelope, NodeId};
 
@@ -29,13 +32,15 @@ use super::net::Channel;
 use super::{Event, Ix, Plant, Role, Sim};
 use crate::scenario::{ByzantineRole, Fault};
 
-/// Bytes of a resolve ask, and of an answer (a manifest digest and a signed catalog).
-const ASK_BYTES: usize = 96;
-const OFFER_BYTES: usize = 512;
-
 /// The name and version under which blob `blob` is published.
 pub(super) fn name_of(blob: usize) -> (String, String) {
     (format!("art-{blob}"), "1.0.0".to_owned())
+}
+
+/// The blob published as `name@version`, if any.
+fn blob_named(name: &str, version: &str) -> Option<usize> {
+    let blob = name.strip_prefix("art-")?.parse().ok()?;
+    (name_of(blob) == (name.to_owned(), version.to_owned())).then_some(blob)
 }
 
 /// An answer to a resolve ask.
@@ -118,17 +123,32 @@ impl Sim {
             return;
         }
         let epoch = self.nodes[to as usize].epoch;
-        let event = ArtifactEvent::Ask { to, from: ix, req, blob, epoch };
-        self.send_via(ix, to, ASK_BYTES, Event::Artifact(event), Channel::Artifact);
+        let (name, version) = name_of(blob);
+        let bytes: Arc<[u8]> = ArtifactRequest::Resolve { name, version }.encode().into();
+        let size = bytes.len();
+        let event = ArtifactEvent::Ask { to, from: ix, req, bytes, epoch };
+        self.send_via(ix, to, size, Event::Artifact(event), Channel::Artifact);
     }
 
-    /// Node `to` answers a resolve ask for `blob`.
-    pub(super) fn answer_ask(&mut self, to: Ix, from: Ix, req: u64, blob: usize) {
+    /// Node `to` answers a resolve ask (`bytes`, as it arrived).
+    pub(super) fn answer_ask(&mut self, to: Ix, from: Ix, req: u64, bytes: &[u8]) {
+        let blob = match ArtifactRequest::decode(bytes) {
+            Ok(ArtifactRequest::Resolve { name, version }) => blob_named(&name, &version),
+            other => {
+                self.violation(format!("node {to} could not read node {from}'s resolve ask: {other:?}"));
+                return;
+            }
+        };
         let corrupt = matches!(
             self.nodes[to as usize].role,
             Role::Byzantine { role: ByzantineRole::CorruptProvider, .. }
         );
         let Some(model) = self.artifacts.as_deref_mut() else { return };
+        let Some(blob) = blob else {
+            // A name no blob has: nothing to offer.
+            self.send_offer(to, from, req, &Offer::Declined, 0);
+            return;
+        };
         let genuine = |model: &super::artifacts::ArtifactModel| match (
             model.oracle.blob(blob),
             model.catalogs.get(blob),
@@ -151,9 +171,41 @@ impl Sim {
         } else {
             Offer::Declined
         };
-        let epoch = self.nodes[from as usize].epoch;
-        let event = ArtifactEvent::Offer { to: from, req, offer, epoch };
-        self.send_via(to, from, OFFER_BYTES, Event::Artifact(event), Channel::Artifact);
+        let size = model.oracle.blob(blob).map_or(0, |t| t.size);
+        self.send_offer(to, from, req, &offer, size);
+    }
+
+    /// Provider `to` sends its answer to ask `req` as `/murmur/artifact/1` encodes it
+    /// (`size`: the manifest's, as the provider states it).
+    fn send_offer(&mut self, to: Ix, from: Ix, req: u64, offer: &Offer, size: u64) {
+        let response = match offer {
+            Offer::Holds { manifest, signature } => {
+                ArtifactResponse::Resolved { size, manifest: *manifest, signature: Some(signature.clone()) }
+            }
+            Offer::Declined => ArtifactResponse::NotFound,
+        };
+        let bytes: Arc<[u8]> = response.encode().into();
+        let (size, epoch) = (bytes.len(), self.nodes[from as usize].epoch);
+        let event = ArtifactEvent::Offer { to: from, req, bytes, epoch };
+        self.send_via(to, from, size, Event::Artifact(event), Channel::Artifact);
+    }
+
+    /// An answer to ask `req` arrived at node `at`: decoded, then taken as an offer.
+    pub(super) fn offer_arrived(&mut self, at: Ix, req: u64, bytes: &[u8]) {
+        let offer = match ArtifactResponse::decode(bytes) {
+            Ok(ArtifactResponse::Resolved { manifest, signature: Some(signature), .. }) => {
+                Offer::Holds { manifest, signature }
+            }
+            Ok(ArtifactResponse::NotFound) => Offer::Declined,
+            other => {
+                self.violation(format!(
+                    "node {at} could not read the answer to resolve ask {req}: {other:?}"
+                ));
+                self.ask_answered(req, None);
+                return;
+            }
+        };
+        self.ask_answered(req, Some(offer));
     }
 
     /// The answer to ask `req` reached its sender (`None`: the ask failed).

@@ -22,7 +22,7 @@ use murmur_protocol::grant::Grant;
 use murmur_protocol::owner::Owner;
 use murmur_protocol::revocation::Revocations;
 use murmur_protocol::route::RouterStats;
-use murmur_protocol::task::{Sender, Submit, TaskId, TaskRefusal, TaskResponse, TaskState, check_outgoing};
+use murmur_protocol::task::{Sender, Submit, TaskId, TaskRefusal, TaskState, check_outgoing};
 use murmur_protocol::{Envelope, Millis, NodeId, PeerUrl, PublicKey, SecretKey, Signed};
 
 use super::{EPOCH, Event, Ix, Options, Plant, Role, Sim};
@@ -139,10 +139,11 @@ pub(super) enum TaskEvent {
         bytes: Arc<[u8]>,
         epoch: u32,
     },
+    /// An answer as it travels: its bytes from the shipping codec.
     Response {
         to: Ix,
         req: u64,
-        response: Arc<TaskResponse>,
+        bytes: Arc<[u8]>,
         epoch: u32,
     },
     /// The request failed as libp2p would report it: never sent (a dial failure), or its
@@ -178,6 +179,14 @@ impl TaskEvent {
             Self::Timeout { req } => (38, *req, 0),
             Self::Done { node, task, .. } => (39, u64::from(*node), task_word(task)),
             Self::Settle => (40, 0, 0),
+        }
+    }
+
+    /// The encoded message this event delivers, if any.
+    pub(super) fn wire_bytes(&self) -> Option<&[u8]> {
+        match self {
+            Self::Request { bytes, .. } | Self::Response { bytes, .. } => Some(bytes),
+            _ => None,
         }
     }
 }
@@ -395,9 +404,9 @@ impl Sim {
                     self.task_requested(to, from, req, &bytes);
                 }
             }
-            TaskEvent::Response { to, req, response, epoch, .. } => {
+            TaskEvent::Response { to, req, bytes, epoch, .. } => {
                 if self.is_current(to, epoch) {
-                    self.task_answered(to, req, &response);
+                    self.task_answered(to, req, &bytes);
                 }
             }
             TaskEvent::Failure { req, failure } => self.task_failed(req, failure, "connection closed"),

@@ -181,3 +181,29 @@ fn a_sync_response_above_the_size_limit_is_caught() {
     sim.carry_out(OBSERVER, Output::SendSyncResponse { token: 77, response }, None, None);
     assert_caught(&judge(sim), &format!("node {OBSERVER} built a sync response of"));
 }
+
+#[test]
+fn a_sync_request_that_does_not_decode_is_caught() {
+    let mut sim = running();
+    // A request as a codec bug would write it: the shipping encoding with a byte after its
+    // end, which the strict decoder refuses.
+    let digest = sim.nodes[1].mesh.as_ref().unwrap().directory().digest();
+    let mut bytes = SyncRequest::new(None, digest).encode();
+    bytes.push(0);
+    let epoch = sim.nodes[OBSERVER as usize].epoch;
+    sim.sync_requested(OBSERVER, 1, 99, &bytes, epoch);
+    assert_caught(&judge(sim), &format!("node {OBSERVER} could not decode node 1's sync request"));
+}
+
+#[test]
+fn a_sync_response_that_does_not_decode_is_caught() {
+    let mut sim = running();
+    // The shipping encoding of a response, one byte short: what arrives when the writer
+    // and reader disagree about the frame.
+    let mut bytes = SyncResponse::new(Vec::new(), false).encode();
+    bytes.pop();
+    sim.nodes[OBSERVER as usize].syncing.insert(99, 1);
+    let epoch = sim.nodes[OBSERVER as usize].epoch;
+    sim.sync_answered(OBSERVER, 1, 99, &bytes, epoch);
+    assert_caught(&judge(sim), &format!("node {OBSERVER} could not decode node 1's sync response"));
+}
