@@ -185,7 +185,8 @@ impl TestNode {
         Self::launch_env(launcher, data_dir, extra, &[])
     }
 
-    fn launch_env(
+    /// [`TestNode::launch`] with extra environment variables.
+    pub fn launch_env(
         launcher: &[String],
         data_dir: &Path,
         extra: &[&str],

@@ -47,6 +47,13 @@
 //! single-core SHA-256 of the same bytes in memory (the ceiling: every step hashes every
 //! byte) and a plain file copy, in MB/s, medians of the runs.
 //!
+//! ```text
+//! target/release/murmur-bench soak [--seconds 600] [--rate 1000] [--restart-every 120] [--out bench-soak.json]
+//! ```
+//!
+//! `soak` runs three nodes under steady mixed load with background pulls and a node
+//! restarted every two minutes, and prints a row per minute (see `soak.rs`).
+//!
 //! `mesh` measures advert convergence: a capsule is added to one node (config + SIGHUP) and
 //! we time until every node's API lists it, next to the time until the *first* other node
 //! lists it (one gossip hop, the baseline). It also reads the resident memory of an idle
@@ -60,6 +67,7 @@ mod models;
 mod pipe;
 mod pull;
 mod runtime;
+mod soak;
 mod taskdb;
 mod tasks;
 
@@ -197,6 +205,24 @@ enum Bench {
         #[arg(long, default_value = "bench-taskdb.json")]
         out: PathBuf,
     },
+    /// The soak: three nodes under `--rate` tasks/s of mixed local and mesh tasks, pulls
+    /// in the background and a node restarted every `--restart-every` s, for `--seconds`;
+    /// a row per minute (accepted, completed, failed, refused, lost, latency, and each
+    /// node's memory, descriptors and task database). Uses the release binaries.
+    Soak {
+        /// How long the load runs.
+        #[arg(long, default_value_t = 600)]
+        seconds: u64,
+        /// Tasks per second.
+        #[arg(long, default_value_t = 1000)]
+        rate: u64,
+        /// Seconds between restarts (0: none).
+        #[arg(long, default_value_t = 120)]
+        restart_every: u64,
+        /// Where to write the JSON results.
+        #[arg(long, default_value = "bench-soak.json")]
+        out: PathBuf,
+    },
     /// Advert convergence time and node memory.
     Mesh {
         /// Mesh sizes (local processes).
@@ -221,6 +247,9 @@ fn main() -> anyhow::Result<()> {
         Bench::Bundle { sizes_mib, runs, out } => bundle::run(&sizes_mib, runs, &out)?,
         Bench::Pull { sizes_mib, runs, out, pin_cores, transport } => {
             pull::run(&sizes_mib, runs, &out, pin_cores, transport)?
+        }
+        Bench::Soak { seconds, rate, restart_every, out } => {
+            soak::run(soak::Settings { seconds, rate, restart_every }, &out)?;
         }
         Bench::Mesh { sizes, runs, out } => mesh::run(&sizes, runs, &out)?,
         Bench::Taskdb { finished, keep, runs, out } => taskdb::run(finished, keep, runs, &out)?,
