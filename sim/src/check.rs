@@ -39,6 +39,9 @@ pub struct Genuine {
     pub published_at: u64,
     pub accepted_by: u32,
     pub converged_after_ms: Option<u64>,
+    /// Published while no advert of its node had reached every node yet: the mesh learning
+    /// of a node (a join), not a change to one it knows.
+    pub first: bool,
 }
 
 /// Ground truth about every advert honest nodes published.
@@ -61,6 +64,8 @@ pub struct Oracle {
     /// warm start (below this index) that have not restarted since.
     warm_observers: u32,
     cold: Vec<bool>,
+    /// Nodes with an advert that reached every live node (warm adverts included).
+    known: std::collections::BTreeSet<u32>,
 }
 
 /// A broken safety property.
@@ -87,6 +92,7 @@ impl Oracle {
         ttl_ms: u64,
         at: u64,
     ) {
+        let first = !self.known.contains(&node);
         if self
             .genuine
             .insert(
@@ -98,6 +104,7 @@ impl Oracle {
                     published_at: at,
                     accepted_by: 1,
                     converged_after_ms: None,
+                    first,
                 },
             )
             .is_none()
@@ -125,11 +132,13 @@ impl Oracle {
             genuine.converged_after_ms = Some(0);
         }
         self.warm.insert(node, seq);
+        self.known.insert(node);
         self.warm_observers = self.warm_observers.max(node + 1);
     }
 
     /// Checks an acceptance by `observer` of `node`'s advert `seq`, held as `envelope`.
-    /// `live` is the number of live honest nodes now (for convergence tracking).
+    /// `live` is the number of live honest nodes now (for convergence tracking). True when
+    /// this acceptance completed the advert's convergence.
     pub fn accepted(
         &mut self,
         observer: u32,
@@ -138,7 +147,7 @@ impl Oracle {
         observer_now: Millis,
         at: u64,
         live: u32,
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         let Some(genuine) = self.genuine.get_mut(&(node, seq)) else {
             return Err(format!(
                 "node {observer} accepted an advert claiming node {node} seq {seq} that node {node} never published (forged)"
@@ -176,8 +185,10 @@ impl Oracle {
         genuine.accepted_by += 1;
         if genuine.converged_after_ms.is_none() && genuine.accepted_by >= live {
             genuine.converged_after_ms = Some(at.saturating_sub(genuine.published_at));
+            self.known.insert(node);
+            return Ok(true);
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Checks that `envelope`, which `observer` names as a provider at `observer_now`, is a
@@ -213,6 +224,29 @@ impl Oracle {
             self.cold.resize(observer + 1, false);
         }
         self.cold[observer] = true;
+    }
+
+    /// For an advert published during the run (not a warm start's): when it was published,
+    /// and whether it was its node's first (a join).
+    #[must_use]
+    pub fn published_during_run(&self, node: u32, seq: u64) -> Option<(u64, bool)> {
+        if self.warm.get(&node) == Some(&seq) {
+            return None;
+        }
+        self.genuine.get(&(node, seq)).map(|g| (g.published_at, g.first))
+    }
+
+    /// Convergence times (ms) of adverts that reached every live node, split into joins
+    /// (a node's first advert) and changes, in publication order.
+    #[must_use]
+    pub fn convergence_by_kind(&self) -> (Vec<u64>, Vec<u64>) {
+        let (mut joins, mut changes) = (Vec::new(), Vec::new());
+        for g in self.order.iter().filter_map(|key| self.genuine.get(key)) {
+            if let Some(ms) = g.converged_after_ms {
+                if g.first { joins.push(ms) } else { changes.push(ms) }
+            }
+        }
+        (joins, changes)
     }
 
     /// Convergence times (ms) of adverts that reached every live node, in publication order.
@@ -272,7 +306,7 @@ mod tests {
     fn an_acceptance_after_the_ttl_and_the_skew_allowance_is_expired() {
         let mut oracle = oracle();
         let just_before = Millis(EXPIRED.0 - 1);
-        assert_eq!(oracle.accepted(0, (3, 1), &advert(1, Millis(1000)), just_before, 0, 20), Ok(()));
+        assert_eq!(oracle.accepted(0, (3, 1), &advert(1, Millis(1000)), just_before, 0, 20), Ok(false));
         let late = oracle.accepted(1, (3, 1), &advert(1, Millis(1000)), EXPIRED, 0, 20).unwrap_err();
         assert!(late.contains("after it expired"), "{late}");
     }
@@ -281,15 +315,29 @@ mod tests {
     fn accepting_an_advert_again_or_an_older_one_is_a_replay() {
         let mut oracle = oracle();
         let now = Millis(2000);
-        assert_eq!(oracle.accepted(0, (3, 2), &advert(2, Millis(1000)), now, 0, 20), Ok(()));
+        assert_eq!(oracle.accepted(0, (3, 2), &advert(2, Millis(1000)), now, 0, 20), Ok(false));
         for seq in [2, 1] {
             let replay = oracle.accepted(0, (3, seq), &advert(seq, Millis(1000)), now, 0, 20).unwrap_err();
             assert!(replay.contains("(replay)"), "seq {seq}: {replay}");
         }
         // Another observer, and the same one after losing its directory, may accept it.
-        assert_eq!(oracle.accepted(1, (3, 1), &advert(1, Millis(1000)), now, 0, 20), Ok(()));
+        assert_eq!(oracle.accepted(1, (3, 1), &advert(1, Millis(1000)), now, 0, 20), Ok(false));
         oracle.forget_observer(0);
-        assert_eq!(oracle.accepted(0, (3, 1), &advert(1, Millis(1000)), now, 0, 20), Ok(()));
+        assert_eq!(oracle.accepted(0, (3, 1), &advert(1, Millis(1000)), now, 0, 20), Ok(false));
+    }
+
+    #[test]
+    fn the_acceptance_that_completes_convergence_says_so_and_makes_the_node_known() {
+        let mut oracle = oracle();
+        let now = Millis(2000);
+        let (published_at, join) = oracle.published_during_run(3, 1).unwrap();
+        assert!(join, "no advert of node 3 has reached everyone yet: a join");
+        // Three live nodes: the publisher and two observers.
+        assert_eq!(oracle.accepted(0, (3, 1), &advert(1, Millis(1000)), now, 400, 3), Ok(false));
+        assert_eq!(oracle.accepted(1, (3, 1), &advert(1, Millis(1000)), now, 900, 3), Ok(true));
+        assert_eq!(oracle.convergence_by_kind(), (vec![900 - published_at], vec![]));
+        oracle.published(3, 3, advert(3, Millis(1000)), Millis(1000), TTL_MS, 1000);
+        assert_eq!(oracle.published_during_run(3, 3), Some((1000, false)), "the mesh knows node 3 now");
     }
 
     #[test]

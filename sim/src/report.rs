@@ -66,6 +66,49 @@ pub struct Convergence {
     pub max_ms: u64,
 }
 
+/// How long one kind of advert took to reach nodes of one region from nodes of another:
+/// every acceptance by a node that was up when it was published (later ones caught up by
+/// sync), from publication (not only the last node's).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Propagation {
+    /// `join` (a node's first advert) or `change` (a later one).
+    pub kind: &'static str,
+    pub from: String,
+    pub to: String,
+    /// The one-way latency between the regions: no delivery can be faster.
+    pub floor_ms: u64,
+    pub deliveries: u64,
+    pub p50_ms: u64,
+    pub p99_ms: u64,
+    pub max_ms: u64,
+}
+
+/// A delivery slower than this (ms) is counted apart, by whether gossip or anti-entropy
+/// brought it: three times the slowest one-way path of the shipped scenarios.
+pub const SLOW_DELIVERY_MS: u64 = 330;
+
+/// A node up for less than this (ms) when an advert is published is still joining.
+pub const YOUNG_MS: u64 = 5_000;
+
+/// The value at quantile `p` of `sorted` (0 when empty).
+#[must_use]
+pub fn quantile(sorted: &[u64], p: f64) -> u64 {
+    sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0)
+}
+
+impl Convergence {
+    /// The summary of sorted per-advert times.
+    #[must_use]
+    pub fn of(sorted: &[u64]) -> Self {
+        Self {
+            adverts: sorted.len(),
+            p50_ms: quantile(sorted, 0.5),
+            p99_ms: quantile(sorted, 0.99),
+            max_ms: sorted.last().copied().unwrap_or(0),
+        }
+    }
+}
+
 /// What a run measured.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Metrics {
@@ -110,6 +153,20 @@ pub struct Metrics {
     /// Connections closed for an unanswered ping (a partition cut them).
     pub connections_cut: u64,
     pub convergence: Convergence,
+    /// The same, for joins (each node's first advert) and for changes apart.
+    pub convergence_joins: Convergence,
+    pub convergence_changes: Convergence,
+    /// Adverts whose convergence ended with a node that came up after they were published
+    /// (it learnt of them by sync once connected, not by gossip).
+    pub converged_by_later_nodes: u64,
+    /// Of those deliveries, the ones slower than [`SLOW_DELIVERY_MS`], by how they came.
+    pub slow_deliveries_by_gossip: u64,
+    pub slow_deliveries_by_sync: u64,
+    /// Of those, the ones to a node that had joined less than [`YOUNG_MS`] before.
+    pub slow_deliveries_to_joiners: u64,
+    /// Every acceptance's delay from publication, by advert kind and region pair.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub propagation: Vec<Propagation>,
     pub liveness_after_faults_ms: Option<u64>,
     pub ed25519_checks: u64,
     pub verify_cache_hits: u64,
@@ -352,14 +409,7 @@ pub struct AttackMetrics {
 impl Metrics {
     /// Fills the convergence summary from sorted per-advert times.
     pub fn set_convergence(&mut self, sorted: &[u64]) {
-        let pick =
-            |p: f64| sorted.get(((sorted.len() as f64 - 1.0) * p).round() as usize).copied().unwrap_or(0);
-        self.convergence = Convergence {
-            adverts: sorted.len(),
-            p50_ms: pick(0.5),
-            p99_ms: pick(0.99),
-            max_ms: sorted.last().copied().unwrap_or(0),
-        };
+        self.convergence = Convergence::of(sorted);
     }
 }
 
@@ -477,6 +527,40 @@ impl Outcome {
             m.messages_per_node_per_sec,
             m.bytes_per_node_per_sec
         );
+        if !m.propagation.is_empty() {
+            let _ = writeln!(
+                out,
+                "  joins: {} converged p50 {} ms p99 {} ms; changes: {} converged p50 {} ms p99 {} ms; {} completed by a node up after publication",
+                m.convergence_joins.adverts,
+                m.convergence_joins.p50_ms,
+                m.convergence_joins.p99_ms,
+                m.convergence_changes.adverts,
+                m.convergence_changes.p50_ms,
+                m.convergence_changes.p99_ms,
+                m.converged_by_later_nodes
+            );
+            let _ = writeln!(
+                out,
+                "  deliveries over {SLOW_DELIVERY_MS} ms: {} by gossip, {} by anti-entropy; {} of them to nodes up for less than {} s",
+                m.slow_deliveries_by_gossip,
+                m.slow_deliveries_by_sync,
+                m.slow_deliveries_to_joiners,
+                YOUNG_MS / 1000
+            );
+            for kind in ["join", "change"] {
+                let pairs: Vec<String> = m
+                    .propagation
+                    .iter()
+                    .filter(|p| p.kind == kind)
+                    .map(|p| {
+                        format!("{}→{} {}/{}/{} ({})", p.from, p.to, p.p50_ms, p.p99_ms, p.max_ms, p.floor_ms)
+                    })
+                    .collect();
+                if !pairs.is_empty() {
+                    let _ = writeln!(out, "  {kind} deliveries p50/p99/max ms (floor): {}", pairs.join(", "));
+                }
+            }
+        }
         if m.departures_declared > 0 || m.connections_cut > 0 {
             let _ = writeln!(
                 out,

@@ -308,6 +308,9 @@ pub struct Sim {
     /// The closed mesh's certificate authority (`protocol.closed`).
     authority: Option<SecretKey>,
     oracle: Oracle,
+    /// Each acceptance's delay from publication (ms), keyed by (join?, from region, to
+    /// region): the propagation figures.
+    delays: std::collections::BTreeMap<(bool, usize, usize), Vec<u32>>,
     trace: TraceHash,
     metrics: Metrics,
     effects: Vec<FaultEffect>,
@@ -421,6 +424,7 @@ impl Sim {
             shared,
             authority,
             oracle,
+            delays: std::collections::BTreeMap::new(),
             trace: TraceHash::default(),
             metrics: Metrics::default(),
             effects: scenario.faults.iter().map(|f| FaultEffect { fault: f.label(), effects: 0 }).collect(),
@@ -753,6 +757,38 @@ impl Sim {
         self.violations.push(Violation { at_ms: self.now, what });
     }
 
+    /// The propagation figures: convergence of joins and of changes, and (with more than
+    /// one region) every acceptance's delay by region pair against the latency floor.
+    fn set_propagation(&mut self) {
+        let (mut joins, mut changes) = self.oracle.convergence_by_kind();
+        joins.sort_unstable();
+        changes.sort_unstable();
+        self.metrics.convergence_joins = crate::report::Convergence::of(&joins);
+        self.metrics.convergence_changes = crate::report::Convergence::of(&changes);
+        let regions = &self.scenario.network.regions;
+        if regions.len() < 2 {
+            return;
+        }
+        let delays = std::mem::take(&mut self.delays);
+        self.metrics.propagation = delays
+            .into_iter()
+            .map(|((first, from, to), delays)| {
+                let mut sorted: Vec<u64> = delays.into_iter().map(u64::from).collect();
+                sorted.sort_unstable();
+                crate::report::Propagation {
+                    kind: if first { "join" } else { "change" },
+                    from: regions[from].name.clone(),
+                    to: regions[to].name.clone(),
+                    floor_ms: self.scenario.network.latency_ms[from][to],
+                    deliveries: sorted.len() as u64,
+                    p50_ms: crate::report::quantile(&sorted, 0.5),
+                    p99_ms: crate::report::quantile(&sorted, 0.99),
+                    max_ms: sorted.last().copied().unwrap_or(0),
+                }
+            })
+            .collect();
+    }
+
     fn finish(mut self, wall: std::time::Duration) -> Outcome {
         self.metrics.wall_ms = wall.as_secs_f64() * 1000.0;
         self.metrics.trace_records = self.trace.records();
@@ -765,6 +801,7 @@ impl Sim {
         let mut convergence = self.oracle.convergence_ms();
         convergence.sort_unstable();
         self.metrics.set_convergence(&convergence);
+        self.set_propagation();
         if let Some(shared) = &self.shared {
             let stats = shared.stats();
             self.metrics.ed25519_checks = stats.ed25519_checks;

@@ -122,3 +122,23 @@ fn a_sybil_flood_fills_directories_but_honest_joins_still_get_in() {
     assert_eq!(planted.verdict, Verdict::Liveness, "{:?}", planted.findings);
     assert_eq!(planted.metrics.evicted, 0);
 }
+
+#[test]
+fn propagation_is_reported_by_region_pair_and_never_beats_the_latency_floor() {
+    let mut scenario = shipped("steady-10k");
+    scenario.nodes = 300;
+    let outcome = Sim::new(scenario, Options { seed: 1, ..Options::default() }).run();
+    let m = &outcome.metrics;
+    let changes: Vec<_> = m.propagation.iter().filter(|p| p.kind == "change").collect();
+    assert_eq!(changes.len(), 9, "three regions, every ordered pair: {:?}", m.propagation);
+    for p in &m.propagation {
+        assert!(p.deliveries > 0, "{p:?}");
+        // Every delivery crosses at least the direct path between the two regions.
+        assert!(p.p50_ms >= p.floor_ms && p.p99_ms >= p.p50_ms, "{p:?}");
+    }
+    assert_eq!(
+        m.convergence_joins.adverts + m.convergence_changes.adverts,
+        m.convergence.adverts,
+        "every converged advert is a join or a change"
+    );
+}

@@ -17,6 +17,7 @@ use murmur_protocol::{Millis, NodeId};
 
 use super::{Event, Ix, Node, Plant, Sim};
 use crate::check::Via;
+use crate::report::{SLOW_DELIVERY_MS, YOUNG_MS};
 
 /// What a delivery was, so the node's verdict can be acted on (gossip forwarding).
 #[derive(Clone, Copy, Debug)]
@@ -230,10 +231,34 @@ impl Sim {
                 };
                 let observer_now = self.clock(ix);
                 let live = self.live_honest_count();
-                if let Err(what) =
-                    self.oracle.accepted(ix, (subject, seq), &envelope, observer_now, self.now, live)
-                {
-                    self.violation(what);
+                let converged =
+                    match self.oracle.accepted(ix, (subject, seq), &envelope, observer_now, self.now, live) {
+                        Ok(converged) => converged,
+                        Err(what) => return self.violation(what),
+                    };
+                if let Some((published_at, first)) = self.oracle.published_during_run(subject, seq) {
+                    let up_since = self.nodes[ix as usize].up_since;
+                    if converged && up_since > published_at {
+                        // The last node to learn of it came up after it was published.
+                        self.metrics.converged_by_later_nodes += 1;
+                    }
+                    if up_since <= published_at {
+                        // Propagation only: an observer that came up later caught up by sync.
+                        let regions = (self.nodes[subject as usize].region, self.nodes[ix as usize].region);
+                        let delay = u32::try_from(self.now.saturating_sub(published_at)).unwrap_or(u32::MAX);
+                        self.delays.entry((first, regions.0, regions.1)).or_default().push(delay);
+                        if u64::from(delay) > SLOW_DELIVERY_MS {
+                            let by_sync = matches!(source, Source::Sync { .. });
+                            *if by_sync {
+                                &mut self.metrics.slow_deliveries_by_sync
+                            } else {
+                                &mut self.metrics.slow_deliveries_by_gossip
+                            } += 1;
+                            if up_since > 0 && up_since + YOUNG_MS > published_at {
+                                self.metrics.slow_deliveries_to_joiners += 1;
+                            }
+                        }
+                    }
                 }
             }
             MeshEvent::AdvertRefused { node, reason, .. } => {
