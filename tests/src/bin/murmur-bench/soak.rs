@@ -4,7 +4,7 @@
 //! - **Load**: `rate` tasks/s, open loop: a pacer issues them on schedule whatever the
 //!   answers do (at most [`IN_FLIGHT_MAX`] wait at once; a task that finds no slot is
 //!   counted as shed). Kinds in turn: `echo` 5 in 10, `wordcount` 4 in 10, `ask` 1 in 10
-//!   (sent with `returnImmediately`, then answered once it asks for input). Tasks go to the
+//!   (its blocking send answers when the task asks for input; a second message answers it). Tasks go to the
 //!   three nodes in turn; each capsule runs on two of the three, so some run where they
 //!   arrive and the rest cross the mesh.
 //! - **Pulls**: node 0 holds one signed 8 MiB artifact per minute of the run; at the start
@@ -258,7 +258,8 @@ async fn one_task(client: &reqwest::Client, url: &str, kind: &str) -> Outcome {
     let params = json!({
         "tenant": format!("mesh://{kind}"),
         "message": { "messageId": message_id, "role": "ROLE_USER", "parts": [{ "text": text }] },
-        "configuration": { "returnImmediately": kind == "ask" },
+        // Blocking: the answer comes when the task ends, or when it stops to ask for input.
+        "configuration": { "returnImmediately": false },
     });
     let answer = match rpc(client, url, "SendMessage", params).await {
         Ok(answer) => answer,
