@@ -6,8 +6,6 @@
 //! DIR/node.cert     closed-mesh certificate from `mur cert sign` (optional)
 //! ```
 
-use std::fs;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -56,10 +54,7 @@ pub fn init_with_key(dir: &Path, key: Option<&Path>) -> anyhow::Result<Initializ
         Some(path) => Some(keyfile::read(path).with_context(|| format!("--key {}", path.display()))?),
         None => None,
     };
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
+    crate::file::create_dir_all_durable_mode(dir, 0o700)
         .with_context(|| format!("cannot create data directory {}", dir.display()))?;
     let key_path = dir.join(KEY_FILE);
     let key_created = !key_path.exists();

@@ -24,7 +24,7 @@ pub fn write_atomic_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 fn write_atomic_with(path: &Path, bytes: &[u8], mode: Option<u32>) -> anyhow::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().context("path has no parent directory")?;
-    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    create_dir_all_durable(dir)?;
     let name = path.file_name().and_then(|n| n.to_str()).context("path has no file name")?;
     let tmp = dir.join(format!(".{name}.tmp-{}-{}", std::process::id(), unique()));
     let result = (|| {
@@ -43,6 +43,57 @@ fn write_atomic_with(path: &Path, bytes: &[u8], mode: Option<u32>) -> anyhow::Re
         let _ = fs::remove_file(&tmp);
     }
     result.with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Creates `dir` and whatever parents it lacks, as `fs::create_dir_all` does, and makes
+/// each creation durable: the parent of every directory made is fsynced after it. Without
+/// that a power loss may take away a new directory with every synced file in it (an entry
+/// in a directory is on disk only once the directory is synced).
+pub fn create_dir_all_durable(dir: &Path) -> anyhow::Result<()> {
+    create_dirs(dir, None)
+}
+
+/// [`create_dir_all_durable`], each directory made with `mode` (e.g. 0700).
+pub fn create_dir_all_durable_mode(dir: &Path, mode: u32) -> anyhow::Result<()> {
+    create_dirs(dir, Some(mode))
+}
+
+fn create_dirs(dir: &Path, mode: Option<u32>) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let parent = match dir.parent() {
+        Some(parent) if parent.as_os_str().is_empty() => Path::new("."),
+        Some(parent) => parent,
+        None => return Ok(()), // the root exists
+    };
+    create_dirs(parent, mode)?;
+    let mut builder = fs::DirBuilder::new();
+    if let Some(mode) = mode {
+        builder.mode(mode);
+    }
+    match builder.create(dir) {
+        Ok(()) => sync_dir(parent),
+        // Made meanwhile by someone else, who syncs it.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("cannot create {}", dir.display())),
+    }
+}
+
+/// Fsyncs the directory `dir`: the entries made or renamed in it so far are durable.
+pub fn sync_dir(dir: &Path) -> anyhow::Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| format!("cannot sync directory {}", dir.display()))
+}
+
+/// Fsyncs the directory holding `path`, for a file just created there: its name is durable.
+pub fn sync_parent(path: &Path) -> anyhow::Result<()> {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => sync_dir(parent),
+        _ => sync_dir(Path::new(".")),
+    }
 }
 
 fn unique() -> u64 {

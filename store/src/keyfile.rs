@@ -52,7 +52,8 @@ pub fn create(path: &Path, key: &SecretKey) -> anyhow::Result<()> {
         })?;
     file.write_all(&key.to_seed())?;
     file.sync_all()?;
-    Ok(())
+    // The name too: a key whose file is on disk but not its directory entry is lost.
+    crate::file::sync_parent(path)
 }
 
 /// A new key from the operating system's random source.

@@ -84,7 +84,7 @@ impl Lock {
     /// guard's exclusive lock throughout: a concurrent update waits, and sees this one's
     /// result. When `change` fails nothing is written.
     pub fn update<T>(dir: &Path, change: impl FnOnce(&mut Self) -> anyhow::Result<T>) -> anyhow::Result<T> {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        crate::file::create_dir_all_durable(dir)?;
         let guard_path = dir.join(GUARD_FILE);
         let guard = std::fs::OpenOptions::new()
             .create(true)

@@ -51,7 +51,7 @@ pub struct ArtifactStore {
 impl ArtifactStore {
     /// Opens (creating if needed) the store at `root`.
     pub fn open(root: &Path) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(root.join("blobs/sha256"))
+        crate::file::create_dir_all_durable(&root.join("blobs/sha256"))
             .with_context(|| format!("cannot create {}", root.display()))?;
         let layout = root.join("oci-layout");
         if !layout.exists() {
@@ -143,7 +143,7 @@ impl ArtifactStore {
 
     /// Writes a signature already checked against its bound.
     fn put_signature_bytes(&self, manifest: &Digest, bytes: &[u8]) -> anyhow::Result<()> {
-        std::fs::create_dir_all(self.root.join("signatures"))?;
+        crate::file::create_dir_all_durable(&self.root.join("signatures"))?;
         write_atomic(&self.signature_path(manifest), bytes)
     }
 
@@ -191,7 +191,8 @@ impl ArtifactStore {
     /// A directory for pulls in progress (kept across restarts, so a pull resumes).
     pub fn pulls_dir(&self) -> anyhow::Result<PathBuf> {
         let dir = self.root.join(".pull");
-        std::fs::create_dir_all(&dir).context("cannot create the store's pull directory")?;
+        // Durable: a pull resumes from what it fsynced here, after a power loss too.
+        crate::file::create_dir_all_durable(&dir).context("cannot create the store's pull directory")?;
         Ok(dir)
     }
 

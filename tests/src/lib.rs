@@ -5,6 +5,7 @@
 //! synchronize. The binaries are the ones cargo built for this workspace
 //! (`target/<profile>/murnode` and `mur`), found next to the test executable.
 
+pub mod crash;
 pub mod netns;
 pub mod peer;
 

@@ -162,7 +162,7 @@ async fn install(
         kind => kind.as_str(),
     };
     let dir = &state.install.capsules_dir;
-    std::fs::create_dir_all(dir)?;
+    murmur_store::file::create_dir_all_durable(dir)?;
     let path = dir.join(format!("{}.toml", want.name));
     if let Ok(existing) = std::fs::read_to_string(&path)
         && !existing.starts_with(INSTALLED_MARKER)

@@ -120,12 +120,17 @@ impl TaskDb {
     /// [`TaskDb::open`] with a write queue of `queue_max` entries.
     fn open_with_queue(path: &Path, queue_max: usize) -> anyhow::Result<Self> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
+            murmur_store::file::create_dir_all_durable(dir)?;
         }
+        let created = !path.exists();
         let db = std::sync::Arc::new(
             Database::create(path)
                 .with_context(|| format!("cannot open task database {}", path.display()))?,
         );
+        if created {
+            // redb syncs the file on each durable commit, never the directory that names it.
+            murmur_store::file::sync_parent(path)?;
+        }
         {
             let txn = db.begin_write()?;
             txn.open_table(TASKS)?;
