@@ -36,6 +36,8 @@ const IN_FLIGHT_MAX: usize = 4096;
 const CHECK_EVERY: u64 = 10;
 /// How long after its answer a sampled task is looked up.
 const CHECK_AFTER: Duration = Duration::from_secs(60);
+/// How many refusals and losses the report shows each.
+const LOSSES_SHOWN: usize = 20;
 /// Each minute's artifact.
 const ARTIFACT_BYTES: usize = 8 << 20;
 /// What each node runs: (capsule name, guest component).
@@ -86,6 +88,7 @@ struct Report {
     lost_total: u64,
     checked_total: u64,
     first_refusals: Vec<String>,
+    first_losses: Vec<String>,
 }
 
 /// What the load records, per minute of the run.
@@ -94,6 +97,7 @@ struct Tally {
     rows: Vec<MinuteRow>,
     latencies_ms: Vec<Vec<f64>>,
     refusals: Vec<String>,
+    losses: Vec<String>,
 }
 
 impl Tally {
@@ -286,13 +290,21 @@ async fn one_task(client: &reqwest::Client, url: &str, kind: &str) -> Outcome {
     if state(&task) == "TASK_STATE_COMPLETED" { Outcome::Completed { id } } else { Outcome::Failed { id } }
 }
 
-/// Whether the node at `url` still knows task `id` as finished; `None` while it does not
-/// answer (restarting).
-async fn still_there(client: &reqwest::Client, url: &str, id: &str) -> Option<bool> {
+/// Whether the node at `url` still knows task `id` as finished, and what it said; `None`
+/// while it does not answer (restarting). An owner elsewhere that does not answer
+/// (`unavailable`: restarting) is no answer either: the task is not lost for that.
+async fn still_there(client: &reqwest::Client, url: &str, id: &str) -> Option<(bool, String)> {
     let answer = rpc(client, url, "GetTask", json!({ "id": id })).await.ok()?;
+    if answer["error"]["data"]["check"] == "unavailable" {
+        return None;
+    }
     let finished =
         ["TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED"];
-    Some(finished.contains(&state(&answer["result"])))
+    let seen = match answer.get("error") {
+        Some(error) => format!("error {error}"),
+        None => state(&answer["result"]).to_owned(),
+    };
+    Some((finished.contains(&state(&answer["result"])), seen))
 }
 
 /// Looks task `id` up again at `url` a minute after `answered`, for `minute`'s row.
@@ -313,13 +325,15 @@ async fn check_later(
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
+    let since = answered.elapsed().as_secs();
     tally(&shared, |t| {
         let row = t.at(minute);
         row.checked += 1;
-        if found != Some(true) {
+        if found.as_ref().is_none_or(|(finished, _)| !finished) {
             row.lost += 1;
-            if t.refusals.len() < 20 {
-                t.refusals.push(format!("lost: task {id} at {url} ({found:?})"));
+            if t.losses.len() < LOSSES_SHOWN {
+                let seen = found.map_or_else(|| "no answer".to_owned(), |(_, seen)| seen);
+                t.losses.push(format!("minute {minute}, checked {since} s after its answer: task {id} at {url}: {seen}"));
             }
         }
     });
@@ -464,7 +478,7 @@ pub fn run(settings: Settings, out: &Path) -> anyhow::Result<()> {
                         }
                         Outcome::Refused(why) => {
                             t.at(minute).refused += 1;
-                            if t.refusals.len() < 20 {
+                            if t.refusals.len() < LOSSES_SHOWN {
                                 t.refusals.push(format!("minute {minute}: {why}"));
                             }
                             None
@@ -504,6 +518,7 @@ pub fn run(settings: Settings, out: &Path) -> anyhow::Result<()> {
         checked_total: tally.rows.iter().map(|r| r.checked).sum(),
         minutes: tally.rows,
         first_refusals: tally.refusals,
+        first_losses: tally.losses,
     };
     print_table(&report);
     for member in members.lock().unwrap_or_else(PoisonError::into_inner).iter_mut() {
@@ -562,8 +577,11 @@ fn print_table(report: &Report) {
         );
     }
     println!("lost: {} of {} checked", report.lost_total, report.checked_total);
+    for line in &report.first_losses {
+        println!("  lost: {line}");
+    }
     if !report.first_refusals.is_empty() {
-        println!("first refusals and losses:");
+        println!("first refusals:");
         for line in &report.first_refusals {
             println!("  {line}");
         }
