@@ -287,8 +287,7 @@ impl Brains {
                 config.name
             );
             let dir = logs_dir.join(&config.name);
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+            murmur_store::file::create_dir_all_durable(&dir)?;
             let logs = Logs::new(&config.name, dir);
             agents.insert(config.name.clone(), Agent::new(config, logs, Arc::downgrade(&inner)));
         }

@@ -28,7 +28,12 @@ pub struct Memory {
 impl Memory {
     /// Opens (or creates) the database at `path`.
     pub fn open(path: &Path) -> anyhow::Result<Self> {
+        let created = !path.exists();
         let db = Database::create(path).with_context(|| format!("cannot open {}", path.display()))?;
+        if created {
+            // redb syncs the file on each durable commit, never the directory that names it.
+            murmur_store::file::sync_parent(path)?;
+        }
         let txn = db.begin_write()?;
         txn.open_table(MEMORY)?;
         txn.commit()?;

@@ -102,6 +102,7 @@ pub fn node_key(dir: &Path) -> anyhow::Result<SecretKey> {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
