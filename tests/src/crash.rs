@@ -61,7 +61,12 @@ impl Journal {
             .arg("-ldl")
             .output()
             .context("cannot run cc to build the fsync shim (a C compiler is needed)")?;
-        ensure!(out.status.success(), "cc failed on {}: {}", source.display(), String::from_utf8_lossy(&out.stderr));
+        ensure!(
+            out.status.success(),
+            "cc failed on {}: {}",
+            source.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
         std::fs::create_dir(dir.path().join("blobs"))?;
         Ok(Self { dir, root, shim })
     }

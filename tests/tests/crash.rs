@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use murmur_tests::crash::Journal;
 use murmur_tests::{
-    LOOPBACK, TestNode, add_artifact, guest, init_data_dir_with, install_manifest, mur, mur_json, publisher, trusting,
-    wait_for,
+    LOOPBACK, TestNode, add_artifact, guest, init_data_dir_with, install_manifest, mur, mur_json, publisher,
+    trusting, wait_for,
 };
 
 const CONVERGE: Duration = Duration::from_secs(30);
@@ -103,7 +103,8 @@ fn pull(node: &TestNode, command: &[&str]) -> (bool, Value) {
     let mut args = command.to_vec();
     args.extend(["--node", &node.api, "--json"]);
     let out = mur(&args);
-    let last = String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).last();
+    let last =
+        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).last();
     (out.status.success(), last.unwrap_or(Value::Null))
 }
 
@@ -156,7 +157,8 @@ fn what_a_node_acknowledged_survives_a_power_loss() {
     let mut local = Vec::new();
     let mut routed = Vec::new();
     for i in 0..8 {
-        local.push(completed(&c.send("mesh://echo", &format!("kept {i}"), &format!("e-{i}"), false).unwrap()));
+        local
+            .push(completed(&c.send("mesh://echo", &format!("kept {i}"), &format!("e-{i}"), false).unwrap()));
         let words = vec!["w"; i + 1].join(" ");
         routed.push(completed(&c.send("mesh://wordcount", &words, &format!("w-{i}"), false).unwrap()));
     }
@@ -190,7 +192,8 @@ fn what_a_node_acknowledged_survives_a_power_loss() {
     );
     let lock = std::fs::read_to_string(r_dir.join("murmur.lock")).unwrap_or_default();
     assert!(lock.contains(added["content"].as_str().unwrap()), "the pin is lost: {lock:?}");
-    let run = mur_json(&["tool", "run", "echo", "--data", "after the power loss", "--node", &r.api, "--json"]);
+    let run =
+        mur_json(&["tool", "run", "echo", "--data", "after the power loss", "--node", &r.api, "--json"]);
     assert_eq!(run["result"]["data"], "after the power loss");
     // Every task C answered is there, finished, with its result; the routed ones through
     // the routes C kept (its router knows nothing of them now).
@@ -200,6 +203,10 @@ fn what_a_node_acknowledged_survives_a_power_loss() {
         })
         .unwrap();
         assert_eq!(got["result"]["status"]["state"], "TASK_STATE_COMPLETED", "{id}: {got}");
-        assert_eq!(got["result"]["status"]["message"]["parts"][0]["text"].as_str(), Some(text.as_str()), "{id}");
+        assert_eq!(
+            got["result"]["status"]["message"]["parts"][0]["text"].as_str(),
+            Some(text.as_str()),
+            "{id}"
+        );
     }
 }

@@ -333,7 +333,9 @@ async fn check_later(
             row.lost += 1;
             if t.losses.len() < LOSSES_SHOWN {
                 let seen = found.map_or_else(|| "no answer".to_owned(), |(_, seen)| seen);
-                t.losses.push(format!("minute {minute}, checked {since} s after its answer: task {id} at {url}: {seen}"));
+                t.losses.push(format!(
+                    "minute {minute}, checked {since} s after its answer: task {id} at {url}: {seen}"
+                ));
             }
         }
     });
