@@ -24,6 +24,7 @@ use murmur_config::{Config, clock};
 use murmur_protocol::version::{Feature, WireVersion};
 mod agents;
 mod artifacts;
+pub(crate) use artifacts::{ServeFaults, serve_request};
 mod tasks;
 
 pub(super) use agents::AgentTransport;
@@ -627,6 +628,8 @@ impl Driver {
                     task_refusals: self.tasks.exchange().refusals().clone(),
                     artifact_served: self.artifacts.served_count,
                     artifact_busy: self.artifacts.busy_count,
+                    artifact_bulk_served: self.artifacts.bulk_counts().0,
+                    artifact_bulk_refused: self.artifacts.bulk_counts().1,
                     ping_failures: self.ping_failures,
                     version_refusals: self.version_refusals.clone(),
                     request_overruns: self.request_overruns.clone(),

@@ -3,6 +3,7 @@
 //! whatever needs the network can be built first; its requests wait in the channels until
 //! the driver starts, which happens before the node serves anything.
 
+use crate::bulk::{LaneAnswer, Lanes, Queued};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -140,6 +141,9 @@ pub struct NetMetrics {
     /// Artifact requests served to peers, and refused as busy.
     pub artifact_served: u64,
     pub artifact_busy: u64,
+    /// Chunks answered on `/murmur/artifact-bulk/1` streams, and bulk streams refused.
+    pub artifact_bulk_served: u64,
+    pub artifact_bulk_refused: u64,
     /// Connections closed because a ping went unanswered (`network.ping_timeout_secs`).
     pub ping_failures: u64,
     /// Peers refused at identify for their wire version, by reason (`other_major`,
@@ -168,6 +172,8 @@ pub struct NetHandle {
     local: NodeId,
     /// Opens and accepts raw streams (`/murmur/model/1`) beside the driver.
     streams: libp2p_stream::Control,
+    /// Bulk chunk streams to providers (`/murmur/artifact-bulk/1`), one per provider.
+    lanes: Lanes,
 }
 
 impl std::fmt::Debug for NetHandle {
@@ -177,7 +183,7 @@ impl std::fmt::Debug for NetHandle {
 }
 
 impl NetHandle {
-    pub(crate) const fn new(
+    pub(crate) fn new(
         queries: mpsc::Sender<Query>,
         tasks: mpsc::Sender<TaskQuery>,
         artifacts: mpsc::Sender<ArtifactQuery>,
@@ -186,7 +192,8 @@ impl NetHandle {
         local: NodeId,
         streams: libp2p_stream::Control,
     ) -> Self {
-        Self { queries, tasks, artifacts, agents, revocations, local, streams }
+        let lanes = Lanes::new(streams.clone());
+        Self { queries, tasks, artifacts, agents, revocations, local, streams, lanes }
     }
 
     /// A handle for opening and accepting raw streams (works once the driver runs; each
@@ -363,6 +370,26 @@ impl NetHandle {
     }
 
     /// Sends `request` to `peer` over `/murmur/artifact/1`.
+    /// Asks `peer` for a blob range of a pull: on the bulk stream to `peer`
+    /// (`/murmur/artifact-bulk/1`), or as a request of its own (`/murmur/artifact/1`) where the
+    /// peer does not speak it or has no stream to spare. The answer, or why there is none.
+    pub async fn ask_chunk(
+        &self,
+        peer: NodeId,
+        request: ArtifactRequest,
+    ) -> Result<ArtifactResponse, String> {
+        match self.lanes.send(peer, request) {
+            Queued::Lane(answer) => match tokio::time::timeout(ARTIFACT_REQUEST_TIMEOUT, answer).await {
+                Ok(Ok(LaneAnswer::Answer(answer))) => answer,
+                Ok(Ok(LaneAnswer::Fallback(request))) => self.ask_artifact(peer, request).await,
+                Ok(Err(_)) => Err(format!("the bulk stream to {peer} closed")),
+                Err(_) => Err(format!("{peer} did not answer in time")),
+            },
+            Queued::Fallback(request) => self.ask_artifact(peer, request).await,
+            Queued::Busy => Err(format!("too many chunk requests queued for {peer}")),
+        }
+    }
+
     pub async fn ask_artifact(
         &self,
         peer: NodeId,

@@ -22,6 +22,7 @@
 
 mod addrs;
 mod behaviour;
+mod bulk;
 mod codec;
 mod driver;
 pub mod frames;
@@ -46,6 +47,7 @@ pub use behaviour::{
     AGENT_PROTOCOL, ARTIFACT_PROTOCOL, KAD_PROTOCOL, MODEL_PROTOCOL, SYNC_PROTOCOL, TASK_PROTOCOL,
     WIRE_MINOR_VAR, wire_version,
 };
+pub use bulk::BULK_PROTOCOL;
 use driver::Driver;
 pub use handle::{
     AgentQuery, ArtifactQuery, ModelAsk, NetHandle, NetMetrics, Query, SendError, Sent, TaskQuery,
@@ -148,6 +150,9 @@ pub async fn start(
         );
     }
     let (overruns_tx, overruns) = tokio::sync::mpsc::channel(REQUEST_OVERRUNS_PENDING_MAX);
+    let faults = driver::ServeFaults::from_env();
+    let bulk_stats = Arc::new(bulk::BulkStats::default());
+    bulk::serve(pending.streams.new_control(), Arc::clone(&store), faults, Arc::clone(&bulk_stats))?;
     let mut swarm = SwarmBuilder::with_existing_identity(keypair)
         .with_tokio()
         .with_tcp(tcp::Config::default().nodelay(true), noise::Config::new, yamux::Config::default)
@@ -175,7 +180,7 @@ pub async fn start(
         ports.tasks,
         pending.tasks,
     );
-    let artifact_transport = driver::ArtifactTransport::new(store, pending.artifacts);
+    let artifact_transport = driver::ArtifactTransport::new(store, pending.artifacts, faults, bulk_stats);
     let agent_transport = driver::AgentTransport::new(ports.agents, pending.agents);
     let mut driver = Driver::new(
         swarm,

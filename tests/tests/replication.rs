@@ -216,6 +216,53 @@ fn a_provider_serving_corrupted_chunks_is_dropped_and_the_pull_completes_from_an
 }
 
 #[test]
+fn chunks_travel_on_bulk_streams_and_a_provider_without_them_is_asked_chunk_by_chunk() {
+    let work = tempfile::tempdir().unwrap();
+    let (key, public) = publisher(work.path());
+    let file = work.path().join("model.bin");
+    std::fs::write(&file, noise(8 << 20, 3)).unwrap();
+
+    // Old: serves no `/murmur/artifact-bulk/1`, as a node from before it.
+    let old_dir = init_data_dir_with("");
+    let added = add_signed(old_dir.path(), &file, "model", &key);
+    let old = start(old_dir.path(), None, &[("MURMUR_FAULT_NO_BULK", "1")]);
+    let puller_dir = init_data_dir_with(&trusting(&public));
+    let puller = start(puller_dir.path(), Some(&old), &[]);
+    let done = pull_when_known(&puller, &["artifact", "pull", "model@1.0.0"]);
+    assert_eq!(done["event"], "done", "{done}");
+    assert_eq!(done["content"], added["content"]);
+    assert!(done["penalized"].as_array().unwrap().is_empty(), "the old provider was not blamed: {done}");
+    let bulk = "murmur_artifact_bulk_served_total{outcome=\"served\"}";
+    let single = "murmur_artifact_requests_served_total{outcome=\"served\"}";
+    assert_eq!(old.metric(bulk), 0);
+    assert!(old.metric(single) >= 8, "every chunk asked the old way: {}", old.metric(single));
+
+    // The puller now provides it too, with bulk streams: a second puller's chunks from it
+    // come on one.
+    let second_dir = init_data_dir_with(&trusting(&public));
+    let second = start(second_dir.path(), Some(&puller), &[]);
+    wait_for(Duration::from_secs(20), "the second puller to know both providers", || {
+        let peers = second.get("/v1/peers").ok()?;
+        let with_adverts = peers["peers"].as_array()?.iter().filter(|p| p["advert_seq"].is_u64()).count();
+        (with_adverts >= 2).then_some(())
+    })
+    .unwrap();
+    let single_before = puller.metric(single);
+    let done = pull_when_known(&second, &["artifact", "pull", "model@1.0.0"]);
+    assert_eq!(done["event"], "done", "{done}");
+    assert_eq!(done["content"], added["content"]);
+    assert!(puller.metric(bulk) >= 1, "chunks came on a bulk stream");
+    assert!(
+        puller.metric(single) <= single_before + 4,
+        "the bulk-serving provider answered only the resolve and the metadata the old way: {} then {}",
+        single_before,
+        puller.metric(single)
+    );
+    let blob = second_dir.path().join("store/blobs/sha256").join(&added["content"].as_str().unwrap()[7..]);
+    assert_eq!(std::fs::read(blob).unwrap(), std::fs::read(&file).unwrap());
+}
+
+#[test]
 fn a_pull_whose_provider_is_killed_finishes_from_another_and_a_restarted_puller_resumes() {
     let work = tempfile::tempdir().unwrap();
     let (key, public) = publisher(work.path());
@@ -277,8 +324,8 @@ fn a_pull_whose_provider_is_killed_finishes_from_another_and_a_restarted_puller_
     assert!(last["resumed_chunks"].as_u64().unwrap() >= 4, "the restarted pull resumed: {last}");
     assert!(last["fetched"].as_u64().unwrap() < size as u64, "{last}");
     assert!(
-        b.metric("murmur_artifact_requests_served_total{outcome=\"served\"}") > 0,
-        "B served chunks: {last}"
+        b.metric("murmur_artifact_bulk_served_total{outcome=\"served\"}") > 0,
+        "B served chunks (on a bulk stream): {last}"
     );
     let blob = c_dir.path().join("store/blobs/sha256").join(&added["content"].as_str().unwrap()[7..]);
     assert_eq!(std::fs::read(blob).unwrap(), std::fs::read(&file).unwrap());

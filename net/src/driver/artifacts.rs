@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use libp2p::request_response::{self, OutboundRequestId, ResponseChannel};
 use murmur_protocol::NodeId;
@@ -20,6 +21,7 @@ use murmur_store::ArtifactStore;
 
 use super::Driver;
 use crate::ArtifactQuery;
+use crate::bulk::BulkStats;
 use murmur_config::limits::{ARTIFACT_OUTBOUND_MAX, ARTIFACT_SERVING_MAX};
 
 /// The artifact transport: what the driver holds to carry `/murmur/artifact/1` (requests
@@ -36,35 +38,46 @@ pub(crate) struct ArtifactTransport {
     pub(super) served_count: u64,
     pub(super) busy_count: u64,
     faults: ServeFaults,
+    /// What `/murmur/artifact-bulk/1` served, counted with the rest.
+    bulk: Arc<BulkStats>,
 }
 
 /// Fault injection for tests of the pull path with real processes, compiled in only with
 /// the `fault-injection` feature (the end-to-end test crate turns it on): a node started
 /// with `MURMUR_FAULT_CORRUPT_CHUNKS=1` flips a byte in every blob range it serves, and with
 /// `MURMUR_FAULT_SERVE_DELAY_MS=N` answers each request N ms late. The node logs a warning
-/// at start when either is set.
+/// at start when either is set. `MURMUR_FAULT_NO_BULK=1` makes it serve no
+/// `/murmur/artifact-bulk/1` streams, as a node from before that protocol.
 #[derive(Clone, Copy, Debug, Default)]
-struct ServeFaults {
+pub(crate) struct ServeFaults {
     corrupt: bool,
     delay: std::time::Duration,
+    pub(crate) no_bulk: bool,
 }
 
-const FAULT_VARS: [&str; 2] = ["MURMUR_FAULT_CORRUPT_CHUNKS", "MURMUR_FAULT_SERVE_DELAY_MS"];
+const FAULT_VARS: [&str; 3] =
+    ["MURMUR_FAULT_CORRUPT_CHUNKS", "MURMUR_FAULT_SERVE_DELAY_MS", "MURMUR_FAULT_NO_BULK"];
 
 impl ServeFaults {
     #[cfg(feature = "fault-injection")]
-    fn from_env() -> Self {
+    pub(crate) fn from_env() -> Self {
         let corrupt = std::env::var(FAULT_VARS[0]).is_ok_and(|v| v == "1");
         let delay_ms: u64 = std::env::var(FAULT_VARS[1]).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-        let faults = Self { corrupt, delay: std::time::Duration::from_millis(delay_ms.min(60_000)) };
-        if faults.corrupt || delay_ms > 0 {
-            tracing::warn!(corrupt, delay_ms, "artifact serving fault injection is on (test use only)");
+        let no_bulk = std::env::var(FAULT_VARS[2]).is_ok_and(|v| v == "1");
+        let faults = Self { corrupt, delay: std::time::Duration::from_millis(delay_ms.min(60_000)), no_bulk };
+        if faults.corrupt || delay_ms > 0 || no_bulk {
+            tracing::warn!(
+                corrupt,
+                delay_ms,
+                no_bulk,
+                "artifact serving fault injection is on (test use only)"
+            );
         }
         faults
     }
 
     #[cfg(not(feature = "fault-injection"))]
-    fn from_env() -> Self {
+    pub(crate) fn from_env() -> Self {
         if FAULT_VARS.iter().any(|var| std::env::var_os(var).is_some()) {
             tracing::warn!(
                 "MURMUR_FAULT_* is set but this build has no fault injection (feature \
@@ -82,7 +95,12 @@ impl std::fmt::Debug for ArtifactTransport {
 }
 
 impl ArtifactTransport {
-    pub(crate) fn new(store: Arc<ArtifactStore>, queries: mpsc::Receiver<ArtifactQuery>) -> Self {
+    pub(crate) fn new(
+        store: Arc<ArtifactStore>,
+        queries: mpsc::Receiver<ArtifactQuery>,
+        faults: ServeFaults,
+        bulk: Arc<BulkStats>,
+    ) -> Self {
         let (served_tx, served) = mpsc::channel(ARTIFACT_SERVING_MAX);
         Self {
             store,
@@ -94,7 +112,8 @@ impl ArtifactTransport {
             next_token: 0,
             served_count: 0,
             busy_count: 0,
-            faults: ServeFaults::from_env(),
+            faults,
+            bulk,
         }
     }
 }
@@ -175,17 +194,7 @@ impl Driver {
         let done = self.artifacts.served_tx.clone();
         let faults = self.artifacts.faults;
         tokio::task::spawn_blocking(move || {
-            let mut response = serve(&store, &request);
-            if !faults.delay.is_zero() {
-                std::thread::sleep(faults.delay);
-            }
-            if faults.corrupt
-                && let ArtifactResponse::Bytes { data } = &mut response
-                && let Some(byte) = data.first_mut()
-            {
-                *byte ^= 0x5a;
-            }
-            let _ = done.blocking_send((token, response));
+            let _ = done.blocking_send((token, serve_request(&store, &request, faults)));
         });
     }
 
@@ -195,6 +204,33 @@ impl Driver {
             let _ = self.swarm.behaviour_mut().artifact.send_response(channel, response);
         }
     }
+}
+
+impl ArtifactTransport {
+    /// Chunks answered on bulk streams, and bulk streams refused (all were busy), for metrics.
+    pub(super) fn bulk_counts(&self) -> (u64, u64) {
+        (self.bulk.served.load(Ordering::Relaxed), self.bulk.refused.load(Ordering::Relaxed))
+    }
+}
+
+/// Answers one request from the store, through the fault injection if it is on (blocking:
+/// call it on a blocking thread).
+pub(crate) fn serve_request(
+    store: &ArtifactStore,
+    request: &ArtifactRequest,
+    faults: ServeFaults,
+) -> ArtifactResponse {
+    let mut response = serve(store, request);
+    if !faults.delay.is_zero() {
+        std::thread::sleep(faults.delay);
+    }
+    if faults.corrupt
+        && let ArtifactResponse::Bytes { data } = &mut response
+        && let Some(byte) = data.first_mut()
+    {
+        *byte ^= 0x5a;
+    }
+    response
 }
 
 /// Answers one request from the store. Bytes are served as they are on disk: the puller

@@ -96,6 +96,12 @@ pub fn render(
         &[("outcome=\"served\"", m.artifact_served), ("outcome=\"busy\"", m.artifact_busy)],
     );
     metric(
+        "murmur_artifact_bulk_served_total",
+        "counter",
+        "Chunks answered to peers on /murmur/artifact-bulk/1 streams, and bulk streams refused (all busy).",
+        &[("outcome=\"served\"", m.artifact_bulk_served), ("outcome=\"refused\"", m.artifact_bulk_refused)],
+    );
+    metric(
         "murmur_ping_failures_total",
         "counter",
         "Pings unanswered within network.ping_timeout_secs; each closed its connection (the peer froze, lost power or is cut off).",

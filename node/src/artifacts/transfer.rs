@@ -81,7 +81,7 @@ impl Puller {
                     (
                         provider,
                         index,
-                        Answer::check(mesh.ask_artifact(provider, request).await, chunks, index).await,
+                        Answer::check(mesh.ask_chunk(provider, request).await, chunks, index).await,
                     )
                 });
             }
