@@ -104,7 +104,7 @@ fn pull(node: &TestNode, command: &[&str]) -> (bool, Value) {
     args.extend(["--node", &node.api, "--json"]);
     let out = mur(&args);
     let last =
-        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).last();
+        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).next_back();
     (out.status.success(), last.unwrap_or(Value::Null))
 }
 

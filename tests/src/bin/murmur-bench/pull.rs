@@ -47,8 +47,13 @@ struct Row {
     pipe_chacha_mb_s: f64,
     /// The encrypted pipe with AES-256-GCM.
     pipe_aes_mb_s: f64,
+    /// Chunks on one bulk stream per provider (`/murmur/artifact-bulk/1`).
     one_provider_mb_s: f64,
     two_providers_mb_s: f64,
+    /// The baseline in the same run: providers that serve no bulk streams, so every chunk
+    /// is a request and a stream of its own (`/murmur/artifact/1`).
+    one_provider_per_request_mb_s: f64,
+    two_providers_per_request_mb_s: f64,
     /// Providers on core 0, the puller on core 1 (`--pin-cores`).
     pinned_cores: bool,
     transport: Transport,
@@ -65,6 +70,7 @@ fn node(
     peer: Option<&TestNode>,
     core: Option<u32>,
     transport: Transport,
+    env: &[(&str, &str)],
 ) -> anyhow::Result<TestNode> {
     let mut args: Vec<String> = ["--api", "127.0.0.1:0", "--listen", transport.listen(), "--no-mdns"]
         .iter()
@@ -77,13 +83,28 @@ fn node(
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let launcher: Vec<String> =
         core.map(|core| vec!["taskset".into(), "-c".into(), core.to_string()]).unwrap_or_default();
-    TestNode::launch(&launcher, dir, &args)
+    let node = TestNode::launch_env(&launcher, dir, &args, env)?;
+    if !env.is_empty() {
+        wait_for(Duration::from_secs(5), "the node to say fault injection is on", || {
+            node.stderr().contains("fault injection is on").then_some(())
+        })
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "murnode ignored {env:?}: build it with the bench (`cargo build --release --workspace`)"
+            )
+        })?;
+    }
+    Ok(node)
 }
+
+/// Providers that serve no bulk streams (the node's fault injection, which the bench's
+/// build has on).
+const NO_BULK: &[(&str, &str)] = &[("MURMUR_FAULT_NO_BULK", "1")];
 
 /// Pulls NAME@1.0.0 on a fresh node that knows `providers` providers; MB/s.
 fn pull_once(first: &TestNode, providers: usize, setup: Setup<'_>, size: u64) -> anyhow::Result<f64> {
     let dir = init_data_dir_with(&trusting(setup.public));
-    let puller = node(dir.path(), Some(first), setup.pin_cores.then_some(1), setup.transport)?;
+    let puller = node(dir.path(), Some(first), setup.pin_cores.then_some(1), setup.transport, &[])?;
     wait_for(Duration::from_secs(30), "the providers' adverts", || {
         let peers = puller.get("/v1/peers").ok()?;
         let n = peers["peers"].as_array()?.iter().filter(|p| p["artifacts"] == 1).count();
@@ -161,17 +182,19 @@ pub fn run(
             anyhow::ensure!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
             provider_dirs.push(dir);
         }
-        let (mut one, mut two) = (vec![], vec![]);
-        {
-            let first = node(provider_dirs[0].path(), None, provider_core, transport)?;
+        // Bulk streams, then the per-request baseline, on the same provider directories.
+        let mut figures = [vec![], vec![], vec![], vec![]];
+        for (i, env) in [&[][..], NO_BULK].into_iter().enumerate() {
+            let first = node(provider_dirs[0].path(), None, provider_core, transport, env)?;
             for _ in 0..runs.max(1) {
-                one.push(pull_once(&first, 1, setup, size)?);
+                figures[2 * i].push(pull_once(&first, 1, setup, size)?);
             }
-            let _second = node(provider_dirs[1].path(), Some(&first), provider_core, transport)?;
+            let _second = node(provider_dirs[1].path(), Some(&first), provider_core, transport, env)?;
             for _ in 0..runs.max(1) {
-                two.push(pull_once(&first, 2, setup, size)?);
+                figures[2 * i + 1].push(pull_once(&first, 2, setup, size)?);
             }
         }
+        let [one, two, one_single, two_single] = figures;
         rows.push(Row {
             size_mib: mib,
             runs: runs.max(1),
@@ -181,25 +204,30 @@ pub fn run(
             pipe_aes_mb_s: median(aes),
             one_provider_mb_s: median(one),
             two_providers_mb_s: median(two),
+            one_provider_per_request_mb_s: median(one_single),
+            two_providers_per_request_mb_s: median(two_single),
             pinned_cores: pin_cores,
             transport,
         });
     }
     println!(
-        "{:>6} {:>12} {:>10} {:>12} {:>10} {:>14} {:>15} {:>12} {:>12}",
+        "{:>5} {:>7} {:>6} {:>7} {:>6} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>6}",
         "MiB",
-        "sha256 MB/s",
-        "copy MB/s",
-        "pipe chacha",
-        "pipe aes",
-        "pull, 1 prov.",
-        "pull, 2 prov.",
-        "1 / sha256",
-        "2 / sha256"
+        "sha256",
+        "copy",
+        "chacha",
+        "aes",
+        "bulk 1",
+        "bulk 2",
+        "req 1",
+        "req 2",
+        "1/pipe",
+        "req/pipe",
+        "2 / 1"
     );
     for r in &rows {
         println!(
-            "{:>6} {:>12.0} {:>10.0} {:>12.0} {:>10.0} {:>14.0} {:>15.0} {:>11.0}% {:>11.0}%",
+            "{:>5} {:>7.0} {:>6.0} {:>7.0} {:>6.0} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>6.0}% {:>7.0}% {:>5.2}x",
             r.size_mib,
             r.sha256_mb_s,
             r.copy_mb_s,
@@ -207,10 +235,18 @@ pub fn run(
             r.pipe_aes_mb_s,
             r.one_provider_mb_s,
             r.two_providers_mb_s,
-            100.0 * r.one_provider_mb_s / r.sha256_mb_s,
-            100.0 * r.two_providers_mb_s / r.sha256_mb_s
+            r.one_provider_per_request_mb_s,
+            r.two_providers_per_request_mb_s,
+            100.0 * r.one_provider_mb_s / r.pipe_chacha_mb_s,
+            100.0 * r.one_provider_per_request_mb_s / r.pipe_chacha_mb_s,
+            r.two_providers_mb_s / r.one_provider_mb_s
         );
     }
+    println!(
+        "(MB/s, medians; pipe: the ChaCha20-Poly1305 and AES-256-GCM encrypted pipes; bulk: one \
+         bulk stream per provider; req: a request per chunk, the baseline; 1/pipe: one \
+         provider over bulk against the ChaCha20 pipe; 2 / 1: two providers against one)"
+    );
     if pin_cores {
         println!("(pinned: the providers on core 0, the puller on core 1)");
     }
