@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use murmur_protocol::Digest;
-use murmur_tests::{TestNode, init_data_dir_with, mur, publisher, trusting, wait_for};
+use murmur_tests::{TestNode, add_artifact, init_data_dir_with, mur, publisher, trusting, wait_for};
 
 use super::pipe::{self, Cipher};
 use serde::Serialize;
@@ -164,22 +164,7 @@ pub fn run(
         let mut provider_dirs = Vec::new();
         for _ in 0..2 {
             let dir = init_data_dir_with("");
-            let added = mur(&[
-                "artifact",
-                "add",
-                file.to_str().unwrap_or_default(),
-                "--name",
-                "big",
-                "--version",
-                "1.0.0",
-                "--kind",
-                "tool",
-                "--sign-key",
-                &key,
-                "--data-dir",
-                dir.path().to_str().unwrap_or_default(),
-            ]);
-            anyhow::ensure!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
+            add_artifact(dir.path(), &file, ("big", "1.0.0"), "tool", &["--sign-key", &key]);
             provider_dirs.push(dir);
         }
         // Bulk streams, then the per-request baseline, on the same provider directories.
@@ -194,7 +179,7 @@ pub fn run(
                 figures[2 * i + 1].push(pull_once(&first, 2, setup, size)?);
             }
         }
-        let [one, two, one_single, two_single] = figures;
+        let [one, two, one_per_request, two_per_request] = figures;
         rows.push(Row {
             size_mib: mib,
             runs: runs.max(1),
@@ -204,8 +189,8 @@ pub fn run(
             pipe_aes_mb_s: median(aes),
             one_provider_mb_s: median(one),
             two_providers_mb_s: median(two),
-            one_provider_per_request_mb_s: median(one_single),
-            two_providers_per_request_mb_s: median(two_single),
+            one_provider_per_request_mb_s: median(one_per_request),
+            two_providers_per_request_mb_s: median(two_per_request),
             pinned_cores: pin_cores,
             transport,
         });

@@ -25,7 +25,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use murmur_tests::{TestNode, init_data_dir_with, install_manifest, mur, publisher, trusting, wait_for};
+use murmur_tests::{
+    TestNode, add_artifact, init_data_dir_with, install_manifest, publisher, trusting, wait_for,
+};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -180,23 +182,7 @@ fn prepare(work: &Path, minutes: u64) -> anyhow::Result<Vec<Member>> {
                     .collect();
                 std::fs::write(&file, &content)?;
                 let name = format!("soak-{minute}");
-                let args = [
-                    "artifact",
-                    "add",
-                    path(&file),
-                    "--name",
-                    &name,
-                    "--version",
-                    "1.0.0",
-                    "--kind",
-                    "tool",
-                    "--sign-key",
-                    &key,
-                    "--data-dir",
-                    path(&dir),
-                ];
-                let added = mur(&args);
-                anyhow::ensure!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
+                add_artifact(&dir, &file, (&name, "1.0.0"), "tool", &["--sign-key", &key]);
                 std::fs::remove_file(&file)?;
             }
         }
@@ -229,10 +215,6 @@ fn prepare(work: &Path, minutes: u64) -> anyhow::Result<Vec<Member>> {
         })?;
     }
     Ok(members)
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().unwrap_or_default()
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
