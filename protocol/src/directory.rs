@@ -583,7 +583,7 @@ impl Directory {
 
     /// The next queued output, oldest first.
     pub fn poll_output(&mut self) -> Option<Output> {
-        self.outputs.pop_front()
+        crate::limits::pop_output(&mut self.outputs)
     }
 
     /// When the directory next needs [`Input::Tick`], if ever.
@@ -1284,6 +1284,7 @@ impl Directory {
     }
 
     fn store(&mut self, now: Millis, envelope: Envelope, advert: Arc<Advert>, source: Source) {
+        let envelope = self.verifier.share(envelope);
         let node = NodeId::from_key(envelope.signer());
         let ttl = self.clamped_ttl(&advert);
         let expires_at = now.plus(ttl).min(advert.issued_at.plus(ttl + self.config.clock_skew_max_ms));

@@ -232,7 +232,7 @@ impl TaskExchange {
 
     /// The next thing to do.
     pub fn poll_output(&mut self) -> Option<Output> {
-        self.outputs.pop_front()
+        crate::limits::pop_output(&mut self.outputs)
     }
 
     /// When to feed [`Input::Tick`] next.

@@ -510,7 +510,7 @@ impl MeshNode {
 
     /// The next queued output, oldest first.
     pub fn poll_output(&mut self) -> Option<Output> {
-        self.outputs.pop_front()
+        crate::limits::pop_output(&mut self.outputs)
     }
 
     /// When the mesh next needs [`Input::Tick`].

@@ -555,7 +555,7 @@ impl Owner {
 
     /// The next thing to do.
     pub fn poll_output(&mut self) -> Option<Output> {
-        self.outputs.pop_front()
+        crate::limits::pop_output(&mut self.outputs)
     }
 
     /// `task` from `from` to `to`, or why not.

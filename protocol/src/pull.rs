@@ -287,7 +287,7 @@ impl Pull {
 
     /// The next output.
     pub fn poll_output(&mut self) -> Option<Output> {
-        self.outputs.pop_front()
+        crate::limits::pop_output(&mut self.outputs)
     }
 
     /// When the pull next needs a tick: the earliest timeout, or a hedge still to come.

@@ -231,7 +231,7 @@ impl Router {
 
     /// The next queued output.
     pub fn poll_output(&mut self) -> Option<Output> {
-        self.outputs.pop_front()
+        crate::limits::pop_output(&mut self.outputs)
     }
 
     /// When the router next needs a tick (the earliest acceptance deadline).

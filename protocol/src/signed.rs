@@ -128,6 +128,8 @@ struct Fields {
     #[serde(with = "byte_vec")]
     body: Vec<u8>,
     kind: DocKind,
+    /// Not checked as a curve point when read: see [`crate::identity::claimed_key`].
+    #[serde(with = "crate::identity::claimed_key")]
     signer: PublicKey,
 }
 
@@ -168,7 +170,8 @@ impl Envelope {
         self.0.kind
     }
 
-    /// The key the envelope claims signed it (unverified until opened).
+    /// The key the envelope claims signed it (unverified until opened: until then it may
+    /// not even be a curve point, and only identifies, never verifies or dials, anything).
     #[must_use]
     pub fn signer(&self) -> PublicKey {
         self.0.signer
@@ -360,6 +363,33 @@ mod tests {
         }));
         assert!(!relabelled.verify_signature());
         assert!(matches!(relabelled.open::<Grant>(), Err(OpenError::BadSignature { .. })));
+    }
+
+    #[test]
+    fn a_signer_that_is_no_curve_point_decodes_but_never_opens() {
+        // The first of [n, 0, …, 0] that is no point on the curve.
+        let bytes = (0..=u8::MAX)
+            .map(|n| {
+                let mut bytes = [0u8; 32];
+                bytes[0] = n;
+                bytes
+            })
+            .find(|bytes| PublicKey::from_bytes(*bytes).is_err())
+            .expect("some small y is not on the curve");
+        let key = SecretKey::from_seed([1; 32]);
+        let grant = Grant::new("echo", 1, Millis(0), Millis(1));
+        let body = codec::encode(&grant);
+        let forged = Envelope(Arc::new(Fields {
+            v: ENVELOPE_VERSION,
+            sig: key.sign(&signed_message(DocKind::Grant, &body)),
+            body,
+            kind: DocKind::Grant,
+            signer: PublicKey::from_validated(bytes),
+        }));
+        let decoded = Envelope::decode(&forged.encode()).expect("the signer is read as a claim");
+        assert_eq!(decoded.signer().as_bytes(), &bytes);
+        assert!(!decoded.verify_signature());
+        assert!(matches!(decoded.open::<Grant>(), Err(OpenError::BadSignature { .. })));
     }
 
     #[test]

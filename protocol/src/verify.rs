@@ -24,6 +24,14 @@ pub trait Verifier: Send + Sync + fmt::Debug {
         envelope.peek::<Advert>().map(Arc::new)
     }
 
+    /// The copy of `envelope` a directory keeps. `murnode` keeps what it was handed; the
+    /// simulator hands back the one copy of those exact bytes every node keeps, so an
+    /// advert that reached 10,000 simulated directories through their own decoded sync
+    /// answers is held once, not 10,000 times.
+    fn share(&self, envelope: Envelope) -> Envelope {
+        envelope
+    }
+
     /// As [`Verifier::peek_advert`], for a departure notice.
     fn peek_notice(&self, envelope: &Envelope) -> Result<Arc<Departure>, OpenError> {
         envelope.peek::<Departure>().map(Arc::new)

@@ -4,7 +4,8 @@
 //! each would dominate a run. [`SharedVerifier`] checks each distinct envelope once, for
 //! real, and remembers the answer keyed by signer and signature, confirmed against the exact
 //! body bytes on every hit, so a forgery reusing a genuine signature over other bytes is a
-//! miss and gets a real check. Decoded adverts and departure notices are shared the same way.
+//! miss and gets a real check. Decoded adverts and departure notices are shared the same way,
+//! and so is the envelope itself: every directory keeps the first copy of the same bytes.
 //!
 //! The canary's [`AcceptAll`] skips signature checks entirely: the planted bug the safety
 //! checkers must catch.
@@ -21,7 +22,8 @@ type Key = ([u8; 32], [u8; 64]);
 
 #[derive(Debug)]
 struct Entry {
-    body: Arc<[u8]>,
+    /// The first copy seen: every directory keeps this one ([`Verifier::share`]).
+    envelope: Envelope,
     verified: Option<bool>,
     advert: Option<Result<Arc<Advert>, OpenError>>,
     notice: Option<Result<Arc<Departure>, OpenError>>,
@@ -54,15 +56,14 @@ impl SharedVerifier {
         let key = (*envelope.signer().as_bytes(), envelope.signature().0);
         let mut entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let entry = entries.entry(key).or_insert_with(|| Entry {
-            body: Arc::from(envelope.body()),
+            envelope: envelope.clone(),
             verified: None,
             advert: None,
             notice: None,
         });
-        if *entry.body != *envelope.body() {
+        if entry.envelope != *envelope {
             // Same signer and signature over other bytes: never trust the cached answer.
-            let mut fresh =
-                Entry { body: Arc::from(envelope.body()), verified: None, advert: None, notice: None };
+            let mut fresh = Entry { envelope: envelope.clone(), verified: None, advert: None, notice: None };
             return f(&mut fresh);
         }
         f(entry)
@@ -88,6 +89,10 @@ impl Verifier for SharedVerifier {
         result
     }
 
+    fn share(&self, envelope: Envelope) -> Envelope {
+        self.with_entry(&envelope, |entry| entry.envelope.clone())
+    }
+
     fn peek_advert(&self, envelope: &Envelope) -> Result<Arc<Advert>, OpenError> {
         self.with_entry(envelope, |entry| {
             entry.advert.get_or_insert_with(|| envelope.peek::<Advert>().map(Arc::new)).clone()
@@ -108,5 +113,35 @@ pub struct AcceptAll;
 impl Verifier for AcceptAll {
     fn verify(&self, _: &Envelope) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use murmur_protocol::advert::Advert;
+    use murmur_protocol::{Millis, SecretKey, Signed};
+
+    use super::*;
+
+    fn advert(key: &SecretKey, seq: u64) -> Envelope {
+        Signed::sign(Advert::new(seq, Millis(1_800_000_000_000), 90_000), key).unwrap().into_envelope()
+    }
+
+    #[test]
+    fn copies_of_the_same_bytes_are_kept_once_and_other_bytes_never_replace_them() {
+        let verifier = SharedVerifier::default();
+        let key = SecretKey::from_seed([7; 32]);
+        let bytes = advert(&key, 1).encode();
+        // Two receivers decoding the same sync answer each get their own copy.
+        let (first, second) = (Envelope::decode(&bytes).unwrap(), Envelope::decode(&bytes).unwrap());
+        assert!(!std::ptr::eq(first.body().as_ptr(), second.body().as_ptr()));
+        let kept = verifier.share(first.clone());
+        assert!(std::ptr::eq(kept.body().as_ptr(), first.body().as_ptr()));
+        let shared = verifier.share(second.clone());
+        assert!(std::ptr::eq(shared.body().as_ptr(), first.body().as_ptr()), "the second copy is the first");
+        assert_eq!(shared, second);
+        // Another advert is its own.
+        let other = advert(&key, 2);
+        assert!(std::ptr::eq(verifier.share(other.clone()).body().as_ptr(), other.body().as_ptr()));
     }
 }

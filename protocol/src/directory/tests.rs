@@ -633,3 +633,18 @@ fn eviction_and_bounds_count_records_of_a_shared_base() {
     assert!(dir.get(&key(1).node_id()).is_none() && dir.shadows(&key(1).node_id()));
     assert_eq!(dir.len(), 3);
 }
+
+#[test]
+fn a_drained_burst_gives_back_its_output_capacity() {
+    let mut dir = Directory::new(DirectoryConfig::default());
+    for n in 0..250u8 {
+        dir.handle(
+            T0,
+            Input::Advert { envelope: signed(&key(n), advert(1, T0, &[])), source: Source::Local },
+        );
+    }
+    assert!(dir.outputs.capacity() >= 250);
+    assert_eq!(drain(&mut dir).len(), 250);
+    // Kept: a node of a 10,000-node mesh receives a burst like this from every sync.
+    assert!(dir.outputs.capacity() <= crate::limits::OUTPUTS_KEPT, "{}", dir.outputs.capacity());
+}
