@@ -527,6 +527,12 @@ impl Outcome {
             m.messages_per_node_per_sec,
             m.bytes_per_node_per_sec
         );
+        if let Some(ms) = m.liveness_after_faults_ms {
+            let _ = writeln!(
+                out,
+                "  every live node held every advert {ms} ms after the faults and joins ended (checked each second)"
+            );
+        }
         if !m.propagation.is_empty() {
             let _ = writeln!(
                 out,

@@ -221,9 +221,19 @@ impl Default for Workload {
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Fault {
     /// Split the nodes in two groups that cannot reach each other (or, with `one_way`,
-    /// group A cannot reach group B while B still reaches A). `by_region` splits the
-    /// first region from the rest; otherwise `fraction` of the nodes, chosen at random.
-    Partition { at_s: u64, until_s: u64, fraction: f64, by_region: bool, one_way: bool },
+    /// group A cannot reach group B while B still reaches A). Group A is exactly the nodes
+    /// listed in `nodes` (indices in creation order) where any are listed; otherwise
+    /// `by_region` makes it the first region, and failing that it is `fraction` of the
+    /// nodes, chosen at random.
+    Partition {
+        at_s: u64,
+        until_s: u64,
+        fraction: f64,
+        by_region: bool,
+        one_way: bool,
+        #[serde(default)]
+        nodes: Vec<usize>,
+    },
     /// Crash `count` random live nodes, or exactly the nodes listed in `nodes` (indices in
     /// creation order); with `restart_after_s`, restart each that much later (its key
     /// survives; its directory, held in memory, does not).

@@ -615,6 +615,49 @@ impl Sim {
         (self.finish(started.elapsed()), views)
     }
 
+    /// Runs to the end, changing what nodes host at given times (`changes`: milliseconds,
+    /// node index, its new capsules, in time order), and also returns every node's
+    /// directory as sampled every `every_ms`: for each node, the times at which its view
+    /// changed and the view from then on (`None` while the node is down). This is what a
+    /// test watching real processes sees, so the two can be compared change by change.
+    pub fn run_timeline(
+        mut self,
+        every_ms: u64,
+        changes: &[(u64, usize, Vec<HostedCapsule>)],
+    ) -> (Outcome, Vec<Vec<(u64, Option<DirectoryView>)>>) {
+        let every_ms = every_ms.max(1);
+        let end = self.scenario.duration_s * 1000;
+        let mut timelines: Vec<Vec<(u64, Option<DirectoryView>)>> = Vec::new();
+        let mut pending = changes.iter().peekable();
+        let mut at = 0;
+        while at <= end {
+            self.step_until(at);
+            // Every event due by `at` has run and every queued one is later: the clock can
+            // stand at `at` while the changes due now are made.
+            self.now = at;
+            while let Some((_, node, capsules)) = pending.next_if(|(when, ..)| *when <= at) {
+                let mut capsules = capsules.clone();
+                capsules.sort();
+                self.set_capsules(*node, capsules);
+                let ix = *node as Ix;
+                if self.nodes.get(*node).is_some_and(|n| n.mesh.is_some()) {
+                    let capsules = self.nodes[*node].capsules.clone();
+                    self.handle(ix, murmur_protocol::mesh::Input::SetHosted { capsules }, None);
+                }
+            }
+            timelines.resize_with(self.nodes.len(), Vec::new);
+            for (ix, timeline) in timelines.iter_mut().enumerate() {
+                let view = self.directory_view(ix as Ix);
+                if timeline.last().is_none_or(|(_, last)| *last != view) {
+                    timeline.push((at, view));
+                }
+            }
+            at += every_ms;
+        }
+        let started = self.created;
+        (self.finish(started.elapsed()), timelines)
+    }
+
     fn directory_view(&self, ix: Ix) -> Option<DirectoryView> {
         let mesh = self.nodes[ix as usize].mesh.as_ref()?;
         let now = self.clock(ix);

@@ -166,6 +166,7 @@ fn pulls_that_lost_every_provider_to_a_partition_finish_after_it_heals() {
         fraction: 0.5,
         by_region: false,
         one_way: false,
+        nodes: vec![],
     });
     let outcome = run(&scenario, 2, None);
     assert_eq!(outcome.verdict, Verdict::Pass, "{:?}", outcome.findings);

@@ -37,6 +37,7 @@ fn an_unmeetable_liveness_bound_is_a_liveness_failure() {
         fraction: 0.5,
         by_region: false,
         one_way: false,
+        nodes: vec![],
     });
     scenario.check.liveness_bound_s = 1;
     // Connections outlive the cut (no ping policy), so nothing reconnects and syncs at
@@ -56,6 +57,7 @@ fn a_fault_that_never_acts_makes_the_run_vacuous() {
         fraction: 0.0,
         by_region: false,
         one_way: false,
+        nodes: vec![],
     });
     let outcome = Sim::new(scenario, Options { seed: 1, canary: false, uncached: false, plant: None }).run();
     assert_eq!(outcome.verdict, Verdict::Vacuous, "{:?}", outcome.findings);
@@ -119,6 +121,7 @@ fn long_partition() -> Scenario {
         fraction: 0.5,
         by_region: false,
         one_way: false,
+        nodes: vec![],
     });
     scenario
 }

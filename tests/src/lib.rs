@@ -6,6 +6,7 @@
 //! (`target/<profile>/murnode` and `mur`), found next to the test executable.
 
 pub mod crash;
+pub mod hub;
 pub mod netns;
 pub mod peer;
 

@@ -35,11 +35,13 @@ impl Sim {
     pub(super) fn fault_start(&mut self, i: usize) {
         let fault = self.scenario.faults[i].clone();
         match fault {
-            Fault::Partition { fraction, by_region, one_way, .. } => {
+            Fault::Partition { fraction, by_region, one_way, nodes, .. } => {
                 let side_a: Vec<bool> =
                     (0..self.nodes.len())
                         .map(|n| {
-                            if by_region {
+                            if !nodes.is_empty() {
+                                nodes.contains(&n)
+                            } else if by_region {
                                 self.nodes[n].region == 0
                             } else {
                                 self.faults_rng.chance(fraction)
