@@ -300,6 +300,8 @@ pub struct Sim {
     pings_rng: SimRng,
     workload_rng: SimRng,
     partitions: Vec<net::Partition>,
+    /// Connections a partition cut, per direction: see [`net::Stall`].
+    stalls: HashMap<(Ix, Ix), net::Stall>,
     extra_loss: (f64, Option<usize>),
     slowed: Vec<(usize, Ix)>,
     mesh_config: MeshConfig,
@@ -417,6 +419,7 @@ impl Sim {
             pings_rng: SimRng::stream(seed, "pings"),
             workload_rng: SimRng::stream(seed, "workload"),
             partitions: Vec::new(),
+            stalls: HashMap::default(),
             extra_loss: (0.0, None),
             slowed: Vec::new(),
             mesh_config,

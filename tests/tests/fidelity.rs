@@ -152,13 +152,13 @@ struct Seen {
     at: i64,
 }
 
-/// What node's directory held at scenario time 0, and every change after it until `until`.
+/// What a node's directory held at scenario time 0, and every change after it, before `until`.
 fn changes(timeline: &Timeline, until: i64) -> (BTreeSet<Entry>, Vec<Seen>) {
     let start = timeline.iter().rev().find(|(at, _)| *at <= 0).and_then(|(_, v)| v.as_ref());
     let baseline = entries(start);
     let mut state = baseline.clone();
     let mut seen = Vec::new();
-    for (at, view) in timeline.iter().filter(|(at, _)| *at > 0 && *at <= until) {
+    for (at, view) in timeline.iter().filter(|(at, _)| *at > 0 && *at < until) {
         let now = entries(view.as_ref());
         let step = STORY.iter().filter(|(t, _)| t <= at).count();
         for entry in now.difference(&state) {

@@ -153,6 +153,7 @@ impl Sim {
         }
         self.nodes[a as usize].peers.insert(b);
         self.nodes[b as usize].peers.insert(a);
+        self.forget_stalls(a, b);
         // GRAFT: a side below the mesh degree takes the new peer in, if the peer has room.
         let degree = self.scenario.topology.gossip_degree;
         if self.nodes[a as usize].gossip_mesh.len() < degree
@@ -213,6 +214,7 @@ impl Sim {
             return;
         }
         self.nodes[b as usize].peers.remove(&a);
+        self.forget_stalls(a, b);
         let low = mesh_low(self.scenario.topology.gossip_degree);
         for (x, y) in [(a, b), (b, a)] {
             self.nodes[x as usize].gossip_mesh.retain(|p| *p != y);
