@@ -92,7 +92,10 @@ pub struct HubLab {
 
 impl std::fmt::Debug for HubLab {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HubLab").field("prefix", &self.prefix).field("hosts", &self.hosts).finish_non_exhaustive()
+        f.debug_struct("HubLab")
+            .field("prefix", &self.prefix)
+            .field("hosts", &self.hosts)
+            .finish_non_exhaustive()
     }
 }
 
@@ -201,7 +204,8 @@ impl HubLab {
         let ns = File::open(&path).map_err(|e| format!("{path}: {e}"))?;
         let (ready_tx, ready_rx) = sync_channel(1);
         let handle = std::thread::spawn(move || {
-            let joined = setns(ns.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| format!("setns {path}: {e}"));
+            let joined =
+                setns(ns.as_fd(), CloneFlags::CLONE_NEWNET).map_err(|e| format!("setns {path}: {e}"));
             let failed = joined.is_err();
             let _ = ready_tx.send(joined);
             assert!(!failed, "this thread did not join its namespace");

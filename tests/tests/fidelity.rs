@@ -287,11 +287,8 @@ impl Watch {
         samples
             .iter()
             .map(|(at, view)| {
-                let at = if *at >= t0 {
-                    (*at - t0).as_millis() as i64
-                } else {
-                    -((t0 - *at).as_millis() as i64)
-                };
+                let at =
+                    if *at >= t0 { (*at - t0).as_millis() as i64 } else { -((t0 - *at).as_millis() as i64) };
                 let view = view.as_ref().map(|v| {
                     v.iter()
                         .map(|(name, ids)| {

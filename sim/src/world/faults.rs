@@ -36,18 +36,17 @@ impl Sim {
         let fault = self.scenario.faults[i].clone();
         match fault {
             Fault::Partition { fraction, by_region, one_way, nodes, .. } => {
-                let side_a: Vec<bool> =
-                    (0..self.nodes.len())
-                        .map(|n| {
-                            if !nodes.is_empty() {
-                                nodes.contains(&n)
-                            } else if by_region {
-                                self.nodes[n].region == 0
-                            } else {
-                                self.faults_rng.chance(fraction)
-                            }
-                        })
-                        .collect();
+                let side_a: Vec<bool> = (0..self.nodes.len())
+                    .map(|n| {
+                        if !nodes.is_empty() {
+                            nodes.contains(&n)
+                        } else if by_region {
+                            self.nodes[n].region == 0
+                        } else {
+                            self.faults_rng.chance(fraction)
+                        }
+                    })
+                    .collect();
                 self.partitions.push(Partition { fault: i, side_a, one_way });
                 self.models_partition(i, true);
                 self.schedule_ping_lapses();
