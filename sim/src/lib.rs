@@ -36,4 +36,4 @@ pub mod world;
 
 pub use report::{Outcome, Verdict};
 pub use scenario::Scenario;
-pub use world::{Options, Sim};
+pub use world::{Options, Sim, ViewTimeline};

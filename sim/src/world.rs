@@ -74,6 +74,9 @@ pub const GOSSIP_DUPLICATE_CACHE_MS: u64 = 60_000;
 /// What one node's directory says: capsule name → indices of the nodes hosting it.
 pub type DirectoryView = std::collections::BTreeMap<String, Vec<u32>>;
 
+/// One node's directory over time: when (ms) it changed, and to what (`None`: down).
+pub type ViewTimeline = Vec<(u64, Option<DirectoryView>)>;
+
 /// Recent adverts remembered per node for the liveness check.
 const PUBLISHED_HISTORY_MAX: usize = 16;
 
@@ -627,10 +630,10 @@ impl Sim {
         mut self,
         every_ms: u64,
         changes: &[(u64, usize, Vec<HostedCapsule>)],
-    ) -> (Outcome, Vec<Vec<(u64, Option<DirectoryView>)>>) {
+    ) -> (Outcome, Vec<ViewTimeline>) {
         let every_ms = every_ms.max(1);
         let end = self.scenario.duration_s * 1000;
-        let mut timelines: Vec<Vec<(u64, Option<DirectoryView>)>> = Vec::new();
+        let mut timelines: Vec<ViewTimeline> = Vec::new();
         let mut pending = changes.iter().peekable();
         let mut at = 0;
         while at <= end {

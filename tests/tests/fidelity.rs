@@ -218,9 +218,12 @@ fn simulated_timelines() -> Vec<Timeline> {
         .collect()
 }
 
+/// What a watch saw: when it asked, and the answer (`None`: no answer).
+type Samples = Arc<Mutex<Vec<(Instant, Option<RealView>)>>>;
+
 /// Samples one real node's directory every `TICK_MS`, from inside its namespace.
 struct Watch {
-    samples: Arc<Mutex<Vec<(Instant, Option<RealView>)>>>,
+    samples: Samples,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -322,8 +325,8 @@ fn real_timelines(lab: &HubLab) -> Vec<Timeline> {
     let dirs: Vec<tempfile::TempDir> =
         (0..5).map(|k| murmur_tests::init_data_dir_with(&story_config(&capsule(k)))).collect();
     let mut nodes: Vec<Option<TestNode>> = Vec::new();
-    for k in 0..4 {
-        let node = launch_on(lab, k, &dirs[k], nodes.last().and_then(Option::as_ref));
+    for (k, dir) in dirs.iter().enumerate().take(4) {
+        let node = launch_on(lab, k, dir, nodes.last().and_then(Option::as_ref));
         nodes.push(Some(node));
     }
     let mut peers: Vec<String> = nodes.iter().flatten().map(|n| n.peer_id().to_owned()).collect();
