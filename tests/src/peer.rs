@@ -133,6 +133,8 @@ pub struct Session {
     swarm: libp2p::Swarm<Behaviour>,
     node: PeerId,
     timeout: Duration,
+    /// Whether this peer has answered the node's identify request.
+    identified: bool,
 }
 
 impl std::fmt::Debug for Session {
@@ -168,7 +170,7 @@ impl Session {
             })?
             .build();
         swarm.dial(addr.clone())?;
-        Ok(Self { swarm, node, timeout })
+        Ok(Self { swarm, node, timeout, identified: false })
     }
 
     /// This peer's id.
@@ -200,6 +202,7 @@ impl Session {
             let event = tokio::time::timeout_at(deadline, self.swarm.select_next_some())
                 .await
                 .with_context(|| format!("no answer on {protocol}"))?;
+            self.note(&event);
             let event = match event {
                 SwarmEvent::Behaviour(
                     BehaviourEvent::Sync(e)
@@ -220,6 +223,27 @@ impl Session {
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// Drives the connection until this peer has answered the node's identify request (so
+    /// the node knows the version it announced), the node closes the connection, or `wait`
+    /// passes. A peer that asked one thing and exits at once may otherwise be gone before the
+    /// node hears who it was.
+    pub async fn until_identified(&mut self, wait: Duration) {
+        let deadline = tokio::time::Instant::now() + wait;
+        while !self.identified {
+            match tokio::time::timeout_at(deadline, self.swarm.select_next_some()).await {
+                Ok(SwarmEvent::ConnectionClosed { peer_id, num_established: 0, .. }) if peer_id == self.node => return,
+                Ok(event) => self.note(&event),
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn note(&mut self, event: &SwarmEvent<BehaviourEvent>) {
+        if let SwarmEvent::Behaviour(BehaviourEvent::Identify(identify::Event::Sent { peer_id, .. })) = event {
+            self.identified |= *peer_id == self.node;
         }
     }
 

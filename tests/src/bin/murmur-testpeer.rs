@@ -145,7 +145,9 @@ async fn ask(
         Duration::from_secs(args.timeout_secs),
     )?;
     let bytes = request(&session.local());
-    session.ask(protocol, bytes).await
+    let answer = session.ask(protocol, bytes).await;
+    session.until_identified(Duration::from_secs(args.timeout_secs)).await;
+    answer
 }
 
 /// Holds STREAMS task streams of BYTES bytes each open and prints whether the node cut
