@@ -516,11 +516,12 @@ pub struct RawAdverts {
     pub refresh_secs: u64,
     pub ttl_secs: u64,
     pub suspect_secs: u64,
+    pub announce_early: bool,
 }
 
 impl Default for RawAdverts {
     fn default() -> Self {
-        Self { refresh_secs: 30, ttl_secs: 90, suspect_secs: 10 }
+        Self { refresh_secs: 30, ttl_secs: 90, suspect_secs: 10, announce_early: false }
     }
 }
 
@@ -627,6 +628,9 @@ pub struct AdvertConfig {
     pub ttl: Duration,
     /// A peer gone this long is declared departed (zero: never; see `MeshConfig::suspect_ms`).
     pub suspect: Duration,
+    /// Republish our advert the moment the first peer subscribes, too
+    /// (`MeshConfig::announce_early`).
+    pub announce_early: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1163,6 +1167,7 @@ impl Config {
                 refresh: Duration::from_secs(raw.adverts.refresh_secs),
                 ttl: Duration::from_secs(raw.adverts.ttl_secs),
                 suspect: Duration::from_secs(raw.adverts.suspect_secs),
+                announce_early: raw.adverts.announce_early,
             },
             trust: TrustConfig {
                 authorities,

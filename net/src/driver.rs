@@ -347,6 +347,13 @@ impl Driver {
                     self.report(&message_id, &propagation_source, gossipsub::MessageAcceptance::Ignore);
                 }
             }
+            BehaviourEvent::Gossipsub(gossipsub::Event::Subscribed { peer_id, topic })
+                if topic == gossipsub::IdentTopic::new(ADVERT_TOPIC).hash() =>
+            {
+                if let Ok(peer) = NodeId::from_peer_id(&peer_id) {
+                    self.mesh.handle(now, Input::PeerSubscribed { peer });
+                }
+            }
             BehaviourEvent::Gossipsub(other) => trace!(event = ?other, "gossipsub"),
             BehaviourEvent::Sync(request_response::Event::Message { peer, message, .. }) => {
                 self.touch(&peer);

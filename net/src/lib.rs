@@ -213,6 +213,7 @@ pub fn mesh_config(config: &Config) -> MeshConfig {
         refresh_ms: ms(config.adverts.refresh),
         ttl_ms: ms(config.adverts.ttl),
         suspect_ms: ms(config.adverts.suspect),
+        announce_early: config.adverts.announce_early,
         directory: DirectoryConfig {
             admission,
             authorities: config.trust.authorities.clone(),

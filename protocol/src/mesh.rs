@@ -109,6 +109,11 @@ pub struct MeshConfig {
     /// departure notice. 0: never declare (departed nodes then leave directories only at
     /// their TTL).
     pub suspect_ms: u64,
+    /// Announce early: after the first peer connects, republish our advert as soon as a
+    /// peer subscribes to the advert topic, as well as [`ANNOUNCE_DELAY_MS`] later. A new
+    /// node is known mesh-wide within the propagation time instead of a second, at the cost
+    /// of one more flood per node start (see [`ANNOUNCE_DELAY_MS`]).
+    pub announce_early: bool,
     /// How the directory judges adverts (including open or closed admission).
     pub directory: DirectoryConfig,
 }
@@ -123,6 +128,7 @@ impl Default for MeshConfig {
             dial_backoff_ms: 30_000,
             admission_timeout_ms: 15_000,
             suspect_ms: 10_000,
+            announce_early: false,
             directory: DirectoryConfig::default(),
         }
     }
@@ -144,6 +150,9 @@ pub enum Input {
     PeerConnected { peer: NodeId },
     /// The last connection to `peer` closed.
     PeerDisconnected { peer: NodeId },
+    /// `peer` told gossipsub it subscribes to [`ADVERT_TOPIC`]: gossip can now carry our
+    /// adverts to it (a publication before that reaches no one).
+    PeerSubscribed { peer: NodeId },
     /// A gossip message on [`ADVERT_TOPIC`] or [`REVOCATION_TOPIC`] arrived from `from`; the driver must later
     /// receive a [`Output::Report`] with the same `token`.
     GossipReceived { from: NodeId, token: u64, bytes: Vec<u8> },
@@ -360,6 +369,13 @@ pub struct MeshNode {
     directory: Directory,
     local: Advertised,
     next_refresh: Millis,
+    /// With [`MeshConfig::announce_early`]: our first peer connected, and we republish when
+    /// the first subscription arrives (gossip can carry the advert to the peers connected
+    /// by then)...
+    announce_early: bool,
+    /// ...and again at this time, [`ANNOUNCE_DELAY_MS`] after the connection, for the nodes
+    /// that connected since and learned of us only by anti-entropy.
+    announce_at: Option<Millis>,
     next_sync: Millis,
     sync_cursor: Option<NodeId>,
     peers: BTreeMap<NodeId, Peer>,
@@ -442,6 +458,8 @@ impl MeshNode {
             directory,
             local: Advertised::default(),
             next_refresh: now,
+            announce_early: false,
+            announce_at: None,
             next_sync,
             sync_cursor: None,
             peers: BTreeMap::new(),
@@ -467,6 +485,7 @@ impl MeshNode {
         match input {
             Input::PeerConnected { peer } => self.on_connected(now, peer),
             Input::PeerDisconnected { peer } => self.on_disconnected(now, peer),
+            Input::PeerSubscribed { peer } => self.on_subscribed(now, peer),
             Input::GossipReceived { from, token, bytes } => {
                 let envelope = Envelope::decode(&bytes).ok();
                 self.on_gossip(now, from, token, envelope, bytes.len());

@@ -84,6 +84,9 @@ pub struct ProtocolParams {
     /// A peer whose connection closed and that is not back within this long is declared
     /// departed with a departure notice (`MeshConfig::suspect_ms`); 0 turns notices off.
     pub suspect_s: u64,
+    /// Announce early (`MeshConfig::announce_early`): a starting node republishes its advert
+    /// when its first peer's gossipsub subscription arrives, as well as a second after.
+    pub announce_early: bool,
     /// Nodes a directory holds (`DirectoryConfig::nodes_max`): small, to let a Sybil
     /// flood fill directories at a simulable size.
     pub directory_nodes_max: usize,
@@ -99,6 +102,7 @@ impl Default for ProtocolParams {
             clock_skew_max_s: 30,
             closed: false,
             suspect_s: 10,
+            announce_early: false,
             directory_nodes_max: murmur_protocol::limits::DIRECTORY_NODES_MAX,
         }
     }

@@ -221,6 +221,13 @@ enum Event {
         epoch_a: u32,
         epoch_b: u32,
     },
+    /// `from`'s gossipsub subscriptions reached `to` on their new connection.
+    Subscribed {
+        to: Ix,
+        from: Ix,
+        epoch_to: u32,
+        epoch_from: u32,
+    },
     FaultStart {
         fault: usize,
     },
@@ -268,6 +275,7 @@ impl Event {
             Self::IHave { to, from, .. } => (17, u64::from(*to), u64::from(*from)),
             Self::IWant { to, from, .. } => (18, u64::from(*to), u64::from(*from)),
             Self::PingLapse { a, b, .. } => (19, u64::from(*a), u64::from(*b)),
+            Self::Subscribed { to, from, .. } => (28, u64::from(*to), u64::from(*from)),
             Self::RevocationCheck => (70, 0, 0),
             Self::Task(event) => event.trace(),
             Self::Artifact(event) => event.trace(),
@@ -394,6 +402,7 @@ impl Sim {
             sync_interval_ms: p.sync_interval_s * 1000,
             peers_target: p.peers_target,
             suspect_ms: p.suspect_s * 1000,
+            announce_early: p.announce_early,
             directory: DirectoryConfig {
                 clock_skew_max_ms: p.clock_skew_max_s * 1000,
                 nodes_max: p.directory_nodes_max,
@@ -749,6 +758,11 @@ impl Sim {
             Event::PingLapse { a, b, epoch_a, epoch_b } => {
                 if self.is_current(a, epoch_a) && self.is_current(b, epoch_b) {
                     self.ping_lapse(a, b);
+                }
+            }
+            Event::Subscribed { to, from, epoch_to, epoch_from } => {
+                if self.is_current(to, epoch_to) && self.is_current(from, epoch_from) {
+                    self.subscribed(to, from);
                 }
             }
             Event::FaultStart { fault } => self.fault_start(fault),

@@ -484,3 +484,26 @@ fn a_node_started_before_its_bootstrap_peer_connects_once_the_peer_comes_up() {
     .unwrap();
     wait_for(CONVERGE, "A's advert at B", || has_all(&b, &names(&["started-late"])).then_some(())).unwrap();
 }
+
+#[test]
+fn a_node_announcing_early_republishes_when_its_first_peer_subscribes() {
+    // Two nodes join the same one, one announcing early. Both publish at start (to no one)
+    // and a second after their first connection; the early one also the moment gossipsub
+    // tells it the peer subscribed.
+    let hub = TestNode::start_with(&capsules_toml(&[("hub", "1.0.0")]), None).unwrap();
+    let joiner = |cap: &str, early: bool| {
+        let toml = format!("[adverts]\nannounce_early = {early}\n{}", capsules_toml(&[(cap, "1.0.0")]));
+        TestNode::start_with(&toml, Some(&hub)).unwrap()
+    };
+    let (plain, early) = (joiner("plain", false), joiner("early", true));
+    for cap in ["plain", "early"] {
+        wait_for(CONVERGE, &format!("{cap} to reach the hub"), || {
+            hub.capsule_names().contains(&cap.to_owned()).then_some(())
+        })
+        .unwrap();
+    }
+    let out = "murmur_gossip_messages_total{direction=\"out\"}";
+    // Past both nodes' announcement a second after connecting; refresh is 30 s away.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(early.metric(out), plain.metric(out) + 1, "one publication more, at the subscription");
+}

@@ -8,13 +8,25 @@
 use super::{Advertised, Event, MeshNode, Output};
 use crate::directory::{Refusal, Source};
 use crate::signed::{Envelope, Signed};
+use crate::NodeId;
 use crate::time::Millis;
 
 /// After its first peer connects, a node republishes its advert this much later. An advert
 /// published with no peers reaches the mesh only through anti-entropy with direct peers,
 /// which do not re-gossip it; republishing once gossip can carry it tells every node within
 /// a second instead of at the next refresh. The delay lets gossipsub exchange subscriptions
-/// first (publishing before that fails with no subscribed peers). Found by the simulator.
+/// first (publishing before that fails with no subscribed peers), and lets the mesh around
+/// a node that starts with many others form: nodes that connected meanwhile and synced with
+/// peers that did not hold the advert yet learn it from this republication. Found by the
+/// simulator.
+///
+/// With [`MeshConfig::announce_early`](super::MeshConfig::announce_early) the node also
+/// republishes the moment a peer's subscription arrives. That one second is what sets the
+/// convergence p99 of new nodes' adverts in `steady-10k` (a node joins every second): early
+/// announcement brings it from 1.6 s to 0.3 s, for one more flood per node start (8.7 to
+/// 13.0 messages per node per second there). Early announcement alone, without the later
+/// republication, leaves a cold start (`models`) with a node missing ten adverts until its
+/// next anti-entropy round.
 pub const ANNOUNCE_DELAY_MS: u64 = 1000;
 
 impl MeshNode {
@@ -25,10 +37,24 @@ impl MeshNode {
         }
     }
 
-    /// The first peer connected: republish once gossip can carry the advert (see
-    /// [`ANNOUNCE_DELAY_MS`]).
+    /// The first peer connected: republish once gossip can carry the advert, and (announcing
+    /// early) when a subscription arrives (see [`ANNOUNCE_DELAY_MS`]).
     pub(super) fn announce_soon(&mut self, now: Millis) {
-        self.next_refresh = self.next_refresh.min(now.plus(ANNOUNCE_DELAY_MS));
+        let at = now.plus(ANNOUNCE_DELAY_MS);
+        self.next_refresh = self.next_refresh.min(at);
+        if self.config.announce_early {
+            self.announce_at = Some(at);
+            self.announce_early = true;
+        }
+    }
+
+    /// A peer subscribed to the advert topic: the early announcement goes out now, if it
+    /// is still to come.
+    pub(super) fn on_subscribed(&mut self, now: Millis, peer: NodeId) {
+        if self.announce_early && self.peers.contains_key(&peer) {
+            self.announce_early = false;
+            self.next_refresh = self.next_refresh.min(now);
+        }
     }
 
     /// Changes what we advertise; the change goes out at once.
@@ -49,6 +75,10 @@ impl MeshNode {
     /// Signs our next advert, stores it in our own directory and gossips it.
     fn publish(&mut self, now: Millis) {
         self.next_refresh = now.plus(self.config.refresh_ms);
+        match self.announce_at {
+            Some(at) if at > now => self.next_refresh = self.next_refresh.min(at),
+            _ => self.announce_at = None,
+        }
         let advert = self.local.next(now, self.config.ttl_ms);
         let seq = advert.seq;
         match Signed::sign(advert, &self.key) {

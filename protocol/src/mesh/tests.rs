@@ -410,6 +410,43 @@ fn a_node_republishes_shortly_after_its_first_peer_connects() {
 }
 
 #[test]
+fn announcing_early_republishes_when_the_first_peer_subscribes_and_again_later() {
+    let early = MeshConfig { announce_early: true, ..config() };
+    let mut net = Net::new((1..=3).map(|n| (key(n), early.clone())).collect());
+    net.handle(0, Input::SetHosted { capsules: vec![capsule("echo")] });
+    let published = |net: &Net| net.published.iter().filter(|(i, _)| *i == 0).count();
+    let before = published(&net);
+    // A subscription from a peer it is not connected to carries nothing.
+    let stranger = net.nodes[2].id();
+    net.handle(0, Input::PeerSubscribed { peer: stranger });
+    assert_eq!(published(&net), before);
+    net.connect(0, 1);
+    net.advance(30);
+    assert_eq!(published(&net), before, "not yet: no peer has subscribed");
+    let peer = net.nodes[1].id();
+    net.handle(0, Input::PeerSubscribed { peer });
+    assert_eq!(published(&net), before + 1, "republished the moment gossip can carry it");
+    // Later subscriptions change nothing; the second announcement comes on time, once.
+    net.handle(0, Input::PeerSubscribed { peer });
+    assert_eq!(published(&net), before + 1);
+    net.advance(ANNOUNCE_DELAY_MS - 30);
+    assert_eq!(published(&net), before + 2, "and again for the nodes that connected since");
+    net.advance(ANNOUNCE_DELAY_MS);
+    assert_eq!(published(&net), before + 2);
+}
+
+#[test]
+fn without_early_announcement_a_subscription_publishes_nothing() {
+    let mut net = Net::new((1..=2).map(|n| (key(n), config())).collect());
+    net.handle(0, Input::SetHosted { capsules: vec![capsule("echo")] });
+    let before = net.published.iter().filter(|(i, _)| *i == 0).count();
+    net.connect(0, 1);
+    let peer = net.nodes[1].id();
+    net.handle(0, Input::PeerSubscribed { peer });
+    assert_eq!(net.published.iter().filter(|(i, _)| *i == 0).count(), before);
+}
+
+#[test]
 fn a_newcomer_syncs_with_one_peer_at_a_time() {
     let mut node = MeshNode::new(key(1), config(), T0);
     for n in 2..=4 {

@@ -165,6 +165,25 @@ impl Sim {
             let peer = self.nodes[y as usize].id;
             self.handle(x, Input::PeerConnected { peer }, None);
         }
+        // Each side's gossipsub opens a stream on the new connection and sends its
+        // subscriptions: a round trip to agree on the protocol, then half of one more. (Only
+        // an early announcement reads them: the event is left out otherwise, and with it
+        // the runs' traces stay as they were.)
+        if !self.scenario.protocol.announce_early {
+            return;
+        }
+        let arrive = self.now + 3 * self.base_latency(a, b);
+        for (to, from) in [(a, b), (b, a)] {
+            let (epoch_to, epoch_from) = (self.nodes[to as usize].epoch, self.nodes[from as usize].epoch);
+            self.schedule(arrive, Event::Subscribed { to, from, epoch_to, epoch_from });
+        }
+    }
+    /// `from`'s subscription to the advert topic reached `to`, if they are still connected.
+    pub(super) fn subscribed(&mut self, to: Ix, from: Ix) {
+        if self.nodes[to as usize].peers.contains(&from) {
+            let peer = self.nodes[from as usize].id;
+            self.handle(to, Input::PeerSubscribed { peer }, None);
+        }
     }
     /// Adds a symmetric gossip mesh link unless either side is at its upper bound (D_hi),
     /// as gossipsub's GRAFT/PRUNE keeps every mesh between D_lo and D_hi.
