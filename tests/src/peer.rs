@@ -234,7 +234,11 @@ impl Session {
         let deadline = tokio::time::Instant::now() + wait;
         while !self.identified {
             match tokio::time::timeout_at(deadline, self.swarm.select_next_some()).await {
-                Ok(SwarmEvent::ConnectionClosed { peer_id, num_established: 0, .. }) if peer_id == self.node => return,
+                Ok(SwarmEvent::ConnectionClosed { peer_id, num_established: 0, .. })
+                    if peer_id == self.node =>
+                {
+                    return;
+                }
                 Ok(event) => self.note(&event),
                 Err(_) => return,
             }
@@ -242,7 +246,8 @@ impl Session {
     }
 
     fn note(&mut self, event: &SwarmEvent<BehaviourEvent>) {
-        if let SwarmEvent::Behaviour(BehaviourEvent::Identify(identify::Event::Sent { peer_id, .. })) = event {
+        if let SwarmEvent::Behaviour(BehaviourEvent::Identify(identify::Event::Sent { peer_id, .. })) = event
+        {
             self.identified |= *peer_id == self.node;
         }
     }

@@ -6,9 +6,9 @@
 //! goes out through here, so the outgoing gossip counters stay in one place.
 
 use super::{Advertised, Event, MeshNode, Output};
+use crate::NodeId;
 use crate::directory::{Refusal, Source};
 use crate::signed::{Envelope, Signed};
-use crate::NodeId;
 use crate::time::Millis;
 
 /// After its first peer connects, a node republishes its advert this much later. An advert
