@@ -39,6 +39,9 @@ pub struct Genuine {
     pub published_at: u64,
     pub accepted_by: u32,
     pub converged_after_ms: Option<u64>,
+    /// The last node to take it came up at or after its publication: it caught up by
+    /// anti-entropy once connected, and its wait says nothing of propagation.
+    pub completed_late: bool,
     /// Published while no advert of its node had reached every node yet: the mesh learning
     /// of a node (a join), not a change to one it knows.
     pub first: bool,
@@ -106,6 +109,7 @@ impl Oracle {
                     published_at: at,
                     accepted_by: 1,
                     converged_after_ms: None,
+                    completed_late: false,
                     first,
                 },
             )
@@ -258,6 +262,26 @@ impl Oracle {
         (joins, changes)
     }
 
+    /// Notes that node `node`'s advert `seq` converged at a node that came up at or after its
+    /// publication.
+    pub fn completed_late(&mut self, node: u32, seq: u64) {
+        if let Some(g) = self.genuine.get_mut(&(node, seq)) {
+            g.completed_late = true;
+        }
+    }
+
+    /// Convergence times (ms) of the adverts that reached every live node and whose last
+    /// node was up before they were published: propagation alone, in publication order.
+    #[must_use]
+    pub fn convergence_propagated_ms(&self) -> Vec<u64> {
+        self.order
+            .iter()
+            .filter_map(|key| self.genuine.get(key))
+            .filter(|g| !g.completed_late)
+            .filter_map(|g| g.converged_after_ms)
+            .collect()
+    }
+
     /// Convergence times (ms) of adverts that reached every live node, in publication order.
     pub fn convergence_ms(&self) -> Vec<u64> {
         self.order.iter().filter_map(|key| self.genuine.get(key)?.converged_after_ms).collect()
@@ -347,6 +371,18 @@ mod tests {
         assert_eq!(oracle.convergence_by_kind(), (vec![900 - published_at], vec![]));
         oracle.published(3, 3, advert(3, Millis(1000)), Millis(1000), TTL_MS, 1000);
         assert_eq!(oracle.published_during_run(3, 3), Some((1000, false)), "the mesh knows node 3 now");
+    }
+
+    #[test]
+    fn an_advert_completed_by_a_node_that_came_up_late_is_left_out_of_propagation() {
+        let mut oracle = oracle();
+        let now = Millis(2000);
+        for (seq, at) in [(1, 300), (2, 700)] {
+            assert_eq!(oracle.accepted(0, (3, seq), &advert(seq, Millis(1000)), now, at, 2), Ok(true));
+        }
+        oracle.completed_late(3, 2);
+        assert_eq!(oracle.convergence_ms(), vec![300, 700]);
+        assert_eq!(oracle.convergence_propagated_ms(), vec![300], "seq 2 was caught up, not propagated");
     }
 
     #[test]

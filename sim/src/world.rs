@@ -828,6 +828,9 @@ impl Sim {
         changes.sort_unstable();
         self.metrics.convergence_joins = crate::report::Convergence::of(&joins);
         self.metrics.convergence_changes = crate::report::Convergence::of(&changes);
+        let mut propagated = self.oracle.convergence_propagated_ms();
+        propagated.sort_unstable();
+        self.metrics.convergence_propagated = crate::report::Convergence::of(&propagated);
         let regions = &self.scenario.network.regions;
         if regions.len() < 2 {
             return;

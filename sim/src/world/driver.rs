@@ -238,11 +238,13 @@ impl Sim {
                     };
                 if let Some((published_at, first)) = self.oracle.published_during_run(subject, seq) {
                     let up_since = self.nodes[ix as usize].up_since;
-                    if converged && up_since > published_at {
-                        // The last node to learn of it came up after it was published.
+                    if converged && up_since >= published_at {
+                        // The last node to learn of it came up after it was published (or
+                        // in the same millisecond, before any connection could carry it).
                         self.metrics.converged_by_later_nodes += 1;
+                        self.oracle.completed_late(subject, seq);
                     }
-                    if up_since <= published_at {
+                    if up_since < published_at {
                         // Propagation only: an observer that came up later caught up by sync.
                         let regions = (self.nodes[subject as usize].region, self.nodes[ix as usize].region);
                         let delay = u32::try_from(self.now.saturating_sub(published_at)).unwrap_or(u32::MAX);
