@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, StreamExt};
 use libp2p::StreamProtocol;
 use libp2p_stream::{Control, OpenStreamError};
+use murmur_config::limits::ARTIFACT_REQUEST_TIMEOUT;
 use murmur_protocol::NodeId;
 use murmur_protocol::artifact::{
     ARTIFACT_FRAME_BYTES_MAX, ARTIFACT_REASON_BYTES_MAX, ArtifactRequest, ArtifactResponse, CHUNK_BYTES_MAX,
@@ -54,6 +55,11 @@ const LANE_QUEUE_MAX: usize = 256;
 const LANE_IDLE: Duration = Duration::from_secs(20);
 /// A served stream that brings no request for this long is closed.
 const SERVE_IDLE: Duration = Duration::from_secs(60);
+/// How long the provider may send nothing of the next answer while requests wait before
+/// the lane gives its stream up (the provider hangs; the connection may still be alive).
+/// The requests in flight fail and the next request opens a new lane: a hung stream must
+/// not keep taking requests that no one will answer.
+const ANSWER_TIMEOUT: Duration = ARTIFACT_REQUEST_TIMEOUT;
 /// How long opening a bulk stream may take before the lane falls back.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one answer may take to write before the provider gives the stream up (the
@@ -179,7 +185,7 @@ async fn run_lane(peer: NodeId, mut control: Control, mut asks: mpsc::Receiver<A
     let answered = AtomicU64::new(0);
     let outcome = {
         let write = write_requests(writer, &mut asks, sent_tx);
-        let read = read_answers(reader, &mut sent, &answered);
+        let read = read_answers(reader, &mut sent, &answered, ANSWER_TIMEOUT);
         tokio::pin!(write, read);
         tokio::select! {
             read = &mut read => read,
@@ -240,14 +246,23 @@ async fn write_requests<W: AsyncWrite + Unpin>(
     writer.close().await
 }
 
-/// Reads answers in the order their requests were written and hands each to its asker.
+/// Reads answers in the order their requests were written and hands each to its asker;
+/// fails when an answer has not come `answer_timeout` after the reader began waiting for it.
 async fn read_answers<R: AsyncRead + Unpin>(
     mut reader: R,
     sent: &mut mpsc::Receiver<Ask>,
     answered: &AtomicU64,
+    answer_timeout: Duration,
 ) -> std::io::Result<()> {
     while let Some(ask) = sent.recv().await {
-        match read_answer(&mut reader).await {
+        let answer =
+            tokio::time::timeout(answer_timeout, read_answer(&mut reader)).await.unwrap_or_else(|_| {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("the provider sent no answer for {} s", answer_timeout.as_secs_f32()),
+                ))
+            });
+        match answer {
             Ok(answer) => {
                 answered.fetch_add(1, Ordering::Relaxed);
                 let _ = ask.reply.send(LaneAnswer::Answer(Ok(answer)));
@@ -456,7 +471,8 @@ mod tests {
         }
         drop(sent_tx);
         let answered = AtomicU64::new(0);
-        let outcome = read_answers(futures::io::Cursor::new(wire), &mut sent, &answered).await;
+        let outcome =
+            read_answers(futures::io::Cursor::new(wire), &mut sent, &answered, ANSWER_TIMEOUT).await;
         assert!(outcome.is_err());
         assert_eq!(answered.load(Ordering::Relaxed), 2);
         let got: Vec<LaneAnswer> =
@@ -477,7 +493,52 @@ mod tests {
         let request = ArtifactRequest::Blob { len: 1, digest: Digest::of(b"c"), offset: 0 };
         sent_tx.send(Ask { request: request.clone(), reply }).await.unwrap();
         let answered = AtomicU64::new(0);
-        assert!(read_answers(futures::io::Cursor::new(Vec::new()), &mut sent, &answered).await.is_err());
+        assert!(
+            read_answers(futures::io::Cursor::new(Vec::new()), &mut sent, &answered, ANSWER_TIMEOUT)
+                .await
+                .is_err()
+        );
         assert!(matches!(answer.await.unwrap(), LaneAnswer::Fallback(r) if r == request));
+    }
+
+    /// A provider that keeps the stream open and sends nothing.
+    struct Silent;
+
+    impl AsyncRead for Silent {
+        fn poll_read(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            _: &mut [u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            std::task::Poll::Pending
+        }
+    }
+
+    #[tokio::test]
+    async fn a_provider_that_hangs_mid_lane_fails_the_lane_instead_of_holding_it_open() {
+        let (sent_tx, mut sent) = mpsc::channel(8);
+        let mut replies = Vec::new();
+        for offset in 0..2 {
+            let (reply, answer) = oneshot::channel();
+            let request = ArtifactRequest::Blob { len: 1, digest: Digest::of(b"c"), offset };
+            sent_tx.send(Ask { request, reply }).await.unwrap();
+            replies.push(answer);
+        }
+        // The provider answered before (so the lane does not fall back), then went silent.
+        let answered = AtomicU64::new(1);
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(10),
+            read_answers(Silent, &mut sent, &answered, Duration::from_millis(50)),
+        )
+        .await
+        .expect("the lane gave up on its own, long before the test's own limit");
+        let err = outcome.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+        assert!(err.to_string().contains("no answer for 0.05 s"), "{err}");
+        let first = replies.remove(0).await.unwrap();
+        assert!(
+            matches!(&first, LaneAnswer::Answer(Err(reason)) if reason.contains("no answer")),
+            "the request waiting on the silent provider fails, so the pull asks again: {first:?}"
+        );
     }
 }
