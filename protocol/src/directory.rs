@@ -64,6 +64,7 @@
 //! (10,000 directories of 10,000 adverts each would otherwise be 10⁸ records); `murnode`
 //! starts from the empty base.
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ops::Bound;
 use std::sync::Arc;
@@ -886,7 +887,10 @@ impl Directory {
 
     /// The adverts a peer with `digest` is missing (nodes it lacks, or holds older adverts
     /// for): at most `count_max` of them and about `bytes_max` encoded bytes, and whether
-    /// more were left out.
+    /// more were left out. When they do not all fit, the ones this directory took most
+    /// recently go first: a newcomer paging through the whole directory gets what is still
+    /// spreading (a change published while it had no connection) in its first answer, not
+    /// wherever its node id falls in the last.
     #[must_use]
     pub fn missing_for(
         &self,
@@ -907,23 +911,41 @@ impl Directory {
         count_max: usize,
         bytes_max: usize,
     ) -> (Vec<Envelope>, bool) {
+        let size = |record: &Record| record.envelope().body().len() + ENVELOPE_OVERHEAD_MAX;
         let mut theirs = digest.entries.iter().peekable();
-        let mut missing = Vec::new();
+        let mut missing: Vec<&Record> = Vec::new();
         let mut bytes = 0;
         for record in self.scoped_records(scope) {
             let node = record.node();
             while theirs.next_if(|entry| entry.0 < node).is_some() {}
             let their_seq = theirs.next_if(|entry| entry.0 == node).map(|entry| entry.1);
             if their_seq.is_none_or(|seq| seq < record.advert().seq) {
-                let size = record.envelope().body().len() + ENVELOPE_OVERHEAD_MAX;
-                if missing.len() == count_max || bytes + size > bytes_max {
-                    return (missing, true);
-                }
-                bytes += size;
-                missing.push(record.envelope().clone());
+                bytes += size(record);
+                missing.push(record);
             }
         }
-        (missing, false)
+        if missing.len() <= count_max && bytes <= bytes_max {
+            return (missing.into_iter().map(|record| record.envelope().clone()).collect(), false);
+        }
+        // Newest first, ties in node order: the `count_max` most recent, then as many of
+        // them as fit the byte budget.
+        let mut order: Vec<(Reverse<Millis>, usize)> =
+            missing.iter().enumerate().map(|(at, record)| (Reverse(record.received_at), at)).collect();
+        if order.len() > count_max {
+            order.select_nth_unstable(count_max);
+            order.truncate(count_max);
+        }
+        order.sort_unstable();
+        let mut page = Vec::with_capacity(order.len());
+        let mut bytes = 0;
+        for record in order.into_iter().map(|(_, at)| missing[at]) {
+            if bytes + size(record) > bytes_max {
+                break;
+            }
+            bytes += size(record);
+            page.push(record.envelope().clone());
+        }
+        (page, true)
     }
 
     /// The departure notices a peer with `digest` has not applied (its digest still lists

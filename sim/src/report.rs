@@ -161,6 +161,9 @@ pub struct Metrics {
     pub converged_by_later_nodes: u64,
     /// Convergence of the other adverts: propagation to nodes up when they were published.
     pub convergence_propagated: Convergence,
+    /// From a node's start (during the run) until every live node held an advert of it,
+    /// whichever advert got there first (`adverts` counts the nodes).
+    pub joins_known_after_start: Convergence,
     /// Of those deliveries, the ones slower than [`SLOW_DELIVERY_MS`], by how they came.
     pub slow_deliveries_by_gossip: u64,
     pub slow_deliveries_by_sync: u64,
@@ -549,6 +552,15 @@ impl Outcome {
                 m.convergence_propagated.p50_ms,
                 m.convergence_propagated.p99_ms,
             );
+            if m.joins_known_after_start.adverts > 0 {
+                let _ = writeln!(
+                    out,
+                    "  {} nodes that started during the run were known to every node p50 {} ms p99 {} ms after their start",
+                    m.joins_known_after_start.adverts,
+                    m.joins_known_after_start.p50_ms,
+                    m.joins_known_after_start.p99_ms,
+                );
+            }
             let _ = writeln!(
                 out,
                 "  deliveries over {SLOW_DELIVERY_MS} ms: {} by gossip, {} by anti-entropy; {} of them to nodes up for less than {} s",

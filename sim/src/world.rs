@@ -324,6 +324,11 @@ pub struct Sim {
     /// Each acceptance's delay from publication (ms), keyed by (join?, from region, to
     /// region): the propagation figures.
     delays: std::collections::BTreeMap<(bool, usize, usize), Vec<u32>>,
+    /// For each node that started during the run: how long (ms) after its start every live
+    /// node held an advert of it.
+    known_after_start: Vec<u64>,
+    /// The nodes counted there.
+    known_started: std::collections::BTreeSet<u32>,
     trace: TraceHash,
     metrics: Metrics,
     effects: Vec<FaultEffect>,
@@ -440,6 +445,8 @@ impl Sim {
             authority,
             oracle,
             delays: std::collections::BTreeMap::new(),
+            known_after_start: Vec::new(),
+            known_started: std::collections::BTreeSet::new(),
             trace: TraceHash::default(),
             metrics: Metrics::default(),
             effects: scenario.faults.iter().map(|f| FaultEffect { fault: f.label(), effects: 0 }).collect(),
@@ -831,6 +838,9 @@ impl Sim {
         let mut propagated = self.oracle.convergence_propagated_ms();
         propagated.sort_unstable();
         self.metrics.convergence_propagated = crate::report::Convergence::of(&propagated);
+        let mut known = std::mem::take(&mut self.known_after_start);
+        known.sort_unstable();
+        self.metrics.joins_known_after_start = crate::report::Convergence::of(&known);
         let regions = &self.scenario.network.regions;
         if regions.len() < 2 {
             return;

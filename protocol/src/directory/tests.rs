@@ -236,6 +236,34 @@ fn anti_entropy_sends_exactly_what_the_peer_lacks() {
 }
 
 #[test]
+fn a_newcomer_paging_through_the_directory_gets_what_changed_last_first() {
+    let mut dir = Directory::new(DirectoryConfig::default());
+    for n in 1..=6 {
+        dir.insert(T0, signed(&key(n), advert(1, T0, &["echo"])), Source::Local).unwrap();
+    }
+    // Node 5 changes later, then node 2: the two adverts still spreading.
+    let (t1, t2) = (T0.plus(1_000), T0.plus(2_000));
+    dir.insert(t1, signed(&key(5), advert(2, t1, &["echo", "wc"])), gossip(9)).unwrap();
+    dir.insert(t2, signed(&key(2), advert(2, t2, &["wc"])), gossip(9)).unwrap();
+    let nodes = |page: &[Envelope]| page.iter().map(|e| NodeId::from_key(e.signer())).collect::<Vec<_>>();
+
+    let (page, more) = dir.missing_for(&DirectoryDigest::default(), 3, usize::MAX);
+    let older = [1, 3, 4, 6].map(|n| key(n).node_id());
+    assert!(more);
+    assert_eq!(nodes(&page)[..2], [key(2).node_id(), key(5).node_id()], "newest first");
+    assert!(older.contains(&nodes(&page)[2]), "then one of the others");
+    // The byte budget cuts the page in the same order.
+    let one = page[0].body().len() + ENVELOPE_OVERHEAD_MAX;
+    let (page, more) = dir.missing_for(&DirectoryDigest::default(), 3, one);
+    assert_eq!((nodes(&page), more), (vec![key(2).node_id()], true));
+    // What fits whole comes in node order, as before.
+    let (page, more) = dir.missing_for(&DirectoryDigest::default(), 6, usize::MAX);
+    let mut sorted = nodes(&page);
+    sorted.sort();
+    assert_eq!((nodes(&page), more), (sorted, false));
+}
+
+#[test]
 fn digests_must_be_sorted_and_unique() {
     let n1 = key(1).node_id();
     let n2 = key(2).node_id();

@@ -238,6 +238,11 @@ impl Sim {
                     };
                 if let Some((published_at, first)) = self.oracle.published_during_run(subject, seq) {
                     let up_since = self.nodes[ix as usize].up_since;
+                    let started = self.nodes[subject as usize].up_since;
+                    if converged && first && started > 0 && self.known_started.insert(subject) {
+                        // The mesh now knows a node that started during the run.
+                        self.known_after_start.push(self.now.saturating_sub(started));
+                    }
                     if converged && up_since >= published_at {
                         // The last node to learn of it came up after it was published (or
                         // in the same millisecond, before any connection could carry it).
