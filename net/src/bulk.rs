@@ -455,21 +455,27 @@ mod tests {
         assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
     }
 
+    /// A lane's reader side holding `count` written requests (their senders dropped), and
+    /// the askers' ends.
+    async fn written(count: u64) -> (mpsc::Receiver<Ask>, Vec<oneshot::Receiver<LaneAnswer>>) {
+        let (sent_tx, sent) = mpsc::channel(8);
+        let mut replies = Vec::new();
+        for offset in 0..count {
+            let (reply, answer) = oneshot::channel();
+            let request = ArtifactRequest::Blob { len: 1, digest: Digest::of(b"c"), offset };
+            sent_tx.send(Ask { request, reply }).await.unwrap();
+            replies.push(answer);
+        }
+        (sent, replies)
+    }
+
     #[tokio::test]
     async fn a_lane_hands_answers_to_their_askers_in_order_and_fails_the_rest_when_the_stream_breaks() {
         // Three requests written; the provider's side holds two answers, then the stream ends.
         let mut wire = Vec::new();
         write_answer(&mut wire, &ArtifactResponse::Bytes { data: vec![1] }).await.unwrap();
         write_answer(&mut wire, &ArtifactResponse::NotFound).await.unwrap();
-        let (sent_tx, mut sent) = mpsc::channel(8);
-        let mut replies = Vec::new();
-        for offset in 0..3 {
-            let (reply, answer) = oneshot::channel();
-            let request = ArtifactRequest::Blob { len: 1, digest: Digest::of(b"c"), offset };
-            sent_tx.send(Ask { request, reply }).await.unwrap();
-            replies.push(answer);
-        }
-        drop(sent_tx);
+        let (mut sent, replies) = written(3).await;
         let answered = AtomicU64::new(0);
         let outcome =
             read_answers(futures::io::Cursor::new(wire), &mut sent, &answered, ANSWER_TIMEOUT).await;
@@ -516,14 +522,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_provider_that_hangs_mid_lane_fails_the_lane_instead_of_holding_it_open() {
-        let (sent_tx, mut sent) = mpsc::channel(8);
-        let mut replies = Vec::new();
-        for offset in 0..2 {
-            let (reply, answer) = oneshot::channel();
-            let request = ArtifactRequest::Blob { len: 1, digest: Digest::of(b"c"), offset };
-            sent_tx.send(Ask { request, reply }).await.unwrap();
-            replies.push(answer);
-        }
+        let (mut sent, mut replies) = written(2).await;
         // The provider answered before (so the lane does not fall back), then went silent.
         let answered = AtomicU64::new(1);
         let outcome = tokio::time::timeout(

@@ -270,6 +270,12 @@ impl Oracle {
         }
     }
 
+    /// How many adverts converged at a node that came up at or after their publication.
+    #[must_use]
+    pub fn completed_late_count(&self) -> u64 {
+        self.genuine.values().filter(|g| g.completed_late).count() as u64
+    }
+
     /// Convergence times (ms) of the adverts that reached every live node and whose last
     /// node was up before they were published: propagation alone, in publication order.
     #[must_use]

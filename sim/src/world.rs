@@ -835,6 +835,7 @@ impl Sim {
         changes.sort_unstable();
         self.metrics.convergence_joins = crate::report::Convergence::of(&joins);
         self.metrics.convergence_changes = crate::report::Convergence::of(&changes);
+        self.metrics.converged_by_later_nodes = self.oracle.completed_late_count();
         let mut propagated = self.oracle.convergence_propagated_ms();
         propagated.sort_unstable();
         self.metrics.convergence_propagated = crate::report::Convergence::of(&propagated);

@@ -246,7 +246,6 @@ impl Sim {
                     if converged && up_since >= published_at {
                         // The last node to learn of it came up after it was published (or
                         // in the same millisecond, before any connection could carry it).
-                        self.metrics.converged_by_later_nodes += 1;
                         self.oracle.completed_late(subject, seq);
                     }
                     if up_since < published_at {
