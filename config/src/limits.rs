@@ -226,9 +226,6 @@ pub const RESULT_BYTES_MAX: usize = 256 * 1024;
 /// Largest stored task record read back (input and result text are bounded by the
 /// protocol; the event log adds at most [`TASK_EVENT_LOG_MAX`] short events).
 pub const TASK_RECORD_BYTES_MAX: usize = 4 * TASK_FRAME_BYTES_MAX;
-/// Finished tasks a start-up loads into memory (the newest; the rest are read from disk
-/// when asked for), so start-up time does not grow with the file.
-pub const STARTUP_FINISHED_MAX: usize = 10_000;
 /// How often finished tasks and routes past their retention are pruned.
 pub const TASK_PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 /// How often the data directory is swept of what dead processes left (temporary files),

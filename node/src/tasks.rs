@@ -23,7 +23,7 @@ use murmur_protocol::task::{
 
 pub use self::db::TaskDb;
 pub use self::manager::{
-    CHANGES_MAX, LIVE_MAX, Pruned, QUEUE_MAX, Retention, TaskChange, TaskError, TaskManager,
+    CHANGES_MAX, FINISHED_MAX, LIVE_MAX, Pruned, QUEUE_MAX, Retention, TaskChange, TaskError, TaskManager,
 };
 pub use self::messages::NodeMessages;
 pub use self::owner::OwnerPort;

@@ -3,13 +3,13 @@
 //! memory, acceptance under `single`, and the owner's answer to a peer that waits for the
 //! outcome (the settle budget), through the port the network driver calls.
 
-use murmur_protocol::owner::{Arrival, Audience};
+use murmur_protocol::owner::{Arrival, Audience, OwnerConfig};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use murmur_net::TaskOwner;
-use murmur_node::tasks::{LIVE_MAX, Origin, OwnerPort, TaskManager, TaskRunner};
+use murmur_node::tasks::{Origin, OwnerPort, TaskManager, TaskRunner};
 use murmur_protocol::SecretKey;
 use murmur_protocol::task::{Check, TaskRequest, TaskResponse};
 use murmur_protocol::task::{Sender, Submit, TaskId, TaskState};
@@ -39,8 +39,8 @@ fn submit(message: &str, text: &str) -> Submit {
 }
 
 /// A task runner in a fresh data dir whose runtime runs the `echo` component as tool
-/// `echo` (manifest lines `extra` added), holding at most `live_max` tasks in memory.
-async fn runner(extra: &str, live_max: usize) -> (tempfile::TempDir, TaskRunner) {
+/// `echo` (manifest lines `extra` added), holding tasks in memory as `config` bounds.
+async fn runner(extra: &str, config: OwnerConfig) -> (tempfile::TempDir, TaskRunner) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(ArtifactStore::open(&dir.path().join("store")).unwrap());
     let runtime = Runtime::new(
@@ -54,7 +54,7 @@ async fn runner(extra: &str, live_max: usize) -> (tempfile::TempDir, TaskRunner)
         wasm("echo").display()
     );
     runtime.install(CapsuleManifest::parse(&manifest, Path::new("/"), dir.path()).unwrap()).unwrap();
-    let manager = TaskManager::open_with_live_max(&dir.path().join("tasks.redb"), live_max).await.unwrap();
+    let manager = TaskManager::open_with(&dir.path().join("tasks.redb"), config).await.unwrap();
     (dir, TaskRunner::start(manager, runtime, Audience::Mesh))
 }
 
@@ -64,8 +64,8 @@ async fn finish(manager: &TaskManager, task: &TaskId) -> TaskState {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn finished_tasks_beyond_the_memory_limit_are_dropped_in_batches_and_never_run_again() {
-    let (_dir, runner) = runner("", 20).await;
+async fn finished_tasks_beyond_the_memory_bound_are_dropped_first_finished_first_and_never_run_again() {
+    let (_dir, runner) = runner("", OwnerConfig { finished_max: 20, ..OwnerConfig::default() }).await;
     let manager = runner.manager();
 
     // Twenty finished tasks fill memory.
@@ -76,12 +76,14 @@ async fn finished_tasks_beyond_the_memory_limit_are_dropped_in_batches_and_never
     }
     assert!(first.iter().all(|s| manager.owns(&s.task)));
 
-    // The twenty-first drops the oldest tenth (two) of the finished ones from memory.
-    let extra = submit("m-extra", "extra");
-    runner.accept(&extra, Origin::Client, Arrival::Local).await.unwrap();
+    // Two more finish: the two that finished first are dropped from memory.
+    for extra in [submit("m-extra1", "extra"), submit("m-extra2", "extra")] {
+        runner.accept(&extra, Origin::Client, Arrival::Local).await.unwrap();
+        assert_eq!(finish(manager, &extra.task).await, TaskState::Completed);
+    }
     let dropped: Vec<&Submit> = first.iter().filter(|s| !manager.owns(&s.task)).collect();
-    assert_eq!(dropped.len(), 2, "a batch of two was dropped");
-    assert_eq!(dropped[0].task, first[0].task, "the oldest went first");
+    assert_eq!(dropped.len(), 2, "two were dropped");
+    assert_eq!((dropped[0].task, dropped[1].task), (first[0].task, first[1].task), "the oldest went first");
 
     // A dropped task is still on disk: asked for, it is there; sent again, it is answered
     // as it was (completed, with its first text) instead of being accepted and run again.
@@ -98,7 +100,7 @@ async fn finished_tasks_beyond_the_memory_limit_are_dropped_in_batches_and_never
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_single_task_capsule_never_accepts_two_even_when_they_arrive_together() {
-    let (_dir, runner) = runner("[lifecycle]\ntask_acceptance = \"single\"\n", LIVE_MAX).await;
+    let (_dir, runner) = runner("[lifecycle]\ntask_acceptance = \"single\"\n", OwnerConfig::default()).await;
     let manager = runner.manager();
     // Both pass the early check before either is stored: only one may be accepted.
     let (first_submit, second_submit) = (submit("a", "one"), submit("b", "two"));
@@ -121,7 +123,7 @@ async fn a_single_task_capsule_never_accepts_two_even_when_they_arrive_together(
 /// is about to time out is answered at once (accepted, not yet settled) rather than late.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owner_answers_a_waiting_sender_within_the_settle_budget() {
-    let (_dir, runner) = runner("", LIVE_MAX).await;
+    let (_dir, runner) = runner("", OwnerConfig::default()).await;
     let owner = OwnerPort::new(runner, SecretKey::from_seed([1; 32]).node_id());
     let peer = SecretKey::from_seed([2; 32]).node_id();
     let waiting = |message: &str| {

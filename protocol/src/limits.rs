@@ -202,9 +202,16 @@ pub const BOOTSTRAP_ADDRS_MAX: usize = 8;
 /// node.
 pub const OWNER_QUEUE_MAX: usize = 4096;
 
-/// Tasks an owner holds in memory (its database keeps every one): 100,000 records of a
-/// few hundred bytes of state each, and the oldest finished ones are forgotten first.
+/// Tasks an owner holds in memory, finished or not (its database keeps every one); past
+/// it, the one that finished first is forgotten.
 pub const OWNER_LIVE_MAX: usize = 100_000;
+
+/// Finished tasks an owner holds in memory, so a question about a task that just finished
+/// needs no disk read; older ones are read from the database when asked for. A node's
+/// memory then stops growing with the tasks it has run: `murnode` holds 3.5–5 KB per task
+/// (text, result, event log), so 10,000 is about 50 MB, and at 1,000 tasks a second the
+/// bound is reached in ten seconds.
+pub const OWNER_FINISHED_MAX: usize = 10_000;
 
 /// Longest an owner holds a peer's request open waiting for a task's next event or for it
 /// to settle: well inside the request timeout, so a quiet task never looks like a dead
@@ -220,6 +227,7 @@ pub const TASK_OUTBOUND_MAX: usize = 4096;
 pub const TASK_INBOUND_MAX: usize = 4096;
 
 const _: () = assert!(OWNER_QUEUE_MAX < OWNER_LIVE_MAX);
+const _: () = assert!(OWNER_FINISHED_MAX < OWNER_LIVE_MAX);
 
 /// Gossipsub's cap on one message, as `murnode` configures it (bigger messages are dropped
 /// before the application sees them): an advert envelope is at most 16.6 KiB, plus

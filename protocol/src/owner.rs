@@ -26,9 +26,10 @@
 //! - **Recovery**: after a restart, a task that was running or waiting for input failed
 //!   with the node ("the node restarted while the task was running"); a queued one is
 //!   queued again, in acceptance order.
-//! - **Memory**: at most [`OwnerConfig::live_max`] tasks are held; past it, the oldest tenth
-//!   of the finished ones is forgotten (the database keeps them), so the scan is paid once
-//!   per tenth of the limit.
+//! - **Memory**: at most [`OwnerConfig::finished_max`] finished tasks are held, and at most
+//!   [`OwnerConfig::live_max`] tasks in all; past either, the task that finished first is
+//!   forgotten ([`Output::Forget`]; the database keeps it). Finished tasks are kept in the
+//!   order they finished, so forgetting one costs no scan.
 //! - **Settle budget** ([`settle_wait_ms`]): how long an owner may wait for a task to settle
 //!   before answering a sender that asked to wait.
 //!
@@ -43,7 +44,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::limits::{OWNER_LIVE_MAX, OWNER_QUEUE_MAX, OWNER_WAIT_MAX_MS};
+use crate::limits::{OWNER_FINISHED_MAX, OWNER_LIVE_MAX, OWNER_QUEUE_MAX, OWNER_WAIT_MAX_MS};
 use crate::plant::{Plant, Plants};
 use crate::task::{Sender, Submit, TaskId, TaskState};
 use crate::time::Millis;
@@ -143,14 +144,21 @@ impl Policy {
 pub struct OwnerConfig {
     /// Tasks waiting in one capsule's queue at most.
     pub queue_max: usize,
-    /// Tasks held in memory at most.
+    /// Tasks held in memory at most, finished or not.
     pub live_max: usize,
+    /// Finished tasks held in memory at most (for answers without a disk read).
+    pub finished_max: usize,
     pub plants: Plants,
 }
 
 impl Default for OwnerConfig {
     fn default() -> Self {
-        Self { queue_max: OWNER_QUEUE_MAX, live_max: OWNER_LIVE_MAX, plants: Plants::NONE }
+        Self {
+            queue_max: OWNER_QUEUE_MAX,
+            live_max: OWNER_LIVE_MAX,
+            finished_max: OWNER_FINISHED_MAX,
+            plants: Plants::NONE,
+        }
     }
 }
 
@@ -281,10 +289,10 @@ pub struct Owner {
     tasks: BTreeMap<TaskId, Entry>,
     capsules: BTreeMap<String, Slot>,
     next_ticket: u64,
+    /// The finished tasks held, in the order they finished: the first is forgotten first.
+    finished: VecDeque<TaskId>,
     /// A finished task was forgotten: an unknown id may still be in the database.
     forgot: bool,
-    /// Size of `tasks` at which the next eviction pass runs.
-    scan_at: usize,
     outputs: VecDeque<Output>,
     stats: OwnerStats,
     /// Shutting down: new deliveries are refused ([`Refusal::Draining`]).
@@ -299,8 +307,8 @@ impl Owner {
             tasks: BTreeMap::new(),
             capsules: BTreeMap::new(),
             next_ticket: 0,
+            finished: VecDeque::new(),
             forgot: false,
-            scan_at: 0,
             outputs: VecDeque::new(),
             stats: OwnerStats::default(),
             draining: false,
@@ -339,6 +347,9 @@ impl Owner {
             }
             let entry = Entry { capsule, state, updated: now, stored: true };
             self.insert(task, entry);
+            if state.is_terminal() {
+                self.settled(task);
+            }
         }
     }
 
@@ -432,9 +443,11 @@ impl Owner {
 
     /// Storing the acceptance of `task` failed: it is dropped as if never delivered.
     pub fn abandon(&mut self, task: TaskId) {
-        if let Some(entry) = self.tasks.remove(&task)
-            && let Some(slot) = self.capsules.get_mut(&entry.capsule)
-        {
+        let Some(entry) = self.tasks.remove(&task) else { return };
+        if entry.state.is_terminal() {
+            // Canceled while its acceptance was being written: already counted as finished.
+            self.finished.retain(|t| *t != task);
+        } else if let Some(slot) = self.capsules.get_mut(&entry.capsule) {
             slot.unfinished = slot.unfinished.saturating_sub(1);
             slot.queue.retain(|t| *t != task);
         }
@@ -579,12 +592,14 @@ impl Owner {
         let Some(entry) = self.tasks.get_mut(&task) else { return };
         entry.state = state;
         entry.updated = now;
-        if state.is_terminal()
-            && let Some(slot) = self.capsules.get_mut(&entry.capsule)
-        {
+        let terminal = state.is_terminal();
+        if terminal && let Some(slot) = self.capsules.get_mut(&entry.capsule) {
             slot.unfinished = slot.unfinished.saturating_sub(1);
         }
         self.outputs.push_back(Output::Store { task, state, write });
+        if terminal {
+            self.settled(task);
+        }
     }
 
     /// Starts queued tasks of `capsule` while it has free workers.
@@ -604,30 +619,27 @@ impl Owner {
         }
     }
 
-    /// Holds `entry`; past the memory bound, forgets the oldest tenth of the finished tasks
-    /// first.
+    /// Holds `entry`; at the memory bound, forgets the task that finished first.
     fn insert(&mut self, task: TaskId, entry: Entry) {
-        let live_max = self.config.live_max;
-        if self.tasks.len() >= live_max.max(self.scan_at) {
-            let mut finished: Vec<(Millis, TaskId)> = self
-                .tasks
-                .iter()
-                .filter(|(_, e)| e.state.is_terminal())
-                .map(|(t, e)| (e.updated, *t))
-                .collect();
-            let evict = (live_max / 10).max(1).min(finished.len());
-            if evict > 0 {
-                finished.select_nth_unstable(evict - 1);
-                for &(_, old) in &finished[..evict] {
-                    self.tasks.remove(&old);
-                    self.outputs.push_back(Output::Forget { task: old });
-                }
-                self.forgot = true;
-                self.stats.forgotten += evict as u64;
-            }
-            self.scan_at = self.tasks.len() + (live_max / 10).max(1);
-        }
+        while self.tasks.len() >= self.config.live_max && self.forget_oldest() {}
         self.tasks.insert(task, entry);
+    }
+
+    /// `task` (held) is finished: it joins the finished ones, and past their bound the one
+    /// that finished first is forgotten.
+    fn settled(&mut self, task: TaskId) {
+        self.finished.push_back(task);
+        while self.finished.len() > self.config.finished_max && self.forget_oldest() {}
+    }
+
+    /// Forgets the task that finished first; false when none is held.
+    fn forget_oldest(&mut self) -> bool {
+        let Some(old) = self.finished.pop_front() else { return false };
+        self.tasks.remove(&old);
+        self.outputs.push_back(Output::Forget { task: old });
+        self.forgot = true;
+        self.stats.forgotten += 1;
+        true
     }
 }
 

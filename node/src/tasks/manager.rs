@@ -23,8 +23,11 @@ use super::record::{Origin, RouteRecord, TaskRecord};
 
 pub use super::db::{Pruned, Retention};
 /// Routes (tasks placed on other nodes) kept in memory for listing, newest first.
-pub use murmur_config::limits::{RECENT_ROUTES_MAX, STARTUP_FINISHED_MAX};
-/// Tasks kept in memory (the database keeps all; older finished ones are dropped first).
+pub use murmur_config::limits::RECENT_ROUTES_MAX;
+/// Finished tasks kept in memory (the database keeps all; the first finished is dropped
+/// first), and what a start-up loads of them.
+pub use murmur_protocol::limits::OWNER_FINISHED_MAX as FINISHED_MAX;
+/// Tasks kept in memory, finished or not.
 pub use murmur_protocol::limits::OWNER_LIVE_MAX as LIVE_MAX;
 /// Tasks waiting in one capsule's queue.
 pub use murmur_protocol::limits::OWNER_QUEUE_MAX as QUEUE_MAX;
@@ -156,14 +159,13 @@ impl TaskManager {
     /// Opens the task database and recovers: tasks that were running fail (the node
     /// restarted under them); queued tasks wait for [`TaskManager::resume`].
     pub async fn open(path: &std::path::Path) -> anyhow::Result<Self> {
-        Self::open_with_live_max(path, LIVE_MAX).await
+        Self::open_with(path, OwnerConfig::default()).await
     }
 
-    /// [`TaskManager::open`] holding at most `live_max` tasks in memory (tests use a small
-    /// number to exercise eviction).
-    pub async fn open_with_live_max(path: &std::path::Path, live_max: usize) -> anyhow::Result<Self> {
+    /// [`TaskManager::open`] with the owner's bounds in `config` (tests use small ones to
+    /// exercise forgetting).
+    pub async fn open_with(path: &std::path::Path, config: OwnerConfig) -> anyhow::Result<Self> {
         let db = TaskDb::open(path)?;
-        let config = OwnerConfig { live_max, ..OwnerConfig::default() };
         let manager = Self {
             inner: Arc::new(Inner {
                 db,
@@ -178,7 +180,8 @@ impl TaskManager {
         // the newest finished ones; the rest stay on disk for `get`.
         let routes = manager.inner.db.newest_routes(RECENT_ROUTES_MAX)?;
         *lock(&manager.inner.recent_routes) = routes.into();
-        let (records, left) = manager.inner.db.startup_records(STARTUP_FINISHED_MAX.min(live_max / 2))?;
+        let (records, left) =
+            manager.inner.db.startup_records(config.finished_max.min(config.live_max / 2))?;
         manager.inner.left_on_disk.store(left, std::sync::atomic::Ordering::Relaxed);
         let recovered: Vec<(TaskId, String, TaskState, u64)> =
             records.iter().map(|r| (r.task, r.capsule.clone(), r.state, r.ticket)).collect();
@@ -317,8 +320,8 @@ impl TaskManager {
         }
     }
 
-    /// Whether this node owns `task` (in memory: every task but the oldest finished ones
-    /// past [`LIVE_MAX`]; no disk read, for hot paths).
+    /// Whether this node owns `task` (in memory: every task but finished ones past
+    /// [`FINISHED_MAX`]; no disk read, for hot paths).
     #[must_use]
     pub fn owns(&self, task: &TaskId) -> bool {
         self.live(task).is_some()
@@ -328,9 +331,16 @@ impl TaskManager {
     /// memory) in its database. A disk read only after an eviction.
     #[must_use]
     pub fn holds(&self, task: &TaskId) -> bool {
-        let on_disk_only =
-            self.forgot_any() || self.inner.left_on_disk.load(std::sync::atomic::Ordering::Relaxed);
-        self.owns(task) || (on_disk_only && matches!(self.inner.db.get(task), Ok(Some(_))))
+        self.owns(task) || self.on_disk_only(task).is_some()
+    }
+
+    /// `task` when only the database holds it (finished, and forgotten from memory or left
+    /// there by the start-up); no disk read while nothing was ever left there.
+    fn on_disk_only(&self, task: &TaskId) -> Option<TaskRecord> {
+        if !self.forgot_any() {
+            return None;
+        }
+        self.inner.db.get(task).ok().flatten()
     }
 
     /// Who sent `task` (no copy of its text or events while it is in memory).
@@ -367,7 +377,9 @@ impl TaskManager {
 
     /// Cancels a task that has not started, or that waits for input.
     pub async fn cancel(&self, task: &TaskId) -> Result<TaskSnapshot, TaskError> {
-        let live = self.live(task).ok_or(TaskError::NotFound(*task))?;
+        let live = self
+            .live(task)
+            .ok_or_else(|| self.not_live(task, |task, state| TaskError::NotCancelable { task, state }))?;
         let task = *task;
         // Decided by the machine under its lock: a worker starting the task at the same
         // moment either starts it (and the cancel is refused) or finds it canceled.
@@ -390,7 +402,9 @@ impl TaskManager {
 
     /// Delivers a follow-up message to a task that asked for input.
     pub fn reply(&self, task: &TaskId, text: String) -> Result<TaskSnapshot, TaskError> {
-        let live = self.live(task).ok_or(TaskError::NotFound(*task))?;
+        let live = self
+            .live(task)
+            .ok_or_else(|| self.not_live(task, |task, state| TaskError::NotWaiting { task, state }))?;
         let task = *task;
         let waiter = {
             let mut input = lock(&live.input);
@@ -444,7 +458,12 @@ impl TaskManager {
         wait: Duration,
         settled: bool,
     ) -> Result<(Vec<TaskEvent>, TaskSnapshot, bool), TaskError> {
-        let live = self.live(task).ok_or(TaskError::NotFound(*task))?;
+        let Some(live) = self.live(task) else {
+            // Finished and forgotten from memory: nothing more will happen to it.
+            let record = self.on_disk_only(task).ok_or(TaskError::NotFound(*task))?;
+            let (events, gap) = record.events_after(after);
+            return Ok((events, record.snapshot(), gap));
+        };
         let mut changed = live.changed.subscribe();
         let deadline = tokio::time::Instant::now() + wait;
         loop {
@@ -555,8 +574,20 @@ impl TaskManager {
         self.inner.live.get(task).map(|entry| entry.value().clone())
     }
 
+    /// Whether a finished task may be on disk only: one was forgotten from memory, or the
+    /// start-up left older ones there.
     fn forgot_any(&self) -> bool {
-        lock(&self.inner.owner).forgot_any()
+        self.inner.left_on_disk.load(std::sync::atomic::Ordering::Relaxed)
+            || lock(&self.inner.owner).forgot_any()
+    }
+
+    /// The error for an operation on `task` that only a task in memory allows: `finished`
+    /// with its state when the database holds it (it finished), else not found.
+    fn not_live(&self, task: &TaskId, finished: impl FnOnce(TaskId, TaskState) -> TaskError) -> TaskError {
+        match self.on_disk_only(task) {
+            Some(record) => finished(*task, record.state),
+            None => TaskError::NotFound(*task),
+        }
     }
 
     /// Runs `decide` on the machine and applies its outputs to the records (`message` goes
@@ -655,3 +686,6 @@ impl TaskManager {
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
+
+#[cfg(test)]
+mod tests;

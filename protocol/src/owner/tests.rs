@@ -246,6 +246,16 @@ fn a_restart_fails_what_ran_and_queues_again_what_waited() {
     assert_eq!(starts(&mut owner), vec![Output::Start { task }]);
 }
 
+fn forgotten(owner: &mut Owner) -> Vec<TaskId> {
+    drain(owner)
+        .into_iter()
+        .filter_map(|o| match o {
+            Output::Forget { task } => Some(task),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn past_the_memory_bound_the_oldest_finished_tasks_are_forgotten() {
     let mut owner = Owner::new(OwnerConfig { live_max: 10, ..OwnerConfig::default() });
@@ -255,11 +265,42 @@ fn past_the_memory_bound_the_oldest_finished_tasks_are_forgotten() {
     }
     drain(&mut owner);
     accept(&mut owner, "new", QUEUE);
-    let forgotten: Vec<Output> =
-        drain(&mut owner).into_iter().filter(|o| matches!(o, Output::Forget { .. })).collect();
-    assert_eq!(forgotten, vec![Output::Forget { task: submit("m0", "echo").task }], "a tenth, oldest first");
+    assert_eq!(forgotten(&mut owner), vec![submit("m0", "echo").task], "the oldest, alone");
     assert!(owner.forgot_any());
     assert_eq!(owner.len(), 10);
+}
+
+#[test]
+fn past_the_finished_bound_the_task_that_finished_first_is_forgotten_not_the_first_accepted() {
+    let mut owner = Owner::new(OwnerConfig { finished_max: 2, ..OwnerConfig::default() });
+    let [a, b, c, d] = ["a", "b", "c", "d"].map(|m| accept(&mut owner, m, QUEUE));
+    drain(&mut owner);
+    // Two workers: a and b run; b finishes first, then a; c and d start after them.
+    owner.finished(T0, b, TaskState::Completed);
+    owner.finished(T0, a, TaskState::Failed);
+    assert!(forgotten(&mut owner).is_empty(), "two finished fit");
+    owner.finished(T0, d, TaskState::Completed);
+    assert_eq!(forgotten(&mut owner), vec![b], "b finished first");
+    assert_eq!(owner.state(&c), Some(TaskState::Working), "an unfinished task is never forgotten");
+    owner.finished(T0, c, TaskState::Completed);
+    assert_eq!(forgotten(&mut owner), vec![a]);
+    assert_eq!((owner.len(), owner.stats().forgotten), (2, 2));
+}
+
+#[test]
+fn a_task_canceled_before_its_failed_acceptance_store_is_dropped_once() {
+    let mut owner = Owner::new(OwnerConfig { finished_max: 1, ..OwnerConfig::default() });
+    let s = submit("m1", "echo");
+    owner.admit(T0, &s, Some(SINGLE), Arrival::Local).unwrap();
+    owner.cancel(T0, s.task).unwrap();
+    owner.abandon(s.task);
+    assert_eq!(owner.state(&s.task), None);
+    // Nothing of it is left behind: the next finished task is not pushed out by a ghost,
+    // and the single capsule takes a task again.
+    let next = accept(&mut owner, "m2", SINGLE);
+    owner.finished(T0, next, TaskState::Completed);
+    assert!(forgotten(&mut owner).is_empty(), "{owner:?}");
+    assert_eq!(owner.state(&next), Some(TaskState::Completed));
 }
 
 #[test]
