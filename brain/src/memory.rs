@@ -29,7 +29,10 @@ impl Memory {
     /// Opens (or creates) the database at `path`.
     pub fn open(path: &Path) -> anyhow::Result<Self> {
         let created = !path.exists();
-        let db = Database::create(path).with_context(|| format!("cannot open {}", path.display()))?;
+        let db = redb::Builder::new()
+            .set_cache_size(murmur_config::limits::BRAIN_DB_CACHE_BYTES)
+            .create(path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
         if created {
             // redb syncs the file on each durable commit, never the directory that names it.
             murmur_store::file::sync_parent(path)?;

@@ -234,6 +234,11 @@ pub const HOUSEKEEPING_EVERY: std::time::Duration = std::time::Duration::from_se
 /// Task writes queued for the database's writer thread at most; callers wait when it is
 /// full.
 pub const TASK_DB_WRITE_QUEUE_MAX: usize = 8192;
+/// Memory the task database may use to cache its pages and buffer a commit (redb's own
+/// default is 1 GiB, which a busy node's file fills: its RSS then grows with the file).
+pub const TASK_DB_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// The same for the agents' memory database (`brain.redb`), whose values are small.
+pub const BRAIN_DB_CACHE_BYTES: usize = 16 * 1024 * 1024;
 /// Task records committed in one transaction at most: a burst shares one fsync, and a
 /// transaction stays a few MiB.
 pub const TASK_DB_BATCH_MAX: usize = 1024;

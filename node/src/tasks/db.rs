@@ -22,7 +22,8 @@ use tokio::sync::oneshot;
 
 use super::record::{RouteRecord, TaskRecord};
 use murmur_config::limits::{
-    TASK_DB_BATCH_MAX, TASK_DB_FLUSH_AFTER, TASK_DB_WRITE_QUEUE_MAX, TASK_RECORD_BYTES_MAX,
+    TASK_DB_BATCH_MAX, TASK_DB_CACHE_BYTES, TASK_DB_FLUSH_AFTER, TASK_DB_WRITE_QUEUE_MAX,
+    TASK_RECORD_BYTES_MAX,
 };
 
 const TASKS: TableDefinition<&[u8; 16], &[u8]> = TableDefinition::new("tasks");
@@ -124,7 +125,9 @@ impl TaskDb {
         }
         let created = !path.exists();
         let db = std::sync::Arc::new(
-            Database::create(path)
+            redb::Builder::new()
+                .set_cache_size(TASK_DB_CACHE_BYTES)
+                .create(path)
                 .with_context(|| format!("cannot open task database {}", path.display()))?,
         );
         if created {

@@ -19,7 +19,9 @@
 //! then failed), refused (never accepted: a refusal or no answer, as while a node restarts),
 //! shed, lost of those checked, p50/p99 latency of completed tasks, and per node its
 //! resident memory, open file descriptors and `tasks.redb` size at the minute's end.
+//! After the table, the failed tasks counted by reason (end state and status text).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -40,6 +42,8 @@ const CHECK_EVERY: u64 = 10;
 const CHECK_AFTER: Duration = Duration::from_secs(60);
 /// How many refusals and losses the report shows each.
 const LOSSES_SHOWN: usize = 20;
+/// How many distinct reasons for failed tasks the report counts apart.
+const REASONS_MAX: usize = 20;
 /// Each minute's artifact.
 const ARTIFACT_BYTES: usize = 8 << 20;
 /// What each node runs: (capsule name, guest component).
@@ -91,6 +95,8 @@ struct Report {
     checked_total: u64,
     first_refusals: Vec<String>,
     first_losses: Vec<String>,
+    /// Failed tasks by reason (at most [`REASONS_MAX`] reasons; the rest as `other`).
+    failures: BTreeMap<String, u64>,
 }
 
 /// What the load records, per minute of the run.
@@ -100,6 +106,7 @@ struct Tally {
     latencies_ms: Vec<Vec<f64>>,
     refusals: Vec<String>,
     losses: Vec<String>,
+    failures: BTreeMap<String, u64>,
 }
 
 impl Tally {
@@ -221,8 +228,14 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 /// How one task ended, as its sender saw it.
 enum Outcome {
-    Completed { id: String },
-    Failed { id: String },
+    Completed {
+        id: String,
+    },
+    /// Accepted, then not completed: `why` is its end state and status text.
+    Failed {
+        id: String,
+        why: String,
+    },
     Refused(String),
 }
 
@@ -266,10 +279,24 @@ async fn one_task(client: &reqwest::Client, url: &str, kind: &str) -> Outcome {
         });
         match rpc(client, url, "SendMessage", reply).await {
             Ok(answer) => task = answer["result"]["task"].clone(),
-            Err(_) => return Outcome::Failed { id },
+            Err(e) => return Outcome::Failed { id, why: format!("the reply got {e}") },
         }
     }
-    if state(&task) == "TASK_STATE_COMPLETED" { Outcome::Completed { id } } else { Outcome::Failed { id } }
+    if state(&task) == "TASK_STATE_COMPLETED" {
+        Outcome::Completed { id }
+    } else {
+        Outcome::Failed { why: failure_of(&task), id }
+    }
+}
+
+/// A failed task's reason as the report groups it: its state and status text.
+fn failure_of(task: &Value) -> String {
+    let text = task["status"]["message"]["parts"][0]["text"].as_str().unwrap_or("no status text");
+    let text: String = text.chars().take(160).collect();
+    match state(task) {
+        "" => format!("no task in the answer: {text}"),
+        state => format!("{state}: {text}"),
+    }
 }
 
 /// Whether the node at `url` still knows task `id` as finished, and what it said; `None`
@@ -455,9 +482,11 @@ pub fn run(settings: Settings, out: &Path) -> anyhow::Result<()> {
                             t.latencies_ms[minute as usize].push(latency_ms);
                             Some(id)
                         }
-                        Outcome::Failed { id } => {
+                        Outcome::Failed { id, why } => {
                             t.at(minute).accepted += 1;
                             t.at(minute).failed += 1;
+                            let known = t.failures.len() < REASONS_MAX || t.failures.contains_key(&why);
+                            *t.failures.entry(if known { why } else { "other".into() }).or_default() += 1;
                             Some(id)
                         }
                         Outcome::Refused(why) => {
@@ -503,6 +532,7 @@ pub fn run(settings: Settings, out: &Path) -> anyhow::Result<()> {
         minutes: tally.rows,
         first_refusals: tally.refusals,
         first_losses: tally.losses,
+        failures: tally.failures,
     };
     print_table(&report);
     for member in members.lock().unwrap_or_else(PoisonError::into_inner).iter_mut() {
@@ -563,6 +593,12 @@ fn print_table(report: &Report) {
     println!("lost: {} of {} checked", report.lost_total, report.checked_total);
     for line in &report.first_losses {
         println!("  lost: {line}");
+    }
+    if !report.failures.is_empty() {
+        println!("failed, by reason:");
+        for (why, count) in &report.failures {
+            println!("  {count:>6}  {why}");
+        }
     }
     if !report.first_refusals.is_empty() {
         println!("first refusals:");
