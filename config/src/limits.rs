@@ -237,7 +237,7 @@ pub const TASK_DB_WRITE_QUEUE_MAX: usize = 8192;
 /// Memory the task database may use to cache its pages and buffer a commit (redb's own
 /// default is 1 GiB, which a busy node's file fills: its RSS then grows with the file).
 pub const TASK_DB_CACHE_BYTES: usize = 64 * 1024 * 1024;
-/// The same for the agents' memory database (`brain.redb`), whose values are small.
+/// The same for the agents' memory database (`brains.redb`), whose values are small.
 pub const BRAIN_DB_CACHE_BYTES: usize = 16 * 1024 * 1024;
 /// Task records committed in one transaction at most: a burst shares one fsync, and a
 /// transaction stays a few MiB.
