@@ -103,7 +103,8 @@ pub struct StatusView {
     pub agents: usize,
     pub mcp_up: usize,
     pub mcp: usize,
-    /// Tasks this node owns, by state (`working`, `completed`, …).
+    /// Tasks this node owns and holds in memory, by state (`working`, `completed`, …):
+    /// every unfinished one and the newest 10,000 finished (older ones are on disk only).
     pub tasks: std::collections::BTreeMap<String, u64>,
     /// Content digests being pulled now.
     pub pulls: Vec<String>,

@@ -314,7 +314,8 @@ impl TaskService {
         }
     }
 
-    /// How many tasks this node owns in each state (asking no other node).
+    /// How many tasks this node owns in each state, of those in memory (every unfinished
+    /// one, the newest [`FINISHED_MAX`] finished), asking no other node.
     #[must_use]
     pub fn owned_by_state(&self) -> std::collections::BTreeMap<String, u64> {
         let mut counts = std::collections::BTreeMap::new();
