@@ -328,7 +328,8 @@ impl TaskManager {
     }
 
     /// Whether this node holds `task`: in memory, or (once finished tasks were dropped from
-    /// memory) in its database. A disk read only after an eviction.
+    /// memory, or the start-up left some on disk) in its database. A disk read only once
+    /// either happened.
     #[must_use]
     pub fn holds(&self, task: &TaskId) -> bool {
         self.owns(task) || self.on_disk_only(task).is_some()
