@@ -28,13 +28,14 @@ mod driver;
 pub mod frames;
 mod handle;
 mod inbox;
+mod muxer;
 mod owner;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use libp2p::{Multiaddr, SwarmBuilder, noise, tcp, yamux};
+use libp2p::{Multiaddr, SwarmBuilder, noise, tcp};
 use murmur_config::{Config, clock};
 use murmur_protocol::directory::{Admission, DirectoryConfig};
 use murmur_protocol::mesh::{MeshConfig, MeshNode};
@@ -155,7 +156,7 @@ pub async fn start(
     bulk::serve(pending.streams.new_control(), Arc::clone(&store), faults, Arc::clone(&bulk_stats))?;
     let mut swarm = SwarmBuilder::with_existing_identity(keypair)
         .with_tokio()
-        .with_tcp(tcp::Config::default().nodelay(true), noise::Config::new, yamux::Config::default)
+        .with_tcp(tcp::Config::default().nodelay(true), noise::Config::new, muxer::Config::default)
         .context("TCP transport")?
         .with_quic()
         .with_dns()
