@@ -623,6 +623,9 @@ impl TaskManager {
         let now = clock::now().0;
         let mut effects = Effects::default();
         let live = &self.inner.live;
+        // Watchers hear of a change once the whole decision is applied: one that sees a task
+        // finish must also see the older finished task its finishing forgot.
+        let mut changed = Vec::new();
         while let Some(output) = owner.poll_output() {
             match output {
                 Output::Store { task: id, state, write } => {
@@ -636,7 +639,7 @@ impl TaskManager {
                         let text = if state == TaskState::Working { None } else { text };
                         record.transition(state, text, now);
                     }
-                    entry.changed.send_replace(record.seq);
+                    changed.push((Arc::clone(&entry), record.seq));
                     if self.inner.changes.receiver_count() > 0 {
                         // No one watching (the usual case) costs nothing.
                         let _ = self.inner.changes.send(TaskChange {
@@ -658,6 +661,9 @@ impl TaskManager {
                     live.remove(&id);
                 }
             }
+        }
+        for (entry, seq) in changed {
+            entry.changed.send_replace(seq);
         }
         effects
     }
