@@ -4,8 +4,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use murmur_protocol::Digest;
-use murmur_tests::{TestNode, add_artifact, init_data_dir_with, mur, publisher, trusting, wait_for};
+use murmur_tests::{TestNode, add_artifact, bin, init_data_dir_with, publisher, trusting, wait_for};
 
 use super::pipe::{self, Cipher};
 use serde::Serialize;
@@ -54,6 +55,11 @@ struct Row {
     /// is a request and a stream of its own (`/murmur/artifact/1`).
     one_provider_per_request_mb_s: f64,
     two_providers_per_request_mb_s: f64,
+    /// A pull's fixed costs, bulk from one provider (medians, as the client saw them): from
+    /// `resolving` to `resolved` (resolve and metadata) and from the last chunk written to
+    /// the answer (final check, fsync, commit, advert).
+    before_chunks_ms: f64,
+    after_chunks_ms: f64,
     /// Providers on core 0, the puller on core 1 (`--pin-cores`).
     pinned_cores: bool,
     transport: Transport,
@@ -101,8 +107,22 @@ fn node(
 /// build has on).
 const NO_BULK: &[(&str, &str)] = &[("MURMUR_FAULT_NO_BULK", "1")];
 
-/// Pulls NAME@1.0.0 on a fresh node that knows `providers` providers; MB/s.
-fn pull_once(first: &TestNode, providers: usize, setup: Setup<'_>, size: u64) -> anyhow::Result<f64> {
+/// One pull as the client saw it.
+struct Pulled {
+    mb_s: f64,
+    /// From the first progress line (resolving) to `resolved`: asking the providers, and
+    /// fetching and checking the manifest, config and chunk list.
+    before_chunks_ms: f64,
+    /// From the progress line that reports every byte written to the final answer: the
+    /// final check, the fsync, the commit and the new advert.
+    after_chunks_ms: f64,
+}
+
+/// Pulls NAME@1.0.0 on a fresh node that knows `providers` providers, timing the progress
+/// lines of `mur artifact pull --json` as they arrive.
+fn pull_once(first: &TestNode, providers: usize, setup: Setup<'_>, size: u64) -> anyhow::Result<Pulled> {
+    use std::io::BufRead;
+
     let dir = init_data_dir_with(&trusting(setup.public));
     let puller = node(dir.path(), Some(first), setup.pin_cores.then_some(1), setup.transport, &[])?;
     wait_for(Duration::from_secs(30), "the providers' adverts", || {
@@ -110,17 +130,38 @@ fn pull_once(first: &TestNode, providers: usize, setup: Setup<'_>, size: u64) ->
         let n = peers["peers"].as_array()?.iter().filter(|p| p["artifacts"] == 1).count();
         (n >= providers).then_some(())
     })?;
-    let out = mur(&["artifact", "pull", "big@1.0.0", "--json", "--node", &puller.api]);
-    anyhow::ensure!(out.status.success(), "pull failed: {}", String::from_utf8_lossy(&out.stdout));
-    let text = String::from_utf8_lossy(&out.stdout);
-    let done: serde_json::Value = serde_json::from_str(text.lines().last().unwrap_or_default())?;
+    let mut child = std::process::Command::new(bin("mur"))
+        .args(["artifact", "pull", "big@1.0.0", "--json", "--node", &puller.api])
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let started = Instant::now();
+    let mut lines = Vec::new();
+    for line in std::io::BufReader::new(child.stdout.take().context("mur's stdout")?).lines() {
+        lines.push((started.elapsed().as_secs_f64() * 1000.0, line?));
+    }
+    let status = child.wait()?;
+    let text: Vec<&str> = lines.iter().map(|(_, line)| line.as_str()).collect();
+    anyhow::ensure!(status.success(), "pull failed: {}", text.join("\n"));
+    let events: Vec<(f64, serde_json::Value)> =
+        lines.iter().filter_map(|(at, line)| Some((*at, serde_json::from_str(line).ok()?))).collect();
+    let at = |pick: &dyn Fn(&serde_json::Value) -> bool| {
+        events.iter().find(|(_, e)| pick(e)).map(|(at, _)| *at).context("a progress line is missing")
+    };
+    let resolving = at(&|e| e["event"] == "resolving")?;
+    let resolved = at(&|e| e["event"] == "resolved")?;
+    let all_written = at(&|e| e["event"] == "chunks" && e["written"] == size)?;
+    let (done_at, done) = events.last().context("mur printed nothing")?;
     anyhow::ensure!(
         done["providers"].as_u64() == Some(providers as u64),
         "used {} providers",
         done["providers"]
     );
     let ms = done["elapsed_ms"].as_f64().unwrap_or(f64::NAN).max(1.0);
-    Ok(size as f64 / 1e6 / (ms / 1000.0))
+    Ok(Pulled {
+        mb_s: size as f64 / 1e6 / (ms / 1000.0),
+        before_chunks_ms: resolved - resolving,
+        after_chunks_ms: done_at - all_written,
+    })
 }
 
 pub fn run(
@@ -169,14 +210,20 @@ pub fn run(
         }
         // Bulk streams, then the per-request baseline, on the same provider directories.
         let mut figures = [vec![], vec![], vec![], vec![]];
+        let (mut before, mut after) = (vec![], vec![]);
         for (i, env) in [&[][..], NO_BULK].into_iter().enumerate() {
             let first = node(provider_dirs[0].path(), None, provider_core, transport, env)?;
             for _ in 0..runs.max(1) {
-                figures[2 * i].push(pull_once(&first, 1, setup, size)?);
+                let pulled = pull_once(&first, 1, setup, size)?;
+                figures[2 * i].push(pulled.mb_s);
+                if i == 0 {
+                    before.push(pulled.before_chunks_ms);
+                    after.push(pulled.after_chunks_ms);
+                }
             }
             let _second = node(provider_dirs[1].path(), Some(&first), provider_core, transport, env)?;
             for _ in 0..runs.max(1) {
-                figures[2 * i + 1].push(pull_once(&first, 2, setup, size)?);
+                figures[2 * i + 1].push(pull_once(&first, 2, setup, size)?.mb_s);
             }
         }
         let [one, two, one_per_request, two_per_request] = figures;
@@ -191,6 +238,8 @@ pub fn run(
             two_providers_mb_s: median(two),
             one_provider_per_request_mb_s: median(one_per_request),
             two_providers_per_request_mb_s: median(two_per_request),
+            before_chunks_ms: median(before),
+            after_chunks_ms: median(after),
             pinned_cores: pin_cores,
             transport,
         });
@@ -232,6 +281,12 @@ pub fn run(
          bulk stream per provider; req: a request per chunk, the baseline; 1/pipe: one \
          provider over bulk against the ChaCha20 pipe; 2 / 1: two providers against one)"
     );
+    for r in &rows {
+        println!(
+            "({} MiB from one provider over bulk: {:.1} ms from resolving to resolved, {:.1} ms from the last chunk written to the answer)",
+            r.size_mib, r.before_chunks_ms, r.after_chunks_ms
+        );
+    }
     if pin_cores {
         println!("(pinned: the providers on core 0, the puller on core 1)");
     }
