@@ -48,6 +48,16 @@ impl Default for Config {
     }
 }
 
+impl Config {
+    /// Either end's upgrade: yamux over `io`, as the dialler (client) or the listener.
+    fn connect<C>(self, io: C, mode: yamux::Mode) -> Ready<io::Result<Muxer<C>>>
+    where
+        C: AsyncRead + AsyncWrite + Unpin,
+    {
+        future::ready(Ok(Muxer::new(yamux::Connection::new(io, self.0, mode))))
+    }
+}
+
 impl UpgradeInfo for Config {
     type Info = &'static str;
     type InfoIter = iter::Once<Self::Info>;
@@ -66,7 +76,7 @@ where
     type Future = Ready<Result<Self::Output, Self::Error>>;
 
     fn upgrade_inbound(self, io: C, _: Self::Info) -> Self::Future {
-        future::ready(Ok(Muxer::new(yamux::Connection::new(io, self.0, yamux::Mode::Server))))
+        self.connect(io, yamux::Mode::Server)
     }
 }
 
@@ -79,7 +89,7 @@ where
     type Future = Ready<Result<Self::Output, Self::Error>>;
 
     fn upgrade_outbound(self, io: C, _: Self::Info) -> Self::Future {
-        future::ready(Ok(Muxer::new(yamux::Connection::new(io, self.0, yamux::Mode::Client))))
+        self.connect(io, yamux::Mode::Client)
     }
 }
 

@@ -140,8 +140,11 @@ fn pull_once(first: &TestNode, providers: usize, setup: Setup<'_>, size: u64) ->
         lines.push((started.elapsed().as_secs_f64() * 1000.0, line?));
     }
     let status = child.wait()?;
-    let text: Vec<&str> = lines.iter().map(|(_, line)| line.as_str()).collect();
-    anyhow::ensure!(status.success(), "pull failed: {}", text.join("\n"));
+    anyhow::ensure!(
+        status.success(),
+        "pull failed: {}",
+        lines.iter().map(|(_, line)| line.as_str()).collect::<Vec<_>>().join("\n")
+    );
     let events: Vec<(f64, serde_json::Value)> =
         lines.iter().filter_map(|(at, line)| Some((*at, serde_json::from_str(line).ok()?))).collect();
     let at = |pick: &dyn Fn(&serde_json::Value) -> bool| {
