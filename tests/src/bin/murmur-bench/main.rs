@@ -159,6 +159,11 @@ enum Bench {
         /// The transport between the nodes: `tcp` (noise + yamux) or `quic` (TLS 1.3).
         #[arg(long, value_enum, default_value_t = pull::Transport::Tcp)]
         transport: pull::Transport,
+        /// Run each provider in a network namespace of its own whose link sends at most
+        /// this many Mbit/s (`tc` token bucket; needs root): shows what a second provider
+        /// adds when the providers' links, not this machine's cores, are the limit.
+        #[arg(long, value_name = "MBIT", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        provider_uplink_mbit: Option<u32>,
     },
     /// Bundle export, verify and import throughput next to SHA-256 and a file copy.
     Bundle {
@@ -245,8 +250,8 @@ fn main() -> anyhow::Result<()> {
         Bench::BrainsIdle { language, count } => brains::idle_child(&language, count)?,
         Bench::Tasks { samples, seconds, out } => tasks::run(samples, seconds, &out)?,
         Bench::Bundle { sizes_mib, runs, out } => bundle::run(&sizes_mib, runs, &out)?,
-        Bench::Pull { sizes_mib, runs, out, pin_cores, transport } => {
-            pull::run(&sizes_mib, runs, &out, pin_cores, transport)?
+        Bench::Pull { sizes_mib, runs, out, pin_cores, transport, provider_uplink_mbit } => {
+            pull::run(&pull::Options { sizes_mib, runs, out, pin_cores, transport, provider_uplink_mbit })?;
         }
         Bench::Soak { seconds, rate, restart_every, out } => {
             soak::run(soak::Settings { seconds, rate, restart_every }, &out)?;

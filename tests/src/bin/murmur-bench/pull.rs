@@ -1,11 +1,17 @@
 //! Pull figures: real nodes on 127.0.0.1, a fresh puller per run, the whole pull
 //! (resolve, metadata, chunks, final check, commit) timed by the node.
+//!
+//! With `--provider-uplink-mbit` the providers run in network namespaces of their own
+//! instead, each sending through a token bucket (`tc … tbf`) of that rate: the case where
+//! a provider's link, not this machine's two shared cores, limits what it can serve, and
+//! so the case that shows whether a second provider adds its link to the pull.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use murmur_protocol::Digest;
+use murmur_tests::netns::Lab;
 use murmur_tests::{TestNode, add_artifact, bin, init_data_dir_with, publisher, trusting, wait_for};
 
 use super::pipe::{self, Cipher};
@@ -22,12 +28,51 @@ pub enum Transport {
 }
 
 impl Transport {
-    fn listen(self) -> &'static str {
+    fn listen(self, ip: &str) -> String {
         match self {
-            Self::Tcp => "/ip4/127.0.0.1/tcp/0",
-            Self::Quic => "/ip4/127.0.0.1/udp/0/quic-v1",
+            Self::Tcp => format!("/ip4/{ip}/tcp/0"),
+            Self::Quic => format!("/ip4/{ip}/udp/0/quic-v1"),
         }
     }
+}
+
+/// What the bench measures, from the command line.
+#[derive(Debug)]
+pub struct Options {
+    pub sizes_mib: Vec<u64>,
+    pub runs: usize,
+    pub out: std::path::PathBuf,
+    pub pin_cores: bool,
+    pub transport: Transport,
+    /// Each provider in a network namespace of its own, sending at most this many Mbit/s.
+    pub provider_uplink_mbit: Option<u32>,
+}
+
+/// Where a node runs: on this machine's loopback, or as host `i` of the lab (a provider
+/// behind its rate-limited link).
+#[derive(Clone, Copy)]
+enum Host<'a> {
+    Loopback,
+    Lab(&'a Lab, usize),
+}
+
+/// The two providers' hosts, each sending through a token bucket of `mbit` Mbit/s.
+fn uplinks(mbit: u32) -> anyhow::Result<Lab> {
+    let lab = Lab::new(2).map_err(|reason| {
+        anyhow::anyhow!("--provider-uplink-mbit needs network namespaces (run as root): {reason}")
+    })?;
+    // A bucket holds 10 ms at the rate (the kernel's timer granularity needs at least
+    // rate / HZ), and never less than two of the largest segments the veth hands it.
+    let burst = (u64::from(mbit) * 1_000_000 / 8 / 100).max(128 * 1024);
+    for i in 0..2 {
+        let status = std::process::Command::new("tc")
+            .args(["-n", &lab.namespace(i), "qdisc", "add", "dev", "eth0", "root", "tbf"])
+            .args(["rate", &format!("{mbit}mbit"), "burst", &burst.to_string(), "latency", "20ms"])
+            .status()
+            .context("run tc (iproute2)")?;
+        anyhow::ensure!(status.success(), "tc could not limit {}'s link (is sch_tbf available?)", lab.namespace(i));
+    }
+    Ok(lab)
 }
 
 /// What every node of one bench run shares.
@@ -63,6 +108,8 @@ struct Row {
     /// Providers on core 0, the puller on core 1 (`--pin-cores`).
     pinned_cores: bool,
     transport: Transport,
+    /// Each provider's sending rate, when limited (`--provider-uplink-mbit`).
+    provider_uplink_mbit: Option<u32>,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -70,25 +117,29 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Starts a node, on core `core` alone when given (through `taskset`).
+/// Starts a node on `host`, on core `core` alone when given (through `taskset`).
 fn node(
     dir: &Path,
     peer: Option<&TestNode>,
-    core: Option<u32>,
+    (host, core): (Host<'_>, Option<u32>),
     transport: Transport,
     env: &[(&str, &str)],
 ) -> anyhow::Result<TestNode> {
-    let mut args: Vec<String> = ["--api", "127.0.0.1:0", "--listen", transport.listen(), "--no-mdns"]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .collect();
+    let (mut launcher, listen) = match host {
+        Host::Loopback => (Vec::new(), transport.listen("127.0.0.1")),
+        // The API stays on the namespace's own loopback: the bench never asks a provider.
+        Host::Lab(lab, i) => (lab.launcher(i), transport.listen(&lab.ip(i))),
+    };
+    let mut args: Vec<String> =
+        ["--api", "127.0.0.1:0", "--listen", &listen, "--no-mdns"].iter().map(|s| (*s).to_owned()).collect();
     if let Some(peer) = peer {
         args.push("--bootstrap".into());
         args.push(peer.dial_addrs()[0].clone());
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let launcher: Vec<String> =
-        core.map(|core| vec!["taskset".into(), "-c".into(), core.to_string()]).unwrap_or_default();
+    if let Some(core) = core {
+        launcher.extend(["taskset".into(), "-c".into(), core.to_string()]);
+    }
     let node = TestNode::launch_env(&launcher, dir, &args, env)?;
     if !env.is_empty() {
         wait_for(Duration::from_secs(5), "the node to say fault injection is on", || {
@@ -124,7 +175,7 @@ fn pull_once(first: &TestNode, providers: usize, setup: Setup<'_>, size: u64) ->
     use std::io::BufRead;
 
     let dir = init_data_dir_with(&trusting(setup.public));
-    let puller = node(dir.path(), Some(first), setup.pin_cores.then_some(1), setup.transport, &[])?;
+    let puller = node(dir.path(), Some(first), (Host::Loopback, setup.pin_cores.then_some(1)), setup.transport, &[])?;
     wait_for(Duration::from_secs(30), "the providers' adverts", || {
         let peers = puller.get("/v1/peers").ok()?;
         let n = peers["peers"].as_array()?.iter().filter(|p| p["artifacts"] == 1).count();
@@ -167,13 +218,10 @@ fn pull_once(first: &TestNode, providers: usize, setup: Setup<'_>, size: u64) ->
     })
 }
 
-pub fn run(
-    sizes_mib: &[u64],
-    runs: usize,
-    out: &Path,
-    pin_cores: bool,
-    transport: Transport,
-) -> anyhow::Result<()> {
+pub fn run(options: &Options) -> anyhow::Result<()> {
+    let Options { ref sizes_mib, runs, ref out, pin_cores, transport, provider_uplink_mbit } = *options;
+    let lab = provider_uplink_mbit.map(uplinks).transpose()?;
+    let provider = |i: usize| lab.as_ref().map_or(Host::Loopback, |lab| Host::Lab(lab, i));
     if pin_cores {
         let taskset = std::process::Command::new("taskset").args(["-c", "1", "true"]).status();
         anyhow::ensure!(
@@ -215,7 +263,7 @@ pub fn run(
         let mut figures = [vec![], vec![], vec![], vec![]];
         let (mut before, mut after) = (vec![], vec![]);
         for (i, env) in [&[][..], NO_BULK].into_iter().enumerate() {
-            let first = node(provider_dirs[0].path(), None, provider_core, transport, env)?;
+            let first = node(provider_dirs[0].path(), None, (provider(0), provider_core), transport, env)?;
             for _ in 0..runs.max(1) {
                 let pulled = pull_once(&first, 1, setup, size)?;
                 figures[2 * i].push(pulled.mb_s);
@@ -224,7 +272,8 @@ pub fn run(
                     after.push(pulled.after_chunks_ms);
                 }
             }
-            let _second = node(provider_dirs[1].path(), Some(&first), provider_core, transport, env)?;
+            let _second =
+                node(provider_dirs[1].path(), Some(&first), (provider(1), provider_core), transport, env)?;
             for _ in 0..runs.max(1) {
                 figures[2 * i + 1].push(pull_once(&first, 2, setup, size)?.mb_s);
             }
@@ -245,6 +294,7 @@ pub fn run(
             after_chunks_ms: median(after),
             pinned_cores: pin_cores,
             transport,
+            provider_uplink_mbit,
         });
     }
     println!(
@@ -293,7 +343,14 @@ pub fn run(
     if pin_cores {
         println!("(pinned: the providers on core 0, the puller on core 1)");
     }
-    println!("(transport: {})", transport.listen());
+    if let Some(mbit) = provider_uplink_mbit {
+        println!(
+            "(each provider in a network namespace of its own, sending at most {mbit} Mbit/s = {:.1} MB/s through tbf; \
+             the puller on this machine's loopback side of the bridge)",
+            f64::from(mbit) / 8.0
+        );
+    }
+    println!("(transport: {})", transport.listen("127.0.0.1"));
     std::fs::write(out, serde_json::to_string_pretty(&rows)?)?;
     eprintln!("wrote {}", out.display());
     Ok(())
