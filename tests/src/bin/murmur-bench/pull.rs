@@ -70,7 +70,11 @@ fn uplinks(mbit: u32) -> anyhow::Result<Lab> {
             .args(["rate", &format!("{mbit}mbit"), "burst", &burst.to_string(), "latency", "20ms"])
             .status()
             .context("run tc (iproute2)")?;
-        anyhow::ensure!(status.success(), "tc could not limit {}'s link (is sch_tbf available?)", lab.namespace(i));
+        anyhow::ensure!(
+            status.success(),
+            "tc could not limit {}'s link (is sch_tbf available?)",
+            lab.namespace(i)
+        );
     }
     Ok(lab)
 }
@@ -96,6 +100,9 @@ struct Row {
     /// Chunks on one bulk stream per provider (`/murmur/artifact-bulk/1`).
     one_provider_mb_s: f64,
     two_providers_mb_s: f64,
+    /// One provider over bulk to a puller that has just pulled another artifact of the
+    /// same size from it (its connection, stream window, threads and buffers warm).
+    one_provider_warm_mb_s: f64,
     /// The baseline in the same run: providers that serve no bulk streams, so every chunk
     /// is a request and a stream of its own (`/murmur/artifact/1`).
     one_provider_per_request_mb_s: f64,
@@ -169,20 +176,38 @@ struct Pulled {
     after_chunks_ms: f64,
 }
 
-/// Pulls NAME@1.0.0 on a fresh node that knows `providers` providers, timing the progress
-/// lines of `mur artifact pull --json` as they arrive.
-fn pull_once(first: &TestNode, providers: usize, setup: Setup<'_>, size: u64) -> anyhow::Result<Pulled> {
-    use std::io::BufRead;
-
+/// Pulls `big@1.0.0` on a fresh node that knows `providers` providers, timing the
+/// progress lines of `mur artifact pull --json` as they arrive. A `warm` puller first
+/// pulls `warmup@1.0.0` (the same size, other bytes) from the same providers, untimed: its
+/// connections, stream windows, threads and buffers are then what a node that pulls
+/// regularly has.
+fn pull_once(
+    first: &TestNode,
+    providers: usize,
+    setup: Setup<'_>,
+    size: u64,
+    warm: bool,
+) -> anyhow::Result<Pulled> {
     let dir = init_data_dir_with(&trusting(setup.public));
-    let puller = node(dir.path(), Some(first), (Host::Loopback, setup.pin_cores.then_some(1)), setup.transport, &[])?;
+    let puller =
+        node(dir.path(), Some(first), (Host::Loopback, setup.pin_cores.then_some(1)), setup.transport, &[])?;
     wait_for(Duration::from_secs(30), "the providers' adverts", || {
         let peers = puller.get("/v1/peers").ok()?;
-        let n = peers["peers"].as_array()?.iter().filter(|p| p["artifacts"] == 1).count();
+        let n = peers["peers"].as_array()?.iter().filter(|p| p["artifacts"].as_u64() >= Some(1)).count();
         (n >= providers).then_some(())
     })?;
+    if warm {
+        pull_named(&puller, "warmup@1.0.0", providers, size)?;
+    }
+    pull_named(&puller, "big@1.0.0", providers, size)
+}
+
+/// One `mur artifact pull REFERENCE --json` on `puller`.
+fn pull_named(puller: &TestNode, reference: &str, providers: usize, size: u64) -> anyhow::Result<Pulled> {
+    use std::io::BufRead;
+
     let mut child = std::process::Command::new(bin("mur"))
-        .args(["artifact", "pull", "big@1.0.0", "--json", "--node", &puller.api])
+        .args(["artifact", "pull", reference, "--json", "--node", &puller.api])
         .stdout(std::process::Stdio::piped())
         .spawn()?;
     let started = Instant::now();
@@ -193,7 +218,7 @@ fn pull_once(first: &TestNode, providers: usize, setup: Setup<'_>, size: u64) ->
     let status = child.wait()?;
     anyhow::ensure!(
         status.success(),
-        "pull failed: {}",
+        "pull of {reference} failed: {}",
         lines.iter().map(|(_, line)| line.as_str()).collect::<Vec<_>>().join("\n")
     );
     let events: Vec<(f64, serde_json::Value)> =
@@ -253,29 +278,40 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             aes.push(pipe::run(&file, work.path(), &digest.0, Cipher::Aes256Gcm)?);
         }
         drop(content);
+        let warmup = work.path().join("warmup.bin");
+        std::fs::write(
+            &warmup,
+            (0..size).map(|i| (i.wrapping_mul(2_246_822_519) >> 24) as u8 ^ 0x5a).collect::<Vec<u8>>(),
+        )?;
         let mut provider_dirs = Vec::new();
         for _ in 0..2 {
             let dir = init_data_dir_with("");
             add_artifact(dir.path(), &file, ("big", "1.0.0"), "tool", &["--sign-key", &key]);
+            add_artifact(dir.path(), &warmup, ("warmup", "1.0.0"), "tool", &["--sign-key", &key]);
             provider_dirs.push(dir);
         }
         // Bulk streams, then the per-request baseline, on the same provider directories.
         let mut figures = [vec![], vec![], vec![], vec![]];
-        let (mut before, mut after) = (vec![], vec![]);
+        let (mut before, mut after, mut warm) = (vec![], vec![], vec![]);
         for (i, env) in [&[][..], NO_BULK].into_iter().enumerate() {
             let first = node(provider_dirs[0].path(), None, (provider(0), provider_core), transport, env)?;
             for _ in 0..runs.max(1) {
-                let pulled = pull_once(&first, 1, setup, size)?;
+                let pulled = pull_once(&first, 1, setup, size, false)?;
                 figures[2 * i].push(pulled.mb_s);
                 if i == 0 {
                     before.push(pulled.before_chunks_ms);
                     after.push(pulled.after_chunks_ms);
                 }
             }
+            if i == 0 {
+                for _ in 0..runs.max(1) {
+                    warm.push(pull_once(&first, 1, setup, size, true)?.mb_s);
+                }
+            }
             let _second =
                 node(provider_dirs[1].path(), Some(&first), (provider(1), provider_core), transport, env)?;
             for _ in 0..runs.max(1) {
-                figures[2 * i + 1].push(pull_once(&first, 2, setup, size)?.mb_s);
+                figures[2 * i + 1].push(pull_once(&first, 2, setup, size, false)?.mb_s);
             }
         }
         let [one, two, one_per_request, two_per_request] = figures;
@@ -287,6 +323,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             pipe_chacha_mb_s: median(chacha),
             pipe_aes_mb_s: median(aes),
             one_provider_mb_s: median(one),
+            one_provider_warm_mb_s: median(warm),
             two_providers_mb_s: median(two),
             one_provider_per_request_mb_s: median(one_per_request),
             two_providers_per_request_mb_s: median(two_per_request),
@@ -298,7 +335,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         });
     }
     println!(
-        "{:>5} {:>7} {:>6} {:>7} {:>6} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>6}",
+        "{:>5} {:>7} {:>6} {:>7} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>9} {:>6}",
         "MiB",
         "sha256",
         "copy",
@@ -308,13 +345,15 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         "bulk 2",
         "req 1",
         "req 2",
+        "warm 1",
         "1/pipe",
         "req/pipe",
+        "warm/pipe",
         "2 / 1"
     );
     for r in &rows {
         println!(
-            "{:>5} {:>7.0} {:>6.0} {:>7.0} {:>6.0} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>6.0}% {:>7.0}% {:>5.2}x",
+            "{:>5} {:>7.0} {:>6.0} {:>7.0} {:>6.0} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>8.0} {:>6.0}% {:>7.0}% {:>8.0}% {:>5.2}x",
             r.size_mib,
             r.sha256_mb_s,
             r.copy_mb_s,
@@ -324,14 +363,17 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             r.two_providers_mb_s,
             r.one_provider_per_request_mb_s,
             r.two_providers_per_request_mb_s,
+            r.one_provider_warm_mb_s,
             100.0 * r.one_provider_mb_s / r.pipe_chacha_mb_s,
             100.0 * r.one_provider_per_request_mb_s / r.pipe_chacha_mb_s,
+            100.0 * r.one_provider_warm_mb_s / r.pipe_chacha_mb_s,
             r.two_providers_mb_s / r.one_provider_mb_s
         );
     }
     println!(
         "(MB/s, medians; pipe: the ChaCha20-Poly1305 and AES-256-GCM encrypted pipes; bulk: one \
-         bulk stream per provider; req: a request per chunk, the baseline; 1/pipe: one \
+         bulk stream per provider; req: a request per chunk, the baseline; warm: one provider over \
+         bulk to a puller that has just pulled another artifact of the size from it; 1/pipe: one \
          provider over bulk against the ChaCha20 pipe; 2 / 1: two providers against one)"
     );
     for r in &rows {
