@@ -119,6 +119,11 @@ struct Row {
     provider_uplink_mbit: Option<u32>,
 }
 
+/// `size` bytes that do not repeat within a chunk; another `multiplier` gives other bytes.
+fn pattern(size: u64, multiplier: u64) -> Vec<u8> {
+    (0..size).map(|i| (i.wrapping_mul(multiplier) >> 24) as u8).collect()
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -261,7 +266,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for &mib in sizes_mib {
         let size = mib << 20;
-        let content: Vec<u8> = (0..size).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+        let content = pattern(size, 2_654_435_761);
         let file = work.path().join("content.bin");
         std::fs::write(&file, &content)?;
         let (mut sha, mut copy, mut chacha, mut aes) = (vec![], vec![], vec![], vec![]);
@@ -279,10 +284,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         }
         drop(content);
         let warmup = work.path().join("warmup.bin");
-        std::fs::write(
-            &warmup,
-            (0..size).map(|i| (i.wrapping_mul(2_246_822_519) >> 24) as u8 ^ 0x5a).collect::<Vec<u8>>(),
-        )?;
+        std::fs::write(&warmup, pattern(size, 2_246_822_519))?;
         let mut provider_dirs = Vec::new();
         for _ in 0..2 {
             let dir = init_data_dir_with("");
