@@ -17,7 +17,7 @@ bash capsules/build.sh
 # The end-to-end suites run the real binaries (murnode, mur, murmur-testpeer), which
 # `cargo test` does not build for another package's tests: build them first.
 say "build binaries"
-cargo build --workspace --bins
+cargo build --workspace --bins --locked
 
 # The deployment files, checked offline: the systemd unit (systemd-analyze verify) and the
 # Kubernetes manifests (their OpenAPI schemas, and their murnode.toml loaded by a real
@@ -43,11 +43,16 @@ fi
 
 if command -v cargo-nextest >/dev/null 2>&1; then
   say "build and test (cargo nextest)"
-  cargo nextest run --workspace --no-fail-fast
+  cargo nextest run --workspace --locked --no-fail-fast
 else
   say "build and test (cargo test; install cargo-nextest for a faster run)"
-  cargo test --workspace --no-fail-fast
+  cargo test --workspace --locked --no-fail-fast
 fi
+
+# The criterion benches must keep compiling (dev profile, like the tests; `cargo bench`
+# runs them): criterion is already built as a dev-dependency, so this is their own code.
+say "bench targets compile"
+cargo build --workspace --benches --locked
 
 # The simulator, in release mode (it alone; it does not depend on libp2p or wasmtime):
 # a bounded seed sweep of every main scenario (task and artifact traffic included), the
@@ -56,7 +61,7 @@ fi
 # of 500 nodes within a minute (formation-10k), and the 10,000-node steady state with churn
 # (about 60 s and 1 GB here).
 say "simulation sweeps (release)"
-cargo build --release -p murmur-sim
+cargo build --release --locked -p murmur-sim
 sim=target/release/murmur-sim
 if [ -n "${CARGO_TARGET_DIR:-}" ]; then sim="$CARGO_TARGET_DIR/release/murmur-sim"; fi
 for scenario in steady churn partition lossy-wan byzantine mass-restart task-storm unauthorized-sender \
@@ -64,6 +69,20 @@ for scenario in steady churn partition lossy-wan byzantine mass-restart task-sto
   "$sim" sweep "$scenario" --seeds 1..5
 done
 "$sim" sweep steady-10k --nodes 2000 --seeds 1..3
-"$sim" run large --seed 1 --nodes 1000
-"$sim" run formation-10k --nodes 500 --seed 1
-"$sim" run steady-10k --seed 1
+# The three single runs are single-threaded: the two smaller ones share the cores with the
+# largest, their output printed once each has finished.
+runs_dir=$(mktemp -d)
+trap 'rm -rf "$runs_dir"' EXIT
+"$sim" run large --seed 1 --nodes 1000 >"$runs_dir/large" 2>&1 &
+large=$!
+"$sim" run formation-10k --nodes 500 --seed 1 >"$runs_dir/formation" 2>&1 &
+formation=$!
+steady=0
+"$sim" run steady-10k --seed 1 || steady=$?
+large_rc=0; wait "$large" || large_rc=$?
+formation_rc=0; wait "$formation" || formation_rc=$?
+cat "$runs_dir/large" "$runs_dir/formation"
+if [ "$steady" -ne 0 ] || [ "$large_rc" -ne 0 ] || [ "$formation_rc" -ne 0 ]; then
+  echo "simulation runs failed: steady-10k exit $steady, large exit $large_rc, formation-10k exit $formation_rc"
+  exit 1
+fi
