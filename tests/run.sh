@@ -8,7 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-say() { printf '\n== %s\n' "$*"; }
+# Each heading carries the seconds since the start, so a slow phase shows in any log.
+started=$SECONDS
+say() { printf '\n== %s  [%d s]\n' "$*" "$((SECONDS - started))"; }
 
 # Guest components (wasm32-wasip2) that the runtime tests load: built from capsules/.
 say "guest components (wasm32-wasip2)"
@@ -86,3 +88,5 @@ if [ "$steady" -ne 0 ] || [ "$large_rc" -ne 0 ] || [ "$formation_rc" -ne 0 ]; th
   echo "simulation runs failed: steady-10k exit $steady, large exit $large_rc, formation-10k exit $formation_rc"
   exit 1
 fi
+
+say "every test and simulation passed"
