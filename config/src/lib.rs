@@ -82,11 +82,19 @@ pub struct RawTasks {
     /// At SIGTERM, how long the node waits for the tasks it runs and has queued to end
     /// before it stops (it takes no new ones meanwhile); 0 stops at once.
     pub drain_secs: u64,
+    /// Finished tasks held in memory, newest finish first (3.5 to 5 KB each); older ones
+    /// are answered from the task database.
+    pub finished_in_memory: usize,
 }
 
 impl Default for RawTasks {
     fn default() -> Self {
-        Self { keep_days: 7, keep_max: 1_000_000, drain_secs: 15 }
+        Self {
+            keep_days: 7,
+            keep_max: 1_000_000,
+            drain_secs: 15,
+            finished_in_memory: limits::TASKS_FINISHED_IN_MEMORY,
+        }
     }
 }
 
@@ -594,6 +602,8 @@ pub struct Config {
     pub tasks_keep_max: usize,
     /// `tasks.drain_secs`: how long a stopping node waits for its tasks.
     pub tasks_drain: Duration,
+    /// `tasks.finished_in_memory`: finished tasks held in memory.
+    pub tasks_finished_in_memory: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1073,6 +1083,16 @@ impl Config {
         if !(1_000..=100_000_000).contains(&raw.tasks.keep_max) {
             err("tasks.keep_max", format!("is {} but must be 1000..=100000000", raw.tasks.keep_max));
         }
+        if !(10..=limits::TASKS_FINISHED_IN_MEMORY_MAX).contains(&raw.tasks.finished_in_memory) {
+            err(
+                "tasks.finished_in_memory",
+                format!(
+                    "is {} but must be 10..={}",
+                    raw.tasks.finished_in_memory,
+                    limits::TASKS_FINISHED_IN_MEMORY_MAX
+                ),
+            );
+        }
         if raw.tasks.drain_secs > 3600 {
             err("tasks.drain_secs", format!("is {} but must be 0..=3600", raw.tasks.drain_secs));
         }
@@ -1189,6 +1209,7 @@ impl Config {
             tasks_keep: Duration::from_secs(raw.tasks.keep_days * 86_400),
             tasks_keep_max: raw.tasks.keep_max,
             tasks_drain: Duration::from_secs(raw.tasks.drain_secs),
+            tasks_finished_in_memory: raw.tasks.finished_in_memory,
         })
     }
 }

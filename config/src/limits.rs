@@ -258,8 +258,18 @@ pub const A2A_BLOCKING_WAIT_MAX: Duration = Duration::from_secs(60);
 pub const A2A_STREAMS_MAX: usize = 1024;
 /// Largest JSON-RPC request body: the largest task text plus the JSON around it.
 pub const A2A_REQUEST_BYTES_MAX: usize = TASK_TEXT_BYTES_MAX + 64 * 1024;
+/// Finished tasks a node holds in memory by default (`tasks.finished_in_memory`): the
+/// owner machine's bound, which the simulator uses too.
+pub const TASKS_FINISHED_IN_MEMORY: usize = murmur_protocol::limits::OWNER_FINISHED_MAX;
+/// The most `tasks.finished_in_memory` may say: half of what memory holds of tasks in all
+/// (a start-up loads no more finished ones than that), leaving the rest to unfinished ones.
+pub const TASKS_FINISHED_IN_MEMORY_MAX: usize = murmur_protocol::limits::OWNER_LIVE_MAX / 2;
 /// Tasks per `ListTasks` page at most.
 pub const A2A_PAGE_SIZE_MAX: usize = 100;
+/// Finished tasks one `ListTasks` page reads from the task database at most, once the
+/// tasks in memory are listed: a filter that matches few of them gives a short page (with
+/// a token to go on) rather than a scan of the whole file.
+pub const A2A_LIST_DISK_READ_MAX: usize = 1000;
 /// Pull progress lines buffered for a slow client; past this, progress lines (never the
 /// final line) are dropped.
 pub const PULL_PROGRESS_QUEUE_MAX: usize = 64;

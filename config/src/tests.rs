@@ -89,6 +89,8 @@ authorities = ["ed25519:xyz"]
 name = "Echo"
 version = "1"
 digest = "sha256:00"
+[tasks]
+finished_in_memory = 9
 "#,
     )
     .unwrap_err();
@@ -101,10 +103,12 @@ digest = "sha256:00"
         "`trust.authorities`",
         "`capsules[0].name`",
         "`capsules[0].digest`",
+        "`tasks.finished_in_memory`",
     ] {
         assert!(err.contains(key), "missing {key} in:\n{err}");
     }
-    assert!(err.starts_with("8 problems:"), "{err}");
+    assert!(err.starts_with("9 problems:"), "{err}");
+    assert!(err.contains("is 9 but must be 10..=50000"), "{err}");
 }
 
 #[test]

@@ -113,7 +113,13 @@ pub async fn run(options: RunOptions) -> CliResult {
     let (net, pending) = murmur_net::handle(key.node_id());
     let advertiser = Advertiser::new(net.clone(), store.clone());
     let puller = Puller::new(net.clone(), store.clone(), config.trust.publishers.clone(), advertiser.clone());
-    let manager = TaskManager::open(&options.data_dir.join(TASKS_DB)).await.map_err(CliError::failed)?;
+    let owner_config = murmur_protocol::owner::OwnerConfig {
+        finished_max: config.tasks_finished_in_memory,
+        ..murmur_protocol::owner::OwnerConfig::default()
+    };
+    let manager = TaskManager::open_with(&options.data_dir.join(TASKS_DB), owner_config)
+        .await
+        .map_err(CliError::failed)?;
     let retention = crate::tasks::Retention {
         keep_ms: u64::try_from(config.tasks_keep.as_millis()).unwrap_or(u64::MAX),
         keep_max: config.tasks_keep_max,

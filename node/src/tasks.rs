@@ -23,7 +23,8 @@ use murmur_protocol::task::{
 
 pub use self::db::TaskDb;
 pub use self::manager::{
-    CHANGES_MAX, FINISHED_MAX, LIVE_MAX, Pruned, QUEUE_MAX, Retention, TaskChange, TaskError, TaskManager,
+    CHANGES_MAX, DiskCursor, FINISHED_MAX, LIVE_MAX, Pruned, QUEUE_MAX, Retention, TaskChange, TaskError,
+    TaskManager,
 };
 pub use self::messages::NodeMessages;
 pub use self::owner::OwnerPort;
@@ -323,6 +324,26 @@ impl TaskService {
             *counts.entry(snapshot.state.as_str().to_owned()).or_default() += 1;
         }
         counts
+    }
+
+    /// Whether this node's database holds finished tasks that [`Tasks::list`] leaves out.
+    #[must_use]
+    pub fn has_disk_only(&self) -> bool {
+        self.manager.has_disk_only()
+    }
+
+    /// Finished tasks this node owns that only its database holds, past the ones
+    /// [`Tasks::list`] shows: see [`TaskManager::list_on_disk`].
+    pub fn list_on_disk(
+        &self,
+        after: Option<&DiskCursor>,
+        want: usize,
+        read_max: usize,
+        keep: impl FnMut(&TaskSnapshot) -> bool,
+    ) -> Result<(Vec<TaskView>, Option<DiskCursor>), CallError> {
+        let owner = self.local();
+        let (snapshots, next) = self.manager.list_on_disk(after, want, read_max, keep)?;
+        Ok((snapshots.into_iter().map(|snapshot| TaskView { snapshot, owner }).collect(), next))
     }
 
     /// Tasks this node owns, then those it placed elsewhere (their state asked of their

@@ -855,3 +855,81 @@ fn a_stopping_node_drains_its_tasks_while_new_ones_go_to_other_nodes() {
     let kept = again.task(&id).unwrap();
     assert_eq!(state(result(&kept)), "TASK_STATE_COMPLETED", "{kept}");
 }
+
+/// Every page of `ListTasks` with `params`, following `nextPageToken` to its end.
+fn list_all(node: &TestNode, params: Value) -> Vec<Value> {
+    let mut pages = Vec::new();
+    let mut token = String::new();
+    loop {
+        let mut params = params.clone();
+        params["pageToken"] = json!(token);
+        let page = result(&node.rpc("ListTasks", params).unwrap()).clone();
+        token = page["nextPageToken"].as_str().unwrap().to_owned();
+        pages.push(page);
+        assert!(pages.len() < 100, "the pages never end");
+        if token.is_empty() {
+            return pages;
+        }
+    }
+}
+
+fn ids(pages: &[Value]) -> Vec<String> {
+    pages
+        .iter()
+        .flat_map(|p| p["tasks"].as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap().to_owned()))
+        .collect()
+}
+
+#[test]
+fn list_pages_go_on_past_memory_to_the_finished_tasks_only_the_disk_holds() {
+    // Ten finished tasks in memory; 25 finish, so 15 are held only by the task database.
+    let dir = murmur_tests::init_data_dir_with(&config(&[], "[tasks]\nfinished_in_memory = 10\n"));
+    install_manifest(dir.path(), "echo", "echo", "");
+    let flags = murmur_tests::LOOPBACK;
+    let mut a = TestNode::start_in(dir.path(), flags).unwrap();
+    wait_capsules(&[&a], &["echo"]);
+    let mut sent: Vec<String> = (0..25)
+        .map(|i| {
+            let answer = a.send("mesh://echo", &format!("t{i}"), &format!("p-{i}"), false).unwrap();
+            let task = &result(&answer)["task"];
+            assert_eq!(state(task), "TASK_STATE_COMPLETED", "{answer}");
+            task["id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    sent.sort();
+
+    let check = |a: &TestNode, when: &str| {
+        let pages = list_all(a, json!({ "pageSize": 7 }));
+        let listed = ids(&pages);
+        let mut unique = listed.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique, sent, "{when}: every task once: {listed:?}");
+        assert_eq!(listed.len(), 25, "{when}: none twice");
+        assert!(pages.iter().all(|p| p["tasks"].as_array().unwrap().len() <= 7), "{when}");
+        assert!(pages.len() >= 4, "{when}: {} pages", pages.len());
+        assert!(
+            pages.iter().any(|p| p["nextPageToken"].as_str().unwrap().starts_with('d')),
+            "{when}: the later pages come from the task database"
+        );
+        // A filter applies to the database's part too; a state nothing finished is in reads
+        // none of it.
+        let completed = ids(&list_all(a, json!({ "pageSize": 100, "status": "TASK_STATE_COMPLETED" })));
+        assert_eq!(completed.len(), 25, "{when}");
+        let working = list_all(a, json!({ "status": "TASK_STATE_WORKING" }));
+        assert_eq!((working.len(), ids(&working).len()), (1, 0), "{when}");
+        let other = ids(&list_all(a, json!({ "contextId": "no such context" })));
+        assert!(other.is_empty(), "{when}: {other:?}");
+    };
+    check(&a, "running");
+
+    // A token this node could not have issued is refused, and says what to pass instead.
+    let bad = a.rpc("ListTasks", json!({ "pageToken": "d0123" })).unwrap();
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    assert!(bad["error"]["message"].as_str().unwrap().contains("nextPageToken"), "{bad}");
+
+    // After a restart, which loads only the newest ten, the same.
+    a.terminate(Duration::from_secs(20)).unwrap();
+    let a = TestNode::start_in(dir.path(), flags).unwrap();
+    check(&a, "after a restart");
+}

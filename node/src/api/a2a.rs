@@ -36,9 +36,11 @@ use serde_json::{Value, json};
 use tracing::Instrument;
 
 use super::ApiState;
-use crate::tasks::{CallError, NewTask, TaskView};
+use crate::tasks::{CallError, DiskCursor, NewTask, TaskView};
 use crate::telemetry::{self, TraceContext};
-use murmur_config::limits::{A2A_BLOCKING_WAIT_MAX, A2A_PAGE_SIZE_MAX, A2A_STREAMS_MAX};
+use murmur_config::limits::{
+    A2A_BLOCKING_WAIT_MAX, A2A_LIST_DISK_READ_MAX, A2A_PAGE_SIZE_MAX, A2A_STREAMS_MAX,
+};
 use murmur_config::{ApiClient, Scope};
 
 /// JSON-RPC and A2A error codes.
@@ -474,6 +476,33 @@ async fn settle(state: &ApiState, task: &TaskId) -> Result<TaskView, RpcError> {
     Ok(state.tasks.settle(task, A2A_BLOCKING_WAIT_MAX).await?)
 }
 
+/// Where a `ListTasks` page starts: an offset into the tasks in memory (owned and placed,
+/// newest first), or a place among the finished tasks only the task database holds, which
+/// follow them (`d` alone: from the newest of those).
+#[derive(Debug, PartialEq, Eq)]
+enum PageStart {
+    Memory(usize),
+    Disk(Option<DiskCursor>),
+}
+
+impl PageStart {
+    fn parse(token: Option<&str>) -> Result<Self, RpcError> {
+        let refused = || {
+            RpcError::params(
+                "`pageToken` is not one this node issued: pass the last answer's `nextPageToken`, or none for the first page",
+            )
+        };
+        match token.filter(|t| !t.is_empty()) {
+            None => Ok(Self::Memory(0)),
+            Some("d") => Ok(Self::Disk(None)),
+            Some(token) if token.starts_with('d') => {
+                token.parse().map(|cursor| Self::Disk(Some(cursor))).map_err(|_| refused())
+            }
+            Some(token) => token.parse().map(Self::Memory).map_err(|_| refused()),
+        }
+    }
+}
+
 async fn list(state: &ApiState, call: &Call, dialect: Dialect) -> Result<Value, RpcError> {
     let params = &call.params;
     let wanted = match params["status"].as_str().or_else(|| params["state"].as_str()) {
@@ -484,12 +513,7 @@ async fn list(state: &ApiState, call: &Call, dialect: Dialect) -> Result<Value, 
         .as_u64()
         .map_or(50, |n| usize::try_from(n).unwrap_or(A2A_PAGE_SIZE_MAX))
         .clamp(1, A2A_PAGE_SIZE_MAX);
-    let offset = match params["pageToken"].as_str().filter(|t| !t.is_empty()) {
-        Some(token) => {
-            token.parse::<usize>().map_err(|_| RpcError::params("`pageToken` is not one this node issued"))?
-        }
-        None => 0,
-    };
+    let start = PageStart::parse(params["pageToken"].as_str())?;
     let context = params["contextId"].as_str();
     let all: Vec<TaskView> = state
         .tasks
@@ -500,12 +524,43 @@ async fn list(state: &ApiState, call: &Call, dialect: Dialect) -> Result<Value, 
         .filter(|v| visible(state, &call.client, &v.snapshot.task))
         .collect();
     let total = all.len();
-    let tasks: Vec<Value> = all.iter().skip(offset).take(page_size).map(|v| task_json(v, dialect)).collect();
-    let next = if offset.saturating_add(page_size) < total {
-        (offset + page_size).to_string()
-    } else {
-        String::new()
+    let (mut page, disk_from): (Vec<&TaskView>, Option<Option<DiskCursor>>) = match start {
+        PageStart::Memory(offset) => {
+            let page: Vec<&TaskView> = all.iter().skip(offset).take(page_size).collect();
+            let more_in_memory = offset.saturating_add(page_size) < total;
+            (page, (!more_in_memory).then_some(None))
+        }
+        PageStart::Disk(cursor) => (Vec::new(), Some(cursor)),
     };
+    // Past the tasks in memory come the finished ones only the database holds (only
+    // finished tasks are ever left there), by finish time, newest first.
+    let on_disk_too = wanted.is_none_or(TaskState::is_terminal) && state.tasks.has_disk_only();
+    let from_disk;
+    let next = match disk_from {
+        None => (page.len()
+            + match start {
+                PageStart::Memory(offset) => offset,
+                PageStart::Disk(_) => 0,
+            })
+        .to_string(),
+        Some(_) if !on_disk_too => String::new(),
+        Some(_) if page.len() == page_size => "d".to_owned(),
+        Some(cursor) => {
+            let keep = |s: &TaskSnapshot| {
+                wanted.is_none_or(|w| s.state == w)
+                    && context.is_none_or(|c| s.context == c)
+                    && visible(state, &call.client, &s.task)
+            };
+            let (views, cursor) = state
+                .tasks
+                .list_on_disk(cursor.as_ref(), page_size - page.len(), A2A_LIST_DISK_READ_MAX, keep)
+                .map_err(RpcError::from)?;
+            from_disk = views;
+            page.extend(from_disk.iter());
+            cursor.map(|c| c.to_string()).unwrap_or_default()
+        }
+    };
+    let tasks: Vec<Value> = page.into_iter().map(|v| task_json(v, dialect)).collect();
     Ok(json!({ "tasks": tasks, "nextPageToken": next, "pageSize": page_size, "totalSize": total }))
 }
 
@@ -745,6 +800,20 @@ mod tests {
         TaskView {
             snapshot: snapshot(state, message),
             owner: murmur_protocol::SecretKey::from_seed([1; 32]).node_id(),
+        }
+    }
+
+    #[test]
+    fn a_list_page_starts_in_memory_or_on_disk_by_its_token() {
+        assert_eq!(PageStart::parse(None).unwrap(), PageStart::Memory(0));
+        assert_eq!(PageStart::parse(Some("")).unwrap(), PageStart::Memory(0));
+        assert_eq!(PageStart::parse(Some("150")).unwrap(), PageStart::Memory(150));
+        assert_eq!(PageStart::parse(Some("d")).unwrap(), PageStart::Disk(None));
+        let token = format!("d{}", "ff".repeat(24));
+        assert_eq!(PageStart::parse(Some(&token)).unwrap(), PageStart::Disk(Some(token.parse().unwrap())));
+        for bad in ["-1", "1.5", "dd", "next", &format!("d{}", "f".repeat(47))] {
+            let refused = PageStart::parse(Some(bad)).unwrap_err();
+            assert!(format!("{refused:?}").contains("nextPageToken"), "{bad}: {refused:?}");
         }
     }
 

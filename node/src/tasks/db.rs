@@ -283,6 +283,47 @@ impl TaskDb {
         Ok((records, left))
     }
 
+    /// Finished tasks from newest to oldest finish, starting below `below` (an index key a
+    /// previous call returned; `None`: from the newest): up to `want` records that `keep`
+    /// accepts, reading no more than `read_max` records. Entries `skip` names are passed
+    /// over unread (the caller holds them elsewhere). Returns the records and, unless the
+    /// index ran out, the key to continue below.
+    pub fn finished_page(
+        &self,
+        below: Option<&[u8; 24]>,
+        want: usize,
+        read_max: usize,
+        skip: impl Fn(&TaskId) -> bool,
+        mut keep: impl FnMut(&TaskRecord) -> bool,
+    ) -> anyhow::Result<(Vec<TaskRecord>, Option<[u8; 24]>)> {
+        let txn = self.db.begin_read()?;
+        let (tasks, finished) = (txn.open_table(TASKS)?, txn.open_table(FINISHED)?);
+        let entries = match below {
+            Some(key) => finished.range::<&[u8; 24]>(..key)?,
+            None => finished.iter()?,
+        };
+        let (mut page, mut read, mut last) = (Vec::new(), 0, None);
+        for entry in entries.rev() {
+            if page.len() >= want || read >= read_max {
+                return Ok((page, last));
+            }
+            let (key, _) = entry?;
+            let key = *key.value();
+            last = Some(key);
+            let id = task_of(&key);
+            if skip(&TaskId(id)) {
+                continue;
+            }
+            read += 1;
+            if let Some(record) = tasks.get(&id)?.and_then(|v| decode::<TaskRecord>(v.value()))
+                && keep(&record)
+            {
+                page.push(record);
+            }
+        }
+        Ok((page, None))
+    }
+
     /// Finished tasks and routes on disk now.
     pub fn finished_and_routes(&self) -> anyhow::Result<(u64, u64)> {
         let txn = self.db.begin_read()?;

@@ -155,6 +155,33 @@ pub struct TaskChange {
     pub updated_ms: u64,
 }
 
+/// Where a listing of the finished tasks only the database holds goes on: the index entry
+/// (finish time, task) it stopped at. Travels as a page token, `d` and 48 hex digits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiskCursor([u8; 24]);
+
+impl std::fmt::Display for DiskCursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("d")?;
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl std::str::FromStr for DiskCursor {
+    type Err = String;
+
+    fn from_str(token: &str) -> Result<Self, Self::Err> {
+        let refused = || format!("`{token}` is not a page token this node issued");
+        let hex = token.strip_prefix('d').filter(|h| h.len() == 48).ok_or_else(refused)?;
+        let mut key = [0u8; 24];
+        for (byte, pair) in key.iter_mut().zip(hex.as_bytes().chunks(2)) {
+            let pair = std::str::from_utf8(pair).map_err(|_| refused())?;
+            *byte = u8::from_str_radix(pair, 16).map_err(|_| refused())?;
+        }
+        Ok(Self(key))
+    }
+}
+
 impl TaskManager {
     /// Opens the task database and recovers: tasks that were running fail (the node
     /// restarted under them); queued tasks wait for [`TaskManager::resume`].
@@ -374,6 +401,43 @@ impl TaskManager {
             .collect();
         found.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.task.cmp(&b.1.task)));
         found
+    }
+
+    /// Whether the database holds finished tasks that memory does not (some were dropped
+    /// from memory, or the start-up left them there).
+    #[must_use]
+    pub fn has_disk_only(&self) -> bool {
+        self.forgot_any()
+    }
+
+    /// Finished tasks only the database holds (dropped from memory, or left there by the
+    /// start-up), newest finish first, continuing after `after` (`None`: from the newest):
+    /// up to `want` that `keep` accepts, reading at most `read_max` records. With the
+    /// cursor to go on from, unless none are left. No disk read while none were left there.
+    pub fn list_on_disk(
+        &self,
+        after: Option<&DiskCursor>,
+        want: usize,
+        read_max: usize,
+        mut keep: impl FnMut(&TaskSnapshot) -> bool,
+    ) -> Result<(Vec<TaskSnapshot>, Option<DiskCursor>), TaskError> {
+        if !self.forgot_any() {
+            return Ok((Vec::new(), None));
+        }
+        let (records, next) = self
+            .inner
+            .db
+            .finished_page(
+                after.map(|c| &c.0),
+                want,
+                read_max,
+                |task| self.owns(task),
+                |record| keep(&record.snapshot()),
+            )
+            .map_err(|e| {
+                TaskError::Internal(format!("cannot read finished tasks from the task database: {e:#}"))
+            })?;
+        Ok((records.iter().map(TaskRecord::snapshot).collect(), next.map(DiskCursor)))
     }
 
     /// Cancels a task that has not started, or that waits for input.
