@@ -524,28 +524,24 @@ async fn list(state: &ApiState, call: &Call, dialect: Dialect) -> Result<Value, 
         .filter(|v| visible(state, &call.client, &v.snapshot.task))
         .collect();
     let total = all.len();
-    let (mut page, disk_from): (Vec<&TaskView>, Option<Option<DiskCursor>>) = match start {
+    let (mut tasks, mut next, disk_from): (Vec<Value>, String, Option<Option<DiskCursor>>) = match start {
         PageStart::Memory(offset) => {
-            let page: Vec<&TaskView> = all.iter().skip(offset).take(page_size).collect();
-            let more_in_memory = offset.saturating_add(page_size) < total;
-            (page, (!more_in_memory).then_some(None))
+            let tasks = all.iter().skip(offset).take(page_size).map(|v| task_json(v, dialect)).collect();
+            if offset.saturating_add(page_size) < total {
+                (tasks, (offset + page_size).to_string(), None)
+            } else {
+                (tasks, String::new(), Some(None))
+            }
         }
-        PageStart::Disk(cursor) => (Vec::new(), Some(cursor)),
+        PageStart::Disk(cursor) => (Vec::new(), String::new(), Some(cursor)),
     };
     // Past the tasks in memory come the finished ones only the database holds (only
     // finished tasks are ever left there), by finish time, newest first.
     let on_disk_too = wanted.is_none_or(TaskState::is_terminal) && state.tasks.has_disk_only();
-    let from_disk;
-    let next = match disk_from {
-        None => (page.len()
-            + match start {
-                PageStart::Memory(offset) => offset,
-                PageStart::Disk(_) => 0,
-            })
-        .to_string(),
-        Some(_) if !on_disk_too => String::new(),
-        Some(_) if page.len() == page_size => "d".to_owned(),
-        Some(cursor) => {
+    if let Some(cursor) = disk_from.filter(|_| on_disk_too) {
+        if tasks.len() == page_size {
+            next = "d".to_owned();
+        } else {
             let keep = |s: &TaskSnapshot| {
                 wanted.is_none_or(|w| s.state == w)
                     && context.is_none_or(|c| s.context == c)
@@ -553,14 +549,12 @@ async fn list(state: &ApiState, call: &Call, dialect: Dialect) -> Result<Value, 
             };
             let (views, cursor) = state
                 .tasks
-                .list_on_disk(cursor.as_ref(), page_size - page.len(), A2A_LIST_DISK_READ_MAX, keep)
+                .list_on_disk(cursor.as_ref(), page_size - tasks.len(), A2A_LIST_DISK_READ_MAX, keep)
                 .map_err(RpcError::from)?;
-            from_disk = views;
-            page.extend(from_disk.iter());
-            cursor.map(|c| c.to_string()).unwrap_or_default()
+            tasks.extend(views.iter().map(|v| task_json(v, dialect)));
+            next = cursor.map(|c| c.to_string()).unwrap_or_default();
         }
-    };
-    let tasks: Vec<Value> = page.into_iter().map(|v| task_json(v, dialect)).collect();
+    }
     Ok(json!({ "tasks": tasks, "nextPageToken": next, "pageSize": page_size, "totalSize": total }))
 }
 

@@ -162,8 +162,7 @@ pub struct DiskCursor([u8; 24]);
 
 impl std::fmt::Display for DiskCursor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("d")?;
-        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+        write!(f, "d{}", hex::encode(self.0))
     }
 }
 
@@ -171,13 +170,11 @@ impl std::str::FromStr for DiskCursor {
     type Err = String;
 
     fn from_str(token: &str) -> Result<Self, Self::Err> {
-        let refused = || format!("`{token}` is not a page token this node issued");
-        let hex = token.strip_prefix('d').filter(|h| h.len() == 48).ok_or_else(refused)?;
         let mut key = [0u8; 24];
-        for (byte, pair) in key.iter_mut().zip(hex.as_bytes().chunks(2)) {
-            let pair = std::str::from_utf8(pair).map_err(|_| refused())?;
-            *byte = u8::from_str_radix(pair, 16).map_err(|_| refused())?;
-        }
+        token
+            .strip_prefix('d')
+            .and_then(|digits| hex::decode_to_slice(digits, &mut key).ok())
+            .ok_or_else(|| format!("`{token}` is not a page token this node issued"))?;
         Ok(Self(key))
     }
 }
