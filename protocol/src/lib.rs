@@ -62,6 +62,7 @@ pub mod model;
 pub mod names;
 pub mod owner;
 pub mod peer_url;
+pub mod placement;
 pub mod plant;
 pub mod pull;
 pub mod replicate;

@@ -1,0 +1,1160 @@
+//! Hash placement: a directory whose cost grows as N log N instead of N².
+//!
+//! The gossip directory ([`crate::directory`], [`crate::mesh`]) gives every node every
+//! advert: N² (node, advert) pairs, 10⁸ at 10,000 nodes, and a cold start that has to
+//! deliver all of them. Here no node holds the whole directory. Each capsule name has a
+//! place in a 256-bit key space (SHA-256 of the name), each node has one too (SHA-256 of
+//! its id), and the adverts of a name's hosts are held by the `k` nodes whose places are
+//! closest to the name's by XOR distance: the name's *homes*. A node finds them with a
+//! Kademlia lookup (each answer names nodes closer to the target, `alpha` asks in
+//! flight, about log₂ N rounds), stores its own advert there, and resolves a name it does
+//! not hold by the same lookup, stopping at the first home that answers with hosts.
+//!
+//! What each node holds: a routing table of at most `k` contacts per distance bucket
+//! (about `k` log₂ N of them), the adverts it is a home for (about `k` × names / N), and
+//! its own advert. A node that learns of a contact closer to a name it holds than one of
+//! that name's `k` closest it knew hands the contact the name's adverts, so homes follow
+//! joins; adverts expire at their TTL, and a node stores its advert again every
+//! `republish_ms`, re-signed.
+//!
+//! Trust is as in the gossip directory: an advert is held only when its signature verifies
+//! and it is fresh and newer than the one held. A contact is a claim until a request to it
+//! is answered (the transport authenticates the answering node); a node that does not
+//! answer is dropped from the table. What an attacker can do here that it cannot with full
+//! directories: place identities close to a name and withhold its adverts; `k` homes and
+//! resolvers asking further on a home without hosts bound that, as in any DHT.
+//!
+//! Status: the protocol change that issue 23's formation figure asks for, driven by the
+//! simulator (`murmur-sim placement`); `murnode` still runs the gossip directory.
+//!
+//! # Driving it
+//!
+//! ```text
+//! let mut node = PlacementNode::new(key, config, verifier);
+//! node.handle(now, Input::Start { bootstrap });          // then Input::Host { .. }
+//! loop {
+//!     while let Some(out) = node.poll_output() { carry it out }
+//!     wait for a message, a failure or node.poll_timeout(); node.handle(now, input)
+//! }
+//! ```
+//!
+//! Requests carry an id the node chose; the driver hands the answer back with the same id
+//! ([`Input::Response`]) or says it failed ([`Input::Failed`]: unreachable, or no answer
+//! within `request_timeout_ms`, which the node also enforces itself).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::advert::{Advert, HostedCapsule};
+use crate::codec::{self, DecodeError};
+use crate::digest::Digest;
+use crate::identity::{NodeId, PublicKey, SecretKey};
+use crate::limits::{ENVELOPE_BYTES_MAX, ENVELOPE_OVERHEAD_MAX};
+use crate::signed::{Envelope, Signed, decode_versioned};
+use crate::time::Millis;
+use crate::verify::Verifier;
+
+/// The placement message version this build writes and reads.
+pub const PLACEMENT_VERSION: u16 = 1;
+
+/// Contacts one answer may name: the largest `k` a node may be configured with.
+pub const CONTACTS_PER_ANSWER_MAX: usize = 32;
+
+/// Adverts one answer or store may carry.
+pub const ADVERTS_PER_MESSAGE_MAX: usize = 64;
+
+/// Largest placement message: a full batch of adverts of typical size, a list of contacts.
+pub const PLACEMENT_MESSAGE_BYTES_MAX: usize = 256 * 1024;
+
+/// Outputs queued at most; past it the newest are dropped and counted, like the mesh's.
+pub const PLACEMENT_OUTPUTS_MAX: usize = 4096;
+
+/// Lookups in flight at once; a resolve past it is answered [`Event::Unresolved`] at once.
+pub const LOOKUPS_MAX: usize = 64;
+
+/// A place in the key space: SHA-256 of a node id or of a capsule name, domain-separated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Key(#[serde(with = "codec::byte_array")] pub [u8; 32]);
+
+impl Key {
+    /// The place of `node`.
+    #[must_use]
+    pub fn of_node(node: &NodeId) -> Self {
+        Self::hashed(b"murmur/placement/node\0", node.key().as_bytes())
+    }
+
+    /// The place of capsule `name`.
+    #[must_use]
+    pub fn of_name(name: &str) -> Self {
+        Self::hashed(b"murmur/placement/name\0", name.as_bytes())
+    }
+
+    fn hashed(domain: &[u8], bytes: &[u8]) -> Self {
+        let mut input = Vec::with_capacity(domain.len() + bytes.len());
+        input.extend_from_slice(domain);
+        input.extend_from_slice(bytes);
+        Self(Digest::of(&input).0)
+    }
+
+    /// XOR distance to `other`; distances order as big-endian numbers.
+    #[must_use]
+    pub fn distance(&self, other: &Self) -> Distance {
+        let mut out = [0u8; 32];
+        for (i, byte) in out.iter_mut().enumerate() {
+            *byte = self.0[i] ^ other.0[i];
+        }
+        Distance(out)
+    }
+}
+
+/// The XOR of two keys, compared as a 256-bit big-endian number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Distance(pub [u8; 32]);
+
+impl Distance {
+    /// Leading zero bits: 256 for the zero distance. Contacts with `n` leading zero bits of
+    /// distance from this node go to bucket `n`.
+    #[must_use]
+    pub fn leading_zeros(&self) -> usize {
+        let mut zeros = 0;
+        for byte in self.0 {
+            if byte == 0 {
+                zeros += 8;
+            } else {
+                return zeros + byte.leading_zeros() as usize;
+            }
+        }
+        zeros
+    }
+}
+
+/// A node named in an answer: a claim until it answers a request itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Contact(#[serde(with = "crate::identity::claimed_key")] pub PublicKey);
+
+impl Contact {
+    /// The node it names.
+    #[must_use]
+    pub const fn node(&self) -> NodeId {
+        NodeId::from_key(self.0)
+    }
+}
+
+/// What travels between placement nodes (`/murmur/place/1` when `murnode` speaks it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub enum Message {
+    /// Request: the `k` nodes closest to `target` that you know.
+    FindNode { target: Key },
+    /// Answer to `FindNode`.
+    Nodes { closer: Vec<Contact> },
+    /// Request: the adverts you hold for capsule `name`, or the nodes closest to it.
+    FindHosts { name: String },
+    /// Answer to `FindHosts`: what is held (possibly nothing) and closer nodes.
+    Hosts { adverts: Vec<Envelope>, closer: Vec<Contact> },
+    /// Request: hold these adverts for the names you are a home of.
+    Store { adverts: Vec<Envelope> },
+    /// Answer to `Store`: how many of them are now held.
+    Stored { held: u32 },
+}
+
+/// A message on the wire: its version and the message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Wire {
+    // Fields are in canonical key order (see `codec`).
+    pub m: Message,
+    pub v: u16,
+}
+
+impl Message {
+    /// Canonical bytes, versioned.
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        codec::encode(&Wire { m: self.clone(), v: PLACEMENT_VERSION })
+    }
+
+    /// Decodes and bounds a message from a peer.
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let wire: Wire =
+            decode_versioned("placement message", bytes, PLACEMENT_MESSAGE_BYTES_MAX, PLACEMENT_VERSION, |w: &Wire| {
+                w.v
+            })?;
+        let invalid = |field: &'static str, reason: String| DecodeError::Invalid {
+            what: "placement message",
+            field,
+            reason,
+        };
+        match &wire.m {
+            Message::Nodes { closer } | Message::Hosts { closer, .. } if closer.len() > CONTACTS_PER_ANSWER_MAX => {
+                return Err(invalid("closer", format!("{} contacts, at most {CONTACTS_PER_ANSWER_MAX}", closer.len())));
+            }
+            Message::Hosts { adverts, .. } | Message::Store { adverts } if adverts.len() > ADVERTS_PER_MESSAGE_MAX => {
+                return Err(invalid("adverts", format!("{} adverts, at most {ADVERTS_PER_MESSAGE_MAX}", adverts.len())));
+            }
+            Message::FindHosts { name } => {
+                if let Err(reason) = crate::names::check_capsule_name(name) {
+                    return Err(invalid("name", reason));
+                }
+            }
+            _ => {}
+        }
+        Ok(wire.m)
+    }
+}
+
+/// How a placement node behaves.
+#[derive(Clone, Debug)]
+pub struct PlacementConfig {
+    /// Homes per name, and contacts per routing-table bucket.
+    pub k: usize,
+    /// Requests in flight per lookup.
+    pub alpha: usize,
+    /// A request unanswered this long has failed.
+    pub request_timeout_ms: u64,
+    /// The TTL this node signs its advert with, and the longest honoured.
+    pub ttl_ms: u64,
+    /// Clock difference tolerated with an advert's issuer.
+    pub clock_skew_max_ms: u64,
+    /// How often this node re-signs its advert and stores it again.
+    pub republish_ms: u64,
+    /// Adverts held for others (as (name, node) pairs).
+    pub records_max: usize,
+    /// Hosts held per name; more are refused (a resolver needs a few, not all).
+    pub hosts_per_name_max: usize,
+}
+
+impl Default for PlacementConfig {
+    fn default() -> Self {
+        Self {
+            k: 8,
+            alpha: 3,
+            request_timeout_ms: 2_000,
+            ttl_ms: 86_400_000,
+            clock_skew_max_ms: 60_000,
+            republish_ms: 3_600_000,
+            records_max: 100_000,
+            hosts_per_name_max: 64,
+        }
+    }
+}
+
+/// What the driver tells the node.
+#[derive(Clone, Debug)]
+pub enum Input {
+    /// Join through these nodes (none: the first node of a mesh).
+    Start { bootstrap: Vec<NodeId> },
+    /// What this node hosts now: its advert is re-signed and placed at every name's homes.
+    Host { capsules: Vec<HostedCapsule>, addrs: Vec<String> },
+    /// Find the hosts of `name`.
+    Resolve { name: String },
+    /// A request from `from`; answer with [`Output::Respond`] carrying `id`.
+    Request { from: NodeId, id: u64, message: Message },
+    /// The answer to this node's request `id`, from the node it was sent to.
+    Response { id: u64, message: Message },
+    /// Request `id` failed: the node was unreachable or did not answer.
+    Failed { id: u64 },
+    /// Time passed (call at [`PlacementNode::poll_timeout`]).
+    Tick,
+}
+
+/// What the node asks of the driver, or tells it.
+#[derive(Clone, Debug)]
+pub enum Output {
+    /// Send `message` to `to` as request `id`.
+    Request { to: NodeId, id: u64, message: Message },
+    /// Answer request `id` from `to`.
+    Respond { to: NodeId, id: u64, message: Message },
+    /// Something happened.
+    Event(Event),
+}
+
+/// What the node reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The join lookup ended; the table holds `contacts`.
+    Joined { contacts: usize },
+    /// The advert is stored at `homes` nodes for `name` (this node counted when it is one).
+    Placed { name: String, homes: usize },
+    /// `name`'s hosts, verified, found after `asked` requests.
+    Resolved { name: String, hosts: Vec<NodeId>, asked: usize },
+    /// No home of `name` answered with hosts (`busy`: too many lookups in flight).
+    Unresolved { name: String, asked: usize, busy: bool },
+}
+
+/// Counters for metrics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlacementStats {
+    pub requests_sent: u64,
+    pub requests_failed: u64,
+    pub requests_answered: u64,
+    pub adverts_held: u64,
+    pub adverts_refused: u64,
+    pub handoffs: u64,
+    pub outputs_dropped: u64,
+}
+
+/// At most `k` contacts per bucket, least recently seen first.
+#[derive(Clone, Debug)]
+pub struct RoutingTable {
+    local: Key,
+    k: usize,
+    buckets: Vec<Vec<(NodeId, Key)>>,
+}
+
+impl RoutingTable {
+    /// An empty table around `local`.
+    #[must_use]
+    pub fn new(local: Key, k: usize) -> Self {
+        Self { local, k, buckets: vec![Vec::new(); 256] }
+    }
+
+    /// `node` answered or asked: kept (moved to most recent) if it fits its bucket. True
+    /// when it was not in the table before and is now. A full bucket keeps its old
+    /// contacts (the longest-lived are the likeliest to stay: Kademlia's rule).
+    pub fn observe(&mut self, node: NodeId) -> bool {
+        let key = Key::of_node(&node);
+        let k = self.k;
+        let Some(bucket) = self.bucket_mut(&key) else { return false };
+        if let Some(at) = bucket.iter().position(|(n, _)| *n == node) {
+            let entry = bucket.remove(at);
+            bucket.push(entry);
+            return false;
+        }
+        if bucket.len() >= k {
+            return false;
+        }
+        bucket.push((node, key));
+        true
+    }
+
+    /// Forgets `node` (it failed a request).
+    pub fn remove(&mut self, node: &NodeId) {
+        let key = Key::of_node(node);
+        if let Some(bucket) = self.bucket_mut(&key) {
+            bucket.retain(|(n, _)| n != node);
+        }
+    }
+
+    /// Whether `node` is in the table.
+    #[must_use]
+    pub fn contains(&self, node: &NodeId) -> bool {
+        let key = Key::of_node(node);
+        let zeros = self.local.distance(&key).leading_zeros();
+        self.buckets.get(zeros).is_some_and(|b| b.iter().any(|(n, _)| n == node))
+    }
+
+    fn bucket_mut(&mut self, key: &Key) -> Option<&mut Vec<(NodeId, Key)>> {
+        let zeros = self.local.distance(key).leading_zeros();
+        self.buckets.get_mut(zeros)
+    }
+
+    /// The `n` contacts closest to `target`, closest first.
+    #[must_use]
+    pub fn closest(&self, target: &Key, n: usize) -> Vec<(Distance, NodeId)> {
+        let mut all: Vec<(Distance, NodeId)> =
+            self.buckets.iter().flatten().map(|(node, key)| (key.distance(target), *node)).collect();
+        if all.len() > n {
+            all.select_nth_unstable(n);
+            all.truncate(n);
+        }
+        all.sort_unstable();
+        all
+    }
+
+    /// Contacts held.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.buckets.iter().map(Vec::len).sum()
+    }
+
+    /// Whether no contact is held.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ask {
+    New,
+    InFlight,
+    Answered,
+    Failed,
+}
+
+#[derive(Clone, Debug)]
+enum Purpose {
+    Join,
+    Place { name: String },
+    Resolve { name: String },
+}
+
+/// An iterative lookup: the candidates known, closest first, and what became of each.
+#[derive(Clone, Debug)]
+struct Lookup {
+    target: Key,
+    purpose: Purpose,
+    candidates: BTreeMap<Distance, (NodeId, Ask)>,
+    in_flight: usize,
+    asked: usize,
+}
+
+impl Lookup {
+    fn new(target: Key, purpose: Purpose, seeds: impl IntoIterator<Item = (Distance, NodeId)>) -> Self {
+        let candidates = seeds.into_iter().map(|(d, n)| (d, (n, Ask::New))).collect();
+        Self { target, purpose, candidates, in_flight: 0, asked: 0 }
+    }
+
+    fn offer(&mut self, node: NodeId, local: &NodeId) {
+        if node == *local {
+            return;
+        }
+        let distance = Key::of_node(&node).distance(&self.target);
+        self.candidates.entry(distance).or_insert((node, Ask::New));
+    }
+
+    fn mark(&mut self, node: &NodeId, to: Ask) {
+        let distance = Key::of_node(node).distance(&self.target);
+        if let Some((_, ask)) = self.candidates.get_mut(&distance) {
+            if *ask == Ask::InFlight {
+                self.in_flight -= 1;
+            }
+            *ask = to;
+        }
+    }
+
+    /// The next nodes to ask: new candidates among the `k` closest that have not failed,
+    /// while fewer than `alpha` are in flight.
+    fn next(&mut self, k: usize, alpha: usize) -> Vec<NodeId> {
+        let mut out = Vec::new();
+        for (node, ask) in self.candidates.values_mut().filter(|(_, a)| *a != Ask::Failed).take(k) {
+            if self.in_flight + out.len() >= alpha {
+                break;
+            }
+            if *ask == Ask::New {
+                *ask = Ask::InFlight;
+                out.push(*node);
+            }
+        }
+        self.in_flight += out.len();
+        self.asked += out.len();
+        out
+    }
+
+    /// Done when the `k` closest that have not failed have all answered.
+    fn is_done(&self, k: usize) -> bool {
+        self.in_flight == 0
+            && self.candidates.values().filter(|(_, a)| *a != Ask::Failed).take(k).all(|(_, a)| *a == Ask::Answered)
+    }
+
+    fn answered(&self, k: usize) -> Vec<(Distance, NodeId)> {
+        self.candidates
+            .iter()
+            .filter(|(_, (_, a))| *a == Ask::Answered)
+            .take(k)
+            .map(|(d, (n, _))| (*d, *n))
+            .collect()
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Waiting {
+    Lookup { lookup: u64, to: NodeId },
+    Store { name: Option<String>, to: NodeId },
+}
+
+#[derive(Clone, Debug)]
+struct Held {
+    envelope: Envelope,
+    seq: u64,
+    expires_at: Millis,
+}
+
+/// One node's part of hash placement (see the module docs).
+#[derive(Debug)]
+pub struct PlacementNode {
+    config: PlacementConfig,
+    secret: SecretKey,
+    id: NodeId,
+    key: Key,
+    verifier: Arc<dyn Verifier>,
+    table: RoutingTable,
+    lookups: BTreeMap<u64, Lookup>,
+    next_lookup: u64,
+    waiting: BTreeMap<u64, (Waiting, Millis)>,
+    deadlines: BTreeSet<(Millis, u64)>,
+    next_request: u64,
+    /// Adverts held as a home, by (name's key, host).
+    held: BTreeMap<(Key, NodeId), Held>,
+    held_names: BTreeMap<Key, String>,
+    expiries: BTreeSet<(Millis, Key, NodeId)>,
+    own: Option<(Envelope, Advert)>,
+    seq: u64,
+    next_republish: Option<Millis>,
+    /// Acknowledged stores per name being placed.
+    placing: BTreeMap<String, (usize, usize)>,
+    outputs: VecDeque<Output>,
+    stats: PlacementStats,
+}
+
+impl PlacementNode {
+    /// A node with `secret` as its identity.
+    #[must_use]
+    pub fn new(secret: SecretKey, config: PlacementConfig, verifier: Arc<dyn Verifier>) -> Self {
+        let id = secret.node_id();
+        let key = Key::of_node(&id);
+        let k = config.k.clamp(1, CONTACTS_PER_ANSWER_MAX);
+        let config = PlacementConfig { k, alpha: config.alpha.max(1), ..config };
+        Self {
+            table: RoutingTable::new(key, k),
+            config,
+            secret,
+            id,
+            key,
+            verifier,
+            lookups: BTreeMap::new(),
+            next_lookup: 0,
+            waiting: BTreeMap::new(),
+            deadlines: BTreeSet::new(),
+            next_request: 0,
+            held: BTreeMap::new(),
+            held_names: BTreeMap::new(),
+            expiries: BTreeSet::new(),
+            own: None,
+            seq: 0,
+            next_republish: None,
+            placing: BTreeMap::new(),
+            outputs: VecDeque::new(),
+            stats: PlacementStats::default(),
+        }
+    }
+
+    /// This node's id.
+    #[must_use]
+    pub const fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// The routing table.
+    #[must_use]
+    pub const fn table(&self) -> &RoutingTable {
+        &self.table
+    }
+
+    /// Counters.
+    #[must_use]
+    pub const fn stats(&self) -> &PlacementStats {
+        &self.stats
+    }
+
+    /// (name, host) pairs held as a home.
+    #[must_use]
+    pub fn held_len(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Whether this node holds `host`'s advert for `name`.
+    #[must_use]
+    pub fn holds(&self, name: &str, host: &NodeId) -> bool {
+        self.held.contains_key(&(Key::of_name(name), *host))
+    }
+
+    /// The next output for the driver.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    /// When to call [`Input::Tick`] next.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Millis> {
+        [
+            self.deadlines.first().map(|(at, _)| *at),
+            self.expiries.first().map(|(at, _, _)| *at),
+            self.next_republish,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Takes one input.
+    pub fn handle(&mut self, now: Millis, input: Input) {
+        match input {
+            Input::Start { bootstrap } => {
+                for node in bootstrap.into_iter().filter(|n| *n != self.id) {
+                    self.table.observe(node);
+                }
+                self.start_lookup(now, self.key, Purpose::Join);
+            }
+            Input::Host { capsules, addrs } => self.host(now, capsules, addrs),
+            Input::Resolve { name } => self.resolve(now, name),
+            Input::Request { from, id, message } => self.on_request(now, from, id, message),
+            Input::Response { id, message } => self.on_response(now, id, message),
+            Input::Failed { id } => self.on_failed(now, id),
+            Input::Tick => self.tick(now),
+        }
+    }
+
+    fn push(&mut self, output: Output) {
+        if self.outputs.len() >= PLACEMENT_OUTPUTS_MAX {
+            self.stats.outputs_dropped += 1;
+            return;
+        }
+        self.outputs.push_back(output);
+    }
+
+    fn send(&mut self, now: Millis, to: NodeId, message: Message, waiting: Waiting) {
+        let id = self.next_request;
+        self.next_request += 1;
+        let deadline = now.plus(self.config.request_timeout_ms);
+        self.waiting.insert(id, (waiting, deadline));
+        self.deadlines.insert((deadline, id));
+        self.stats.requests_sent += 1;
+        self.push(Output::Request { to, id, message });
+    }
+
+    fn host(&mut self, now: Millis, capsules: Vec<HostedCapsule>, addrs: Vec<String>) {
+        self.seq += 1;
+        let mut advert = Advert::new(self.seq, now, self.config.ttl_ms);
+        advert.capsules = capsules;
+        advert.addrs = addrs;
+        let Ok(signed) = Signed::sign(advert.clone(), &self.secret) else { return };
+        self.own = Some((signed.into_envelope(), advert));
+        self.next_republish = Some(now.plus(self.config.republish_ms));
+        self.place_own(now);
+    }
+
+    fn place_own(&mut self, now: Millis) {
+        let Some((_, advert)) = &self.own else { return };
+        let names: Vec<String> = advert.capsules.iter().map(|c| c.name.clone()).collect();
+        for name in names {
+            self.start_lookup(now, Key::of_name(&name), Purpose::Place { name });
+        }
+    }
+
+    fn resolve(&mut self, now: Millis, name: String) {
+        let key = Key::of_name(&name);
+        let local: Vec<NodeId> = self.hosts_held(&key, now).map(|(node, _)| node).collect();
+        let own = self.own.as_ref().is_some_and(|(_, a)| a.hosts(&name).is_some());
+        if !local.is_empty() || own {
+            let mut hosts = local;
+            if own {
+                hosts.push(self.id);
+            }
+            self.push(Output::Event(Event::Resolved { name, hosts, asked: 0 }));
+            return;
+        }
+        self.start_lookup(now, key, Purpose::Resolve { name });
+    }
+
+    fn hosts_held<'a>(&'a self, key: &Key, now: Millis) -> impl Iterator<Item = (NodeId, &'a Held)> + 'a {
+        let lo = (*key, NodeId::bound([0; 32]));
+        let hi = (*key, NodeId::bound([0xff; 32]));
+        self.held.range(lo..=hi).filter(move |(_, h)| h.expires_at > now).map(|((_, node), h)| (*node, h))
+    }
+
+    fn start_lookup(&mut self, now: Millis, target: Key, purpose: Purpose) {
+        if self.lookups.len() >= LOOKUPS_MAX {
+            if let Purpose::Resolve { name } = purpose {
+                self.push(Output::Event(Event::Unresolved { name, asked: 0, busy: true }));
+            }
+            return;
+        }
+        let seeds = self.table.closest(&target, self.config.k);
+        let id = self.next_lookup;
+        self.next_lookup += 1;
+        self.lookups.insert(id, Lookup::new(target, purpose, seeds));
+        self.step(now, id);
+    }
+
+    /// Sends a lookup's next asks, or finishes it.
+    fn step(&mut self, now: Millis, id: u64) {
+        let Some(lookup) = self.lookups.get_mut(&id) else { return };
+        let asks = lookup.next(self.config.k, self.config.alpha);
+        let target = lookup.target;
+        let message = match &lookup.purpose {
+            Purpose::Resolve { name } => Message::FindHosts { name: name.clone() },
+            Purpose::Join | Purpose::Place { .. } => Message::FindNode { target },
+        };
+        for to in asks {
+            self.send(now, to, message.clone(), Waiting::Lookup { lookup: id, to });
+        }
+        let Some(lookup) = self.lookups.get(&id) else { return };
+        if lookup.is_done(self.config.k) || lookup.in_flight == 0 {
+            if let Some(lookup) = self.lookups.remove(&id) {
+                self.finish(now, lookup);
+            }
+        }
+    }
+
+    fn finish(&mut self, now: Millis, lookup: Lookup) {
+        let closest = lookup.answered(self.config.k);
+        match lookup.purpose {
+            Purpose::Join => {
+                let contacts = self.table.len();
+                self.push(Output::Event(Event::Joined { contacts }));
+            }
+            Purpose::Resolve { name } => {
+                self.push(Output::Event(Event::Unresolved { name, asked: lookup.asked, busy: false }));
+            }
+            Purpose::Place { name } => {
+                let Some((envelope, _)) = self.own.clone() else { return };
+                // This node is a home itself when it is closer than the k-th answering node.
+                let mine = self.key.distance(&lookup.target);
+                let self_home = closest.len() < self.config.k || closest.last().is_some_and(|(d, _)| mine < *d);
+                let homes: Vec<NodeId> =
+                    closest.iter().map(|(_, n)| *n).take(self.config.k - usize::from(self_home)).collect();
+                let acked = usize::from(self_home);
+                if self_home {
+                    let _ = self.accept(now, &envelope, true);
+                }
+                if homes.is_empty() {
+                    self.push(Output::Event(Event::Placed { name, homes: acked }));
+                    return;
+                }
+                self.placing.insert(name.clone(), (acked, homes.len()));
+                for to in homes {
+                    let store = Message::Store { adverts: vec![envelope.clone()] };
+                    self.send(now, to, store, Waiting::Store { name: Some(name.clone()), to });
+                }
+            }
+        }
+    }
+
+    fn on_request(&mut self, now: Millis, from: NodeId, id: u64, message: Message) {
+        let k = self.config.k;
+        let contacts = |table: &RoutingTable, target: &Key| -> Vec<Contact> {
+            table.closest(target, k).into_iter().filter(|(_, n)| *n != from).map(|(_, n)| Contact(*n.key())).collect()
+        };
+        let answer = match message {
+            Message::FindNode { target } => Some(Message::Nodes { closer: contacts(&self.table, &target) }),
+            Message::FindHosts { name } => {
+                let key = Key::of_name(&name);
+                let mut adverts: Vec<Envelope> =
+                    self.hosts_held(&key, now).map(|(_, h)| h.envelope.clone()).take(ADVERTS_PER_MESSAGE_MAX).collect();
+                if adverts.len() < ADVERTS_PER_MESSAGE_MAX
+                    && let Some((envelope, advert)) = &self.own
+                    && advert.hosts(&name).is_some()
+                {
+                    adverts.push(envelope.clone());
+                }
+                Some(Message::Hosts { adverts, closer: contacts(&self.table, &key) })
+            }
+            Message::Store { adverts } => {
+                let held = adverts.iter().filter(|e| self.accept(now, e, false)).count();
+                Some(Message::Stored { held: u32::try_from(held).unwrap_or(u32::MAX) })
+            }
+            // Answers are not requests: ignored.
+            Message::Nodes { .. } | Message::Hosts { .. } | Message::Stored { .. } => None,
+        };
+        if let Some(message) = answer {
+            self.push(Output::Respond { to: from, id, message });
+        }
+        self.observed(now, from);
+    }
+
+    /// `node` asked or answered: into the table, and handed the adverts it is now a home of.
+    fn observed(&mut self, now: Millis, node: NodeId) {
+        if !self.table.observe(node) {
+            return;
+        }
+        let node_key = Key::of_node(&node);
+        let k = self.config.k;
+        let mut handoff: Vec<Envelope> = Vec::new();
+        for key in self.held_names.keys() {
+            // Among the k closest to the name this node knows (itself included)?
+            let theirs = node_key.distance(key);
+            let closer_known = self.table.closest(key, k).iter().filter(|(d, n)| *d < theirs && *n != node).count()
+                + usize::from(self.key.distance(key) < theirs);
+            if closer_known < k {
+                handoff.extend(self.hosts_held(key, now).map(|(_, h)| h.envelope.clone()));
+            }
+        }
+        for batch in handoff.chunks(ADVERTS_PER_MESSAGE_MAX) {
+            self.stats.handoffs += 1;
+            self.send(now, node, Message::Store { adverts: batch.to_vec() }, Waiting::Store { name: None, to: node });
+        }
+    }
+
+    /// Holds `envelope` for each of its names this node is a home of (`forced`: its own
+    /// placement found it is). True when anything was held.
+    fn accept(&mut self, now: Millis, envelope: &Envelope, forced: bool) -> bool {
+        let Ok(advert) = self.verifier.peek_advert(envelope) else {
+            self.stats.adverts_refused += 1;
+            return false;
+        };
+        let ttl = advert.ttl_ms.min(self.config.ttl_ms);
+        let expires_at =
+            now.plus(ttl).min(advert.issued_at.plus(ttl).plus(self.config.clock_skew_max_ms));
+        let host = NodeId::from_key(envelope.signer());
+        if expires_at <= now || advert.issued_at > now.plus(self.config.clock_skew_max_ms) {
+            self.stats.adverts_refused += 1;
+            return false;
+        }
+        let mut verified = None;
+        let mut any = false;
+        for capsule in &advert.capsules {
+            let key = Key::of_name(&capsule.name);
+            if !forced && !self.is_home(&key) {
+                continue;
+            }
+            let held = self.held.get(&(key, host));
+            if held.is_some_and(|h| h.seq >= advert.seq) {
+                any |= held.is_some_and(|h| h.seq == advert.seq);
+                continue;
+            }
+            let full_name = self.hosts_held(&key, now).count() >= self.config.hosts_per_name_max;
+            if held.is_none() && (full_name || self.held.len() >= self.config.records_max) {
+                continue;
+            }
+            if !*verified.get_or_insert_with(|| self.verifier.verify(envelope)) {
+                self.stats.adverts_refused += 1;
+                return false;
+            }
+            let envelope = self.verifier.share(envelope.clone());
+            if let Some(old) = self.held.insert((key, host), Held { envelope, seq: advert.seq, expires_at }) {
+                self.expiries.remove(&(old.expires_at, key, host));
+            }
+            self.expiries.insert((expires_at, key, host));
+            self.held_names.entry(key).or_insert_with(|| capsule.name.clone());
+            self.stats.adverts_held += 1;
+            any = true;
+        }
+        any
+    }
+
+    /// Whether this node may hold adverts for `key`: fewer than `2k` contacts it knows are
+    /// closer. A storer's view and ours differ (a contact we still list may be down, one it
+    /// found may be unknown here), so the window is wider than the `k` homes; it still keeps
+    /// a far node from being made to hold what is not its part.
+    fn is_home(&self, key: &Key) -> bool {
+        let mine = self.key.distance(key);
+        let window = 2 * self.config.k;
+        self.table.closest(key, window).iter().filter(|(d, _)| *d < mine).count() < window
+    }
+
+    fn on_response(&mut self, now: Millis, id: u64, message: Message) {
+        let Some((waiting, deadline)) = self.waiting.remove(&id) else { return };
+        self.deadlines.remove(&(deadline, id));
+        self.stats.requests_answered += 1;
+        match waiting {
+            Waiting::Lookup { lookup, to } => {
+                self.observed(now, to);
+                let (closer, adverts) = match message {
+                    Message::Nodes { closer } => (closer, Vec::new()),
+                    Message::Hosts { adverts, closer } => (closer, adverts),
+                    _ => (Vec::new(), Vec::new()),
+                };
+                let Some(state) = self.lookups.get_mut(&lookup) else { return };
+                state.mark(&to, Ask::Answered);
+                for contact in closer.iter().take(CONTACTS_PER_ANSWER_MAX) {
+                    state.offer(contact.node(), &self.id);
+                }
+                if let Purpose::Resolve { name } = &state.purpose {
+                    let name = name.clone();
+                    let asked = state.asked;
+                    let hosts = self.verified_hosts(&name, &adverts);
+                    if !hosts.is_empty() {
+                        self.lookups.remove(&lookup);
+                        self.push(Output::Event(Event::Resolved { name, hosts, asked }));
+                        return;
+                    }
+                }
+                self.step(now, lookup);
+            }
+            Waiting::Store { name, to } => {
+                self.observed(now, to);
+                let held = matches!(message, Message::Stored { held } if held > 0);
+                self.store_settled(name, held);
+            }
+        }
+    }
+
+    /// The hosts of `name` among `adverts` whose signatures verify.
+    fn verified_hosts(&self, name: &str, adverts: &[Envelope]) -> Vec<NodeId> {
+        let mut hosts: Vec<NodeId> = adverts
+            .iter()
+            .filter(|e| e.body().len() + ENVELOPE_OVERHEAD_MAX <= ENVELOPE_BYTES_MAX)
+            .filter(|e| self.verifier.peek_advert(e).is_ok_and(|a| a.hosts(name).is_some()))
+            .filter(|e| self.verifier.verify(e))
+            .map(|e| NodeId::from_key(e.signer()))
+            .collect();
+        hosts.sort();
+        hosts.dedup();
+        hosts
+    }
+
+    fn store_settled(&mut self, name: Option<String>, held: bool) {
+        let Some(name) = name else { return };
+        let Some((acked, left)) = self.placing.get_mut(&name) else { return };
+        *acked += usize::from(held);
+        *left -= 1;
+        if *left == 0 {
+            let homes = *acked;
+            self.placing.remove(&name);
+            self.push(Output::Event(Event::Placed { name, homes }));
+        }
+    }
+
+    fn on_failed(&mut self, now: Millis, id: u64) {
+        let Some((waiting, deadline)) = self.waiting.remove(&id) else { return };
+        self.deadlines.remove(&(deadline, id));
+        self.stats.requests_failed += 1;
+        match waiting {
+            Waiting::Lookup { lookup, to } => {
+                self.table.remove(&to);
+                if let Some(state) = self.lookups.get_mut(&lookup) {
+                    state.mark(&to, Ask::Failed);
+                }
+                self.step(now, lookup);
+            }
+            Waiting::Store { name, to } => {
+                self.table.remove(&to);
+                self.store_settled(name, false);
+            }
+        }
+    }
+
+    fn tick(&mut self, now: Millis) {
+        while let Some(&(at, id)) = self.deadlines.first() {
+            if at > now {
+                break;
+            }
+            self.on_failed(now, id);
+        }
+        while let Some(&(at, key, host)) = self.expiries.first() {
+            if at > now {
+                break;
+            }
+            self.expiries.pop_first();
+            self.held.remove(&(key, host));
+            if self.hosts_held(&key, now).next().is_none() {
+                self.held_names.remove(&key);
+            }
+        }
+        if self.next_republish.is_some_and(|at| at <= now) {
+            if let Some((_, advert)) = self.own.clone() {
+                self.host(now, advert.capsules, advert.addrs);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::Ed25519Verifier;
+
+    fn key(i: u8) -> SecretKey {
+        SecretKey::from_seed([i; 32])
+    }
+
+    fn capsule(name: &str) -> HostedCapsule {
+        HostedCapsule { name: name.into(), digest: None, version: "1.0.0".into() }
+    }
+
+    /// Nodes wired to each other directly: every request answered at once, in order.
+    struct Net {
+        nodes: BTreeMap<NodeId, PlacementNode>,
+        events: Vec<(NodeId, Event)>,
+        /// Nodes whose requests fail.
+        down: BTreeSet<NodeId>,
+    }
+
+    impl Net {
+        fn new(n: u8) -> Self {
+            let verifier: Arc<dyn Verifier> = Arc::new(Ed25519Verifier);
+            let nodes = (1..=n)
+                .map(|i| {
+                    let node = PlacementNode::new(key(i), PlacementConfig::default(), verifier.clone());
+                    (node.id(), node)
+                })
+                .collect();
+            Self { nodes, events: Vec::new(), down: BTreeSet::new() }
+        }
+
+        fn ids(&self) -> Vec<NodeId> {
+            self.nodes.keys().copied().collect()
+        }
+
+        fn input(&mut self, node: NodeId, input: Input) {
+            let mut queue = VecDeque::from([(node, input)]);
+            while let Some((at, input)) = queue.pop_front() {
+                let Some(n) = self.nodes.get_mut(&at) else { continue };
+                n.handle(Millis(1_000), input);
+                let outputs: Vec<Output> = std::iter::from_fn(|| n.poll_output()).collect();
+                for out in outputs {
+                    match out {
+                        Output::Request { to, id, message } => {
+                            let bytes = message.encode();
+                            if self.down.contains(&to) || !self.nodes.contains_key(&to) {
+                                queue.push_back((at, Input::Failed { id }));
+                                continue;
+                            }
+                            let message = Message::decode(&bytes).expect("decodes");
+                            // The responder's answer comes back through `Respond`.
+                            queue.push_back((to, Input::Request { from: at, id, message }));
+                        }
+                        Output::Respond { to, id, message } => {
+                            let message = Message::decode(&message.encode()).expect("decodes");
+                            queue.push_back((to, Input::Response { id, message }));
+                        }
+                        Output::Event(event) => self.events.push((at, event)),
+                    }
+                }
+            }
+        }
+    }
+
+    fn joined(n: u8) -> Net {
+        let mut net = Net::new(n);
+        let ids = net.ids();
+        for (i, id) in ids.iter().enumerate() {
+            let bootstrap = if i == 0 { Vec::new() } else { vec![ids[0]] };
+            net.input(*id, Input::Start { bootstrap });
+        }
+        net
+    }
+
+    #[test]
+    fn distance_is_xor_and_orders_big_endian() {
+        let a = Key([0; 32]);
+        let mut b = [0u8; 32];
+        b[0] = 0x10;
+        let mut c = [0u8; 32];
+        c[31] = 0xff;
+        assert!(a.distance(&Key(c)) < a.distance(&Key(b)));
+        assert_eq!(a.distance(&Key(b)).leading_zeros(), 3);
+        assert_eq!(a.distance(&a).leading_zeros(), 256);
+        assert_eq!(Key(b).distance(&Key(c)), Key(c).distance(&Key(b)));
+    }
+
+    #[test]
+    fn a_full_bucket_keeps_its_old_contacts() {
+        let local = Key([0; 32]);
+        let mut table = RoutingTable::new(local, 2);
+        // Ids whose keys share bucket 0 (first bit set) with each other.
+        let ids: Vec<NodeId> = (1..=40u8)
+            .map(|i| key(i).node_id())
+            .filter(|id| Key::of_node(id).0[0] & 0x80 != 0)
+            .take(3)
+            .collect();
+        assert!(table.observe(ids[0]));
+        assert!(table.observe(ids[1]));
+        assert!(!table.observe(ids[2]), "the bucket is full");
+        assert!(!table.contains(&ids[2]));
+        table.remove(&ids[0]);
+        assert!(table.observe(ids[2]), "room after a failure");
+    }
+
+    #[test]
+    fn an_advert_is_placed_at_the_names_k_closest_nodes_and_resolved_from_anywhere() {
+        let mut net = joined(40);
+        let ids = net.ids();
+        let host = ids[5];
+        net.input(host, Input::Host { capsules: vec![capsule("echo")], addrs: Vec::new() });
+        let placed = net.events.iter().find_map(|(n, e)| match e {
+            Event::Placed { name, homes } if *n == host && name == "echo" => Some(*homes),
+            _ => None,
+        });
+        assert_eq!(placed, Some(8), "{:?}", net.events);
+        // The true homes: the 8 nodes closest to the name.
+        let target = Key::of_name("echo");
+        let mut by_distance: Vec<NodeId> = ids.clone();
+        by_distance.sort_by_key(|id| Key::of_node(id).distance(&target));
+        for home in &by_distance[..8] {
+            assert!(net.nodes[home].holds("echo", &host), "home {home} lacks the advert");
+        }
+        for far in &by_distance[16..] {
+            assert!(!net.nodes[far].holds("echo", &host), "{far} is no home but holds it");
+        }
+        let asker = by_distance[39];
+        net.input(asker, Input::Resolve { name: "echo".into() });
+        let resolved = net.events.iter().rev().find_map(|(n, e)| match e {
+            Event::Resolved { name, hosts, .. } if *n == asker && name == "echo" => Some(hosts.clone()),
+            _ => None,
+        });
+        assert_eq!(resolved, Some(vec![host]));
+    }
+
+    #[test]
+    fn a_name_nobody_hosts_is_unresolved_and_a_late_home_gets_the_adverts_handed_over() {
+        let mut net = joined(20);
+        let ids = net.ids();
+        net.input(ids[3], Input::Resolve { name: "nobody".into() });
+        assert!(
+            net.events.iter().any(|(_, e)| matches!(e, Event::Unresolved { name, busy: false, .. } if name == "nobody"))
+        );
+        net.input(ids[3], Input::Host { capsules: vec![capsule("late")], addrs: Vec::new() });
+        // Newcomers join; those now among the name's closest must receive the advert.
+        let verifier: Arc<dyn Verifier> = Arc::new(Ed25519Verifier);
+        for i in 100..140u8 {
+            let node = PlacementNode::new(key(i), PlacementConfig::default(), verifier.clone());
+            let id = node.id();
+            net.nodes.insert(id, node);
+            net.input(id, Input::Start { bootstrap: vec![ids[0]] });
+        }
+        let target = Key::of_name("late");
+        let mut all = net.ids();
+        all.sort_by_key(|id| Key::of_node(id).distance(&target));
+        let holding = all[..8].iter().filter(|id| net.nodes[*id].holds("late", &ids[3])).count();
+        assert!(holding >= 6, "{holding} of the 8 closest hold the advert after the joins");
+    }
+
+    #[test]
+    fn a_forged_advert_is_not_held_nor_resolved() {
+        let mut net = joined(12);
+        let ids = net.ids();
+        // An advert signed by node 1 but claiming node 2 as signer: the bytes are altered.
+        let mut advert = Advert::new(1, Millis(1_000), 60_000);
+        advert.capsules = vec![capsule("echo")];
+        let genuine = Signed::sign(advert, &key(1)).expect("signs").into_envelope();
+        let mut bytes = genuine.encode();
+        let at = bytes.windows(4).position(|w| w == b"echo").expect("the name is in the body");
+        bytes[at] = b'f';
+        let forged = Envelope::decode(&bytes).expect("still an envelope");
+        for id in &ids {
+            net.input(*id, Input::Request { from: ids[0], id: 9, message: Message::Store { adverts: vec![forged.clone()] } });
+        }
+        assert!(ids.iter().all(|id| net.nodes[id].held_len() == 0));
+    }
+
+    #[test]
+    fn an_unreachable_contact_is_dropped_and_the_lookup_goes_on() {
+        let mut net = joined(30);
+        let ids = net.ids();
+        let target = Key::of_name("echo");
+        let mut by_distance = ids.clone();
+        by_distance.sort_by_key(|id| Key::of_node(id).distance(&target));
+        net.down.insert(by_distance[0]);
+        let host = by_distance[20];
+        net.input(host, Input::Host { capsules: vec![capsule("echo")], addrs: Vec::new() });
+        assert!(!net.nodes[&host].table().contains(&by_distance[0]));
+        let homes = net.events.iter().find_map(|(n, e)| match e {
+            Event::Placed { homes, .. } if *n == host => Some(*homes),
+            _ => None,
+        });
+        assert_eq!(homes, Some(8), "the next closest stood in");
+    }
+
+    #[test]
+    fn messages_over_their_bounds_are_refused() {
+        let closer = vec![Contact(*key(1).node_id().key()); CONTACTS_PER_ANSWER_MAX + 1];
+        let err = Message::decode(&Message::Nodes { closer }.encode()).expect_err("too many contacts");
+        assert!(err.to_string().contains("closer"), "{err}");
+        let err = Message::decode(&Message::FindHosts { name: "not a name!".into() }.encode()).expect_err("bad name");
+        assert!(err.to_string().contains("name"), "{err}");
+        let mut bytes = Message::FindNode { target: Key([7; 32]) }.encode();
+        bytes.push(0);
+        assert!(Message::decode(&bytes).is_err(), "trailing bytes");
+        assert_eq!(
+            Message::decode(&Message::FindNode { target: Key([7; 32]) }.encode()).expect("decodes"),
+            Message::FindNode { target: Key([7; 32]) }
+        );
+    }
+}
