@@ -74,6 +74,11 @@ pub const PLACEMENT_OUTPUTS_MAX: usize = 4096;
 /// Lookups in flight at once; a resolve past it is answered [`Event::Unresolved`] at once.
 pub const LOOKUPS_MAX: usize = 64;
 
+/// A join lookup ends once this many times `k` nodes nearest the newcomer have answered:
+/// each of them that holds adverts the newcomer is nearer to hands them over, so a wider
+/// join finds more of the homes it takes over from.
+const JOIN_WIDTH: usize = 2;
+
 /// A place in the key space: SHA-256 of a node id or of a capsule name, domain-separated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -155,9 +160,11 @@ pub enum Message {
     /// Request: the adverts you hold for capsule `name`, or the nodes closest to it.
     FindHosts { name: String },
     /// Answer to `FindHosts`: what is held (possibly nothing) and closer nodes.
-    Hosts { adverts: Vec<Envelope>, closer: Vec<Contact> },
-    /// Request: hold these adverts for the names you are a home of.
-    Store { adverts: Vec<Envelope> },
+    Hosts { closer: Vec<Contact>, adverts: Vec<Envelope> },
+    /// Request: hold these adverts of `name`'s hosts (you are one of its homes). `homes`
+    /// are the nodes the sender knows to hold them or to be sent them, so the receiver
+    /// passes them on only to nodes nearer the name that are not among them.
+    Store { name: String, homes: Vec<Contact>, adverts: Vec<Envelope> },
     /// Answer to `Store`: how many of them are now held.
     Stored { held: u32 },
 }
@@ -180,23 +187,38 @@ impl Message {
 
     /// Decodes and bounds a message from a peer.
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let wire: Wire =
-            decode_versioned("placement message", bytes, PLACEMENT_MESSAGE_BYTES_MAX, PLACEMENT_VERSION, |w: &Wire| {
-                w.v
-            })?;
+        let wire: Wire = decode_versioned(
+            "placement message",
+            bytes,
+            PLACEMENT_MESSAGE_BYTES_MAX,
+            PLACEMENT_VERSION,
+            |w: &Wire| w.v,
+        )?;
         let invalid = |field: &'static str, reason: String| DecodeError::Invalid {
             what: "placement message",
             field,
             reason,
         };
         match &wire.m {
-            Message::Nodes { closer } | Message::Hosts { closer, .. } if closer.len() > CONTACTS_PER_ANSWER_MAX => {
-                return Err(invalid("closer", format!("{} contacts, at most {CONTACTS_PER_ANSWER_MAX}", closer.len())));
+            Message::Nodes { closer }
+            | Message::Hosts { closer, .. }
+            | Message::Store { homes: closer, .. }
+                if closer.len() > CONTACTS_PER_ANSWER_MAX =>
+            {
+                return Err(invalid(
+                    "closer",
+                    format!("{} contacts, at most {CONTACTS_PER_ANSWER_MAX}", closer.len()),
+                ));
             }
-            Message::Hosts { adverts, .. } | Message::Store { adverts } if adverts.len() > ADVERTS_PER_MESSAGE_MAX => {
-                return Err(invalid("adverts", format!("{} adverts, at most {ADVERTS_PER_MESSAGE_MAX}", adverts.len())));
+            Message::Hosts { adverts, .. } | Message::Store { adverts, .. }
+                if adverts.len() > ADVERTS_PER_MESSAGE_MAX =>
+            {
+                return Err(invalid(
+                    "adverts",
+                    format!("{} adverts, at most {ADVERTS_PER_MESSAGE_MAX}", adverts.len()),
+                ));
             }
-            Message::FindHosts { name } => {
+            Message::FindHosts { name } | Message::Store { name, .. } => {
                 if let Err(reason) = crate::names::check_capsule_name(name) {
                     return Err(invalid("name", reason));
                 }
@@ -398,6 +420,8 @@ enum Purpose {
 #[derive(Clone, Debug)]
 struct Lookup {
     target: Key,
+    /// How many closest nodes must have answered for the lookup to end.
+    width: usize,
     purpose: Purpose,
     candidates: BTreeMap<Distance, (NodeId, Ask)>,
     in_flight: usize,
@@ -405,9 +429,14 @@ struct Lookup {
 }
 
 impl Lookup {
-    fn new(target: Key, purpose: Purpose, seeds: impl IntoIterator<Item = (Distance, NodeId)>) -> Self {
+    fn new(
+        target: Key,
+        width: usize,
+        purpose: Purpose,
+        seeds: impl IntoIterator<Item = (Distance, NodeId)>,
+    ) -> Self {
         let candidates = seeds.into_iter().map(|(d, n)| (d, (n, Ask::New))).collect();
-        Self { target, purpose, candidates, in_flight: 0, asked: 0 }
+        Self { target, width, purpose, candidates, in_flight: 0, asked: 0 }
     }
 
     fn offer(&mut self, node: NodeId, local: &NodeId) {
@@ -428,11 +457,11 @@ impl Lookup {
         }
     }
 
-    /// The next nodes to ask: new candidates among the `k` closest that have not failed,
-    /// while fewer than `alpha` are in flight.
-    fn next(&mut self, k: usize, alpha: usize) -> Vec<NodeId> {
+    /// The next nodes to ask: new candidates among the `width` closest that have not
+    /// failed, while fewer than `alpha` are in flight.
+    fn next(&mut self, alpha: usize) -> Vec<NodeId> {
         let mut out = Vec::new();
-        for (node, ask) in self.candidates.values_mut().filter(|(_, a)| *a != Ask::Failed).take(k) {
+        for (node, ask) in self.candidates.values_mut().filter(|(_, a)| *a != Ask::Failed).take(self.width) {
             if self.in_flight + out.len() >= alpha {
                 break;
             }
@@ -446,10 +475,15 @@ impl Lookup {
         out
     }
 
-    /// Done when the `k` closest that have not failed have all answered.
-    fn is_done(&self, k: usize) -> bool {
+    /// Done when the `width` closest that have not failed have all answered.
+    fn is_done(&self) -> bool {
         self.in_flight == 0
-            && self.candidates.values().filter(|(_, a)| *a != Ask::Failed).take(k).all(|(_, a)| *a == Ask::Answered)
+            && self
+                .candidates
+                .values()
+                .filter(|(_, a)| *a != Ask::Failed)
+                .take(self.width)
+                .all(|(_, a)| *a == Ask::Answered)
     }
 
     fn answered(&self, k: usize) -> Vec<(Distance, NodeId)> {
@@ -665,17 +699,18 @@ impl PlacementNode {
             }
             return;
         }
-        let seeds = self.table.closest(&target, self.config.k);
+        let width = if matches!(purpose, Purpose::Join) { JOIN_WIDTH * self.config.k } else { self.config.k };
+        let seeds = self.table.closest(&target, width);
         let id = self.next_lookup;
         self.next_lookup += 1;
-        self.lookups.insert(id, Lookup::new(target, purpose, seeds));
+        self.lookups.insert(id, Lookup::new(target, width, purpose, seeds));
         self.step(now, id);
     }
 
     /// Sends a lookup's next asks, or finishes it.
     fn step(&mut self, now: Millis, id: u64) {
         let Some(lookup) = self.lookups.get_mut(&id) else { return };
-        let asks = lookup.next(self.config.k, self.config.alpha);
+        let asks = lookup.next(self.config.alpha);
         let target = lookup.target;
         let message = match &lookup.purpose {
             Purpose::Resolve { name } => Message::FindHosts { name: name.clone() },
@@ -685,7 +720,7 @@ impl PlacementNode {
             self.send(now, to, message.clone(), Waiting::Lookup { lookup: id, to });
         }
         let Some(lookup) = self.lookups.get(&id) else { return };
-        if lookup.is_done(self.config.k) || lookup.in_flight == 0 {
+        if lookup.is_done() || lookup.in_flight == 0 {
             if let Some(lookup) = self.lookups.remove(&id) {
                 self.finish(now, lookup);
             }
@@ -706,20 +741,29 @@ impl PlacementNode {
                 let Some((envelope, _)) = self.own.clone() else { return };
                 // This node is a home itself when it is closer than the k-th answering node.
                 let mine = self.key.distance(&lookup.target);
-                let self_home = closest.len() < self.config.k || closest.last().is_some_and(|(d, _)| mine < *d);
+                let self_home =
+                    closest.len() < self.config.k || closest.last().is_some_and(|(d, _)| mine < *d);
                 let homes: Vec<NodeId> =
                     closest.iter().map(|(_, n)| *n).take(self.config.k - usize::from(self_home)).collect();
                 let acked = usize::from(self_home);
                 if self_home {
-                    let _ = self.accept(now, &envelope, true);
+                    let _ = self.accept(now, &envelope, &name);
                 }
                 if homes.is_empty() {
                     self.push(Output::Event(Event::Placed { name, homes: acked }));
                     return;
                 }
                 self.placing.insert(name.clone(), (acked, homes.len()));
+                let mut listed: Vec<Contact> = homes.iter().map(|n| Contact(*n.key())).collect();
+                if self_home {
+                    listed.push(Contact(*self.id.key()));
+                }
                 for to in homes {
-                    let store = Message::Store { adverts: vec![envelope.clone()] };
+                    let store = Message::Store {
+                        name: name.clone(),
+                        homes: listed.clone(),
+                        adverts: vec![envelope.clone()],
+                    };
                     self.send(now, to, store, Waiting::Store { name: Some(name.clone()), to });
                 }
             }
@@ -729,25 +773,45 @@ impl PlacementNode {
     fn on_request(&mut self, now: Millis, from: NodeId, id: u64, message: Message) {
         let k = self.config.k;
         let contacts = |table: &RoutingTable, target: &Key| -> Vec<Contact> {
-            table.closest(target, k).into_iter().filter(|(_, n)| *n != from).map(|(_, n)| Contact(*n.key())).collect()
+            table
+                .closest(target, k)
+                .into_iter()
+                .filter(|(_, n)| *n != from)
+                .map(|(_, n)| Contact(*n.key()))
+                .collect()
         };
         let answer = match message {
             Message::FindNode { target } => Some(Message::Nodes { closer: contacts(&self.table, &target) }),
             Message::FindHosts { name } => {
                 let key = Key::of_name(&name);
-                let mut adverts: Vec<Envelope> =
-                    self.hosts_held(&key, now).map(|(_, h)| h.envelope.clone()).take(ADVERTS_PER_MESSAGE_MAX).collect();
+                let mut adverts: Vec<Envelope> = self
+                    .hosts_held(&key, now)
+                    .map(|(_, h)| h.envelope.clone())
+                    .take(ADVERTS_PER_MESSAGE_MAX)
+                    .collect();
                 if adverts.len() < ADVERTS_PER_MESSAGE_MAX
                     && let Some((envelope, advert)) = &self.own
                     && advert.hosts(&name).is_some()
                 {
                     adverts.push(envelope.clone());
                 }
-                Some(Message::Hosts { adverts, closer: contacts(&self.table, &key) })
+                Some(Message::Hosts { closer: contacts(&self.table, &key), adverts })
             }
-            Message::Store { adverts } => {
-                let held = adverts.iter().filter(|e| self.accept(now, e, false)).count();
-                Some(Message::Stored { held: u32::try_from(held).unwrap_or(u32::MAX) })
+            Message::Store { name, homes, adverts } => {
+                let mut fresh = Vec::new();
+                let mut held = 0u32;
+                for envelope in adverts {
+                    match self.accept(now, &envelope, &name) {
+                        Some(true) => {
+                            held += 1;
+                            fresh.push(envelope);
+                        }
+                        Some(false) => held += 1,
+                        None => {}
+                    }
+                }
+                self.pass_on(now, &name, from, &homes, fresh);
+                Some(Message::Stored { held })
             }
             // Answers are not requests: ignored.
             Message::Nodes { .. } | Message::Hosts { .. } | Message::Stored { .. } => None,
@@ -758,84 +822,111 @@ impl PlacementNode {
         self.observed(now, from);
     }
 
-    /// `node` asked or answered: into the table, and handed the adverts it is now a home of.
+    /// `node` asked or answered: into the table, and handed the adverts of every name held
+    /// here that it is closer to than this node. Homes follow joins this way: whichever of
+    /// a name's homes are farther from it than a newcomer hand it their adverts once they
+    /// meet it, and a newcomer meets the nodes around its own place, where the name's other
+    /// homes are, by its join lookup (which is twice as wide as the others for that). An
+    /// advert only ever moves towards its name, so a node that is no home does not spread
+    /// what it holds.
     fn observed(&mut self, now: Millis, node: NodeId) {
         if !self.table.observe(node) {
             return;
         }
         let node_key = Key::of_node(&node);
-        let k = self.config.k;
-        let mut handoff: Vec<Envelope> = Vec::new();
-        for key in self.held_names.keys() {
-            // Among the k closest to the name this node knows (itself included)?
-            let theirs = node_key.distance(key);
-            let closer_known = self.table.closest(key, k).iter().filter(|(d, n)| *d < theirs && *n != node).count()
-                + usize::from(self.key.distance(key) < theirs);
-            if closer_known < k {
-                handoff.extend(self.hosts_held(key, now).map(|(_, h)| h.envelope.clone()));
+        let mut handoff: Vec<(String, Vec<Envelope>)> = Vec::new();
+        for (key, name) in &self.held_names {
+            if node_key.distance(key) < self.key.distance(key) {
+                handoff.push((
+                    name.clone(),
+                    self.hosts_held(key, now).map(|(_, h)| h.envelope.clone()).collect(),
+                ));
             }
         }
-        for batch in handoff.chunks(ADVERTS_PER_MESSAGE_MAX) {
-            self.stats.handoffs += 1;
-            self.send(now, node, Message::Store { adverts: batch.to_vec() }, Waiting::Store { name: None, to: node });
+        for (name, adverts) in handoff {
+            for batch in adverts.chunks(ADVERTS_PER_MESSAGE_MAX) {
+                self.stats.handoffs += 1;
+                let homes = vec![Contact(*node.key()), Contact(*self.id.key())];
+                let store = Message::Store { name: name.clone(), homes, adverts: batch.to_vec() };
+                self.send(now, node, store, Waiting::Store { name: None, to: node });
+            }
         }
     }
 
-    /// Holds `envelope` for each of its names this node is a home of (`forced`: its own
-    /// placement found it is). True when anything was held.
-    fn accept(&mut self, now: Millis, envelope: &Envelope, forced: bool) -> bool {
+    /// Holds `envelope` under `name`, if it lists it. A store is taken from anyone: who is a
+    /// home is the storer's finding (its lookup, or a home handing over), which this node's
+    /// own view cannot overrule better; what a store can make it hold is bounded by
+    /// `hosts_per_name_max` and `records_max`, and only adverts whose signatures verify.
+    /// `Some(true)` when newly held, `Some(false)` when held already, `None` when not.
+    fn accept(&mut self, now: Millis, envelope: &Envelope, name: &str) -> Option<bool> {
         let Ok(advert) = self.verifier.peek_advert(envelope) else {
             self.stats.adverts_refused += 1;
-            return false;
+            return None;
         };
         let ttl = advert.ttl_ms.min(self.config.ttl_ms);
-        let expires_at =
-            now.plus(ttl).min(advert.issued_at.plus(ttl).plus(self.config.clock_skew_max_ms));
+        let expires_at = now.plus(ttl).min(advert.issued_at.plus(ttl).plus(self.config.clock_skew_max_ms));
         let host = NodeId::from_key(envelope.signer());
         if expires_at <= now || advert.issued_at > now.plus(self.config.clock_skew_max_ms) {
             self.stats.adverts_refused += 1;
-            return false;
+            return None;
         }
-        let mut verified = None;
-        let mut any = false;
-        for capsule in &advert.capsules {
-            let key = Key::of_name(&capsule.name);
-            if !forced && !self.is_home(&key) {
-                continue;
-            }
-            let held = self.held.get(&(key, host));
-            if held.is_some_and(|h| h.seq >= advert.seq) {
-                any |= held.is_some_and(|h| h.seq == advert.seq);
-                continue;
-            }
-            let full_name = self.hosts_held(&key, now).count() >= self.config.hosts_per_name_max;
-            if held.is_none() && (full_name || self.held.len() >= self.config.records_max) {
-                continue;
-            }
-            if !*verified.get_or_insert_with(|| self.verifier.verify(envelope)) {
-                self.stats.adverts_refused += 1;
-                return false;
-            }
-            let envelope = self.verifier.share(envelope.clone());
-            if let Some(old) = self.held.insert((key, host), Held { envelope, seq: advert.seq, expires_at }) {
-                self.expiries.remove(&(old.expires_at, key, host));
-            }
-            self.expiries.insert((expires_at, key, host));
-            self.held_names.entry(key).or_insert_with(|| capsule.name.clone());
-            self.stats.adverts_held += 1;
-            any = true;
+        if advert.hosts(name).is_none() {
+            self.stats.adverts_refused += 1;
+            return None;
         }
-        any
+        let key = Key::of_name(name);
+        let held = self.held.get(&(key, host));
+        if let Some(held) = held.filter(|h| h.seq >= advert.seq) {
+            return (held.seq == advert.seq).then_some(false);
+        }
+        let full_name = self.hosts_held(&key, now).count() >= self.config.hosts_per_name_max;
+        if held.is_none() && (full_name || self.held.len() >= self.config.records_max) {
+            return None;
+        }
+        if !self.verifier.verify(envelope) {
+            self.stats.adverts_refused += 1;
+            return None;
+        }
+        let envelope = self.verifier.share(envelope.clone());
+        if let Some(old) = self.held.insert((key, host), Held { envelope, seq: advert.seq, expires_at }) {
+            self.expiries.remove(&(old.expires_at, key, host));
+        }
+        self.expiries.insert((expires_at, key, host));
+        self.held_names.entry(key).or_insert_with(|| name.to_owned());
+        self.stats.adverts_held += 1;
+        Some(true)
     }
 
-    /// Whether this node may hold adverts for `key`: fewer than `2k` contacts it knows are
-    /// closer. A storer's view and ours differ (a contact we still list may be down, one it
-    /// found may be unknown here), so the window is wider than the `k` homes; it still keeps
-    /// a far node from being made to hold what is not its part.
-    fn is_home(&self, key: &Key) -> bool {
-        let mine = self.key.distance(key);
-        let window = 2 * self.config.k;
-        self.table.closest(key, window).iter().filter(|(d, _)| *d < mine).count() < window
+    /// Passes adverts just taken for `name` on to the nodes this node knows that are nearer
+    /// the name than it, among the `k` nearest, and not in `homes` (nor `from`): the storer
+    /// may not have known them (its lookup ended early, or they joined since).
+    fn pass_on(&mut self, now: Millis, name: &str, from: NodeId, homes: &[Contact], fresh: Vec<Envelope>) {
+        if fresh.is_empty() {
+            return;
+        }
+        let key = Key::of_name(name);
+        let mine = self.key.distance(&key);
+        let listed = |n: &NodeId| *n == from || homes.iter().any(|c| c.node() == *n);
+        let targets: Vec<NodeId> = self
+            .table
+            .closest(&key, self.config.k)
+            .into_iter()
+            .filter(|(d, n)| *d < mine && !listed(n))
+            .map(|(_, n)| n)
+            .collect();
+        if targets.is_empty() {
+            return;
+        }
+        let mut known: Vec<Contact> = homes.to_vec();
+        known.extend(targets.iter().map(|n| Contact(*n.key())));
+        known.push(Contact(*self.id.key()));
+        known.truncate(CONTACTS_PER_ANSWER_MAX);
+        for to in targets {
+            self.stats.handoffs += 1;
+            let store =
+                Message::Store { name: name.to_owned(), homes: known.clone(), adverts: fresh.clone() };
+            self.send(now, to, store, Waiting::Store { name: None, to });
+        }
     }
 
     fn on_response(&mut self, now: Millis, id: u64, message: Message) {
@@ -847,7 +938,7 @@ impl PlacementNode {
                 self.observed(now, to);
                 let (closer, adverts) = match message {
                     Message::Nodes { closer } => (closer, Vec::new()),
-                    Message::Hosts { adverts, closer } => (closer, adverts),
+                    Message::Hosts { closer, adverts } => (closer, adverts),
                     _ => (Vec::new(), Vec::new()),
                 };
                 let Some(state) = self.lookups.get_mut(&lookup) else { return };
@@ -1088,7 +1179,9 @@ mod tests {
         let ids = net.ids();
         net.input(ids[3], Input::Resolve { name: "nobody".into() });
         assert!(
-            net.events.iter().any(|(_, e)| matches!(e, Event::Unresolved { name, busy: false, .. } if name == "nobody"))
+            net.events
+                .iter()
+                .any(|(_, e)| matches!(e, Event::Unresolved { name, busy: false, .. } if name == "nobody"))
         );
         net.input(ids[3], Input::Host { capsules: vec![capsule("late")], addrs: Vec::new() });
         // Newcomers join; those now among the name's closest must receive the advert.
@@ -1119,7 +1212,18 @@ mod tests {
         bytes[at] = b'f';
         let forged = Envelope::decode(&bytes).expect("still an envelope");
         for id in &ids {
-            net.input(*id, Input::Request { from: ids[0], id: 9, message: Message::Store { adverts: vec![forged.clone()] } });
+            net.input(
+                *id,
+                Input::Request {
+                    from: ids[0],
+                    id: 9,
+                    message: Message::Store {
+                        name: "fcho".into(),
+                        homes: Vec::new(),
+                        adverts: vec![forged.clone()],
+                    },
+                },
+            );
         }
         assert!(ids.iter().all(|id| net.nodes[id].held_len() == 0));
     }
@@ -1147,7 +1251,8 @@ mod tests {
         let closer = vec![Contact(*key(1).node_id().key()); CONTACTS_PER_ANSWER_MAX + 1];
         let err = Message::decode(&Message::Nodes { closer }.encode()).expect_err("too many contacts");
         assert!(err.to_string().contains("closer"), "{err}");
-        let err = Message::decode(&Message::FindHosts { name: "not a name!".into() }.encode()).expect_err("bad name");
+        let err = Message::decode(&Message::FindHosts { name: "not a name!".into() }.encode())
+            .expect_err("bad name");
         assert!(err.to_string().contains("name"), "{err}");
         let mut bytes = Message::FindNode { target: Key([7; 32]) }.encode();
         bytes.push(0);

@@ -5,11 +5,14 @@
 //! times a second. This is the multiply-rotate "Fx" hash used inside rustc. Maps hashed with
 //! it are only ever looked up, never iterated, so their order cannot reach a run's results.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// A `HashMap` with [`FxHasher`].
 pub type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+/// A `HashSet` with [`FxHasher`].
+pub type FxHashSet<T> = HashSet<T, BuildHasherDefault<FxHasher>>;
 
 /// The Fx hash state.
 #[derive(Clone, Copy, Debug, Default)]

@@ -27,6 +27,7 @@
 pub mod check;
 pub mod engine;
 pub mod fxhash;
+pub mod placement;
 pub mod report;
 pub mod rng;
 pub mod scenario;

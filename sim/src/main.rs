@@ -60,6 +60,20 @@ enum Command {
         #[arg(long)]
         jobs: Option<usize>,
     },
+    /// A cold start of hash placement (the directory that keeps each name's adverts at
+    /// its k closest nodes, not at every node) over the scenario's nodes, regions, latency
+    /// and join spread; prints how long placement and resolves took (JSON with --json).
+    /// Faults are refused: this world models none yet.
+    ///
+    ///   murmur-sim placement formation-10k              # 10,000 nodes
+    ///   murmur-sim placement formation-10k --nodes 2000
+    #[command(verbatim_doc_comment)]
+    Placement {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// The scale benchmark: `steady-10k` (a steady mesh with churn, departures by notice,
     /// rare refresh) at growing sizes, one run at a time, and side by side at the smaller
     /// sizes the baseline protocol, liveness by refresh (30 s refresh, 90 s TTL, no
@@ -118,6 +132,7 @@ fn main() -> ExitCode {
     let code = match cli.command {
         Command::Run { common, seed } => run(&common, seed),
         Command::Sweep { common, seeds, jobs } => sweep(&common, &seeds, jobs),
+        Command::Placement { common, seed } => placement(&common, seed),
         Command::Scale { sizes, baseline_sizes, seed, json } => scale(&sizes, &baseline_sizes, seed, json),
     };
     ExitCode::from(code)
@@ -219,6 +234,34 @@ fn run(common: &Common, seed: u64) -> u8 {
         }
     } else {
         print!("{}", outcome.describe(&scenario, &repro(common, &path, seed)));
+    }
+    outcome.exit_code
+}
+
+fn placement(common: &Common, seed: u64) -> u8 {
+    let (scenario, _) = match load(common) {
+        Ok(loaded) => loaded,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return exit::USAGE;
+        }
+    };
+    if common.canary || common.plant.is_some() {
+        eprintln!("error: placement runs take no --canary or --plant yet");
+        return exit::USAGE;
+    }
+    let sim = match murmur_sim::placement::PlacementSim::new(scenario, seed) {
+        Ok(sim) => sim,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return exit::USAGE;
+        }
+    };
+    let outcome = sim.run();
+    if common.json {
+        println!("{}", serde_json::to_string(&outcome).unwrap_or_default());
+    } else {
+        print!("{}", outcome.describe());
     }
     outcome.exit_code
 }

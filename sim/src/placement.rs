@@ -1,0 +1,731 @@
+//! `murmur-sim placement`: a cold start of hash placement ([`murmur_protocol::placement`]),
+//! the directory that keeps (name, host) adverts at the name's `k` closest nodes instead
+//! of at every node, over the same modelled world as the gossip directory's runs.
+//!
+//! A scenario's node count, regions, latency matrix, jitter, join spread, duration and
+//! capsules per node are read as for the gossip mesh (the same names, the same hosts per
+//! name), so `formation-10k` compares like with like. What this world models: one-way
+//! latency per region pair plus jitter, a dial (one round trip more) the first time two
+//! nodes talk, every message encoded by the sender and strictly decoded by the receiver
+//! with the shipping codec, and its bytes folded into the trace hash. Not modelled here:
+//! loss, partitions, crashes and bandwidth (the scenario's faults are refused, not
+//! ignored).
+//!
+//! Checks:
+//! - safety: every host a resolve returns does host the name (adverts are verified by the
+//!   nodes; this checks the checks);
+//! - placement: once a second after the last join, every (name, host) advert must be held
+//!   by a majority of the `k` nodes closest to the name among the nodes that have started,
+//!   within the scenario's liveness bound (that a resolve finds it takes one; the report
+//!   gives how many adverts reached all `k`, and when);
+//! - resolves: a started node resolves a random placed name every `query_interval_ms`;
+//!   each one issued after the last join must find a host.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use murmur_protocol::advert::HostedCapsule;
+use murmur_protocol::placement::{
+    Event as PlaceEvent, Input, Key, Message, Output, PlacementConfig, PlacementNode,
+};
+use murmur_protocol::verify::Verifier;
+use murmur_protocol::{Millis, NodeId, SecretKey};
+use serde::Serialize;
+
+use crate::engine::EventQueue;
+use crate::fxhash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use crate::report::{exit, quantile};
+use crate::rng::SimRng;
+use crate::scenario::Scenario;
+use crate::trace::TraceHash;
+use crate::verifier::SharedVerifier;
+
+type Ix = u32;
+
+/// How long after its start a host's adverts are expected at their homes before a check
+/// counts them: the lookup's rounds and the stores' round trip.
+const SETTLE_MS: u64 = 2_000;
+
+#[derive(Debug)]
+enum Ev {
+    Start(Ix),
+    Request { to: Ix, from: Ix, id: u64, bytes: Vec<u8> },
+    Response { to: Ix, id: u64, bytes: Vec<u8> },
+    Failed { to: Ix, id: u64 },
+    Wake(Ix),
+    Query,
+    Check,
+}
+
+#[derive(Debug)]
+struct Node {
+    id: NodeId,
+    key: Key,
+    region: usize,
+    machine: PlacementNode,
+    started_at: Option<u64>,
+    joined: bool,
+    names: Vec<String>,
+    /// When each name's advert was acknowledged by its homes.
+    placed: Vec<Option<u64>>,
+    wake: Option<u64>,
+    rng: SimRng,
+}
+
+/// Everything a run reports.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PlacementOutcome {
+    pub scenario: String,
+    pub seed: u64,
+    pub nodes: usize,
+    pub duration_s: u64,
+    pub k: usize,
+    pub verdict: String,
+    pub exit_code: u8,
+    pub findings: Vec<String>,
+    pub trace_hash: String,
+    pub wall_ms: f64,
+    pub events: u64,
+    pub events_per_sec: f64,
+    pub messages_per_node_per_sec: f64,
+    pub bytes_per_node_per_sec: f64,
+    /// (name, host) adverts acknowledged by at least one home.
+    pub placed: usize,
+    /// From a host's start to its advert acknowledged by the homes, per (name, host).
+    pub placed_p50_ms: u64,
+    pub placed_p99_ms: u64,
+    pub placed_max_ms: u64,
+    /// The first check at which every advert was at a majority of its homes, after the
+    /// last join (`None`: never within the run).
+    pub majority_after_last_join_ms: Option<u64>,
+    /// The same for all `k` of its homes.
+    pub all_after_last_join_ms: Option<u64>,
+    /// Adverts at all `k` homes and at a majority of them at the end, of those expected.
+    pub all_homes_at_end: usize,
+    pub majority_at_end: usize,
+    pub expected_at_end: usize,
+    pub resolves: usize,
+    pub resolves_failed: usize,
+    pub resolve_p50_ms: u64,
+    pub resolve_p99_ms: u64,
+    pub resolve_requests_p50: u64,
+    pub resolve_requests_p99: u64,
+    pub table_mean: f64,
+    pub table_max: usize,
+    pub held_mean: f64,
+    pub held_max: usize,
+}
+
+#[derive(Debug, Default)]
+struct Placement {
+    all: usize,
+    majority: usize,
+    expected: usize,
+    example: Option<String>,
+}
+
+/// One run of hash placement.
+#[derive(Debug)]
+pub struct PlacementSim {
+    scenario: Scenario,
+    seed: u64,
+    config: PlacementConfig,
+    nodes: Vec<Node>,
+    by_id: HashMap<NodeId, Ix>,
+    /// Nodes by key, for the true homes of a name.
+    sorted: Vec<(Key, Ix)>,
+    started: Vec<Ix>,
+    queue: EventQueue<Ev>,
+    now: u64,
+    connected: HashSet<(Ix, Ix)>,
+    hosts: BTreeMap<String, Vec<Ix>>,
+    asking: HashMap<(Ix, String), u64>,
+    rng: SimRng,
+    trace: TraceHash,
+    events: u64,
+    messages: u64,
+    bytes: u64,
+    placed_ms: Vec<u64>,
+    majority_at: Option<u64>,
+    all_at: Option<u64>,
+    resolve_ms: Vec<u64>,
+    resolve_asked: Vec<u64>,
+    resolves: usize,
+    resolves_failed: usize,
+    findings: Vec<String>,
+    safety: bool,
+}
+
+impl PlacementSim {
+    /// A run of `scenario` with `seed`; refused when the scenario asks for what this world
+    /// does not model.
+    pub fn new(scenario: Scenario, seed: u64) -> Result<Self, String> {
+        if !scenario.faults.is_empty() {
+            return Err(format!(
+                "{} has faults; the placement world models none yet (no loss, partitions or crashes): use a fault-free scenario such as formation-10k",
+                scenario.name
+            ));
+        }
+        if scenario.network.loss > 0.0 || scenario.network.duplicate > 0.0 {
+            return Err(format!(
+                "{} sets network loss or duplication, which the placement world does not model",
+                scenario.name
+            ));
+        }
+        if scenario.topology.warm_start {
+            return Err(format!("{} is a warm start; placement runs are cold starts", scenario.name));
+        }
+        let verifier: Arc<dyn Verifier> = Arc::new(SharedVerifier::default());
+        let config = PlacementConfig {
+            ttl_ms: scenario.protocol.ttl_s * 1000,
+            clock_skew_max_ms: scenario.protocol.clock_skew_max_s * 1000,
+            republish_ms: scenario.protocol.refresh_s.max(1) * 1000,
+            request_timeout_ms: scenario.topology.request_timeout_ms.max(1),
+            ..PlacementConfig::default()
+        };
+        let n = scenario.nodes;
+        let per = scenario.workload.capsules_per_node;
+        let pool = (n * per / 3).max(1);
+        let names: Vec<String> = (0..pool).map(|i| format!("svc-{i}")).collect();
+        let regions = &scenario.network.regions;
+        let total: f64 = regions.iter().map(|r| r.share.max(0.0)).sum();
+        let mut nodes = Vec::with_capacity(n);
+        let mut by_id = HashMap::default();
+        let mut hosts: BTreeMap<String, Vec<Ix>> = BTreeMap::new();
+        for ix in 0..n {
+            let mut rng = SimRng::stream(seed, &format!("node/{ix}"));
+            let secret = SecretKey::from_seed(rng.bytes32());
+            let mut x = rng.unit() * total;
+            let region = regions
+                .iter()
+                .position(|r| {
+                    x -= r.share.max(0.0);
+                    x < 0.0
+                })
+                .unwrap_or(regions.len().saturating_sub(1));
+            let mut hosted: Vec<String> =
+                (0..per).map(|k| names[(ix * per + k * 7) % pool].clone()).collect();
+            hosted.sort();
+            hosted.dedup();
+            for name in &hosted {
+                hosts.entry(name.clone()).or_default().push(ix as Ix);
+            }
+            let machine = PlacementNode::new(secret, config.clone(), verifier.clone());
+            let id = machine.id();
+            by_id.insert(id, ix as Ix);
+            nodes.push(Node {
+                id,
+                key: Key::of_node(&id),
+                region,
+                machine,
+                started_at: None,
+                joined: false,
+                placed: vec![None; hosted.len()],
+                names: hosted,
+                wake: None,
+                rng,
+            });
+        }
+        let mut sim = Self {
+            config,
+            nodes,
+            by_id,
+            sorted: Vec::new(),
+            started: Vec::new(),
+            queue: EventQueue::default(),
+            now: 0,
+            connected: HashSet::default(),
+            hosts,
+            asking: HashMap::default(),
+            rng: SimRng::stream(seed, "placement/world"),
+            trace: TraceHash::default(),
+            events: 0,
+            messages: 0,
+            bytes: 0,
+            placed_ms: Vec::new(),
+            majority_at: None,
+            all_at: None,
+            resolve_ms: Vec::new(),
+            resolve_asked: Vec::new(),
+            resolves: 0,
+            resolves_failed: 0,
+            findings: Vec::new(),
+            safety: false,
+            seed,
+            scenario,
+        };
+        let spread_ms = sim.scenario.topology.join_spread_s * 1000;
+        let mut starts = SimRng::stream(seed, "starts");
+        for ix in 0..n {
+            let at = starts.between(0, spread_ms);
+            sim.queue.push(at, Ev::Start(ix as Ix));
+        }
+        if sim.scenario.workload.query_interval_ms > 0 {
+            sim.queue.push(sim.scenario.workload.query_interval_ms, Ev::Query);
+        }
+        sim.queue.push(spread_ms + 1000, Ev::Check);
+        Ok(sim)
+    }
+
+    /// Runs to the end and judges.
+    pub fn run(mut self) -> PlacementOutcome {
+        let wall = Instant::now();
+        let end = self.scenario.duration_s * 1000;
+        while let Some((at, event)) = self.queue.pop_until(end) {
+            self.now = at;
+            self.events += 1;
+            self.dispatch(event);
+        }
+        self.judge(wall.elapsed().as_secs_f64() * 1000.0)
+    }
+
+    fn dispatch(&mut self, event: Ev) {
+        match event {
+            Ev::Start(ix) => {
+                self.trace.record(1, self.now, u64::from(ix), 0);
+                let want = self.scenario.topology.bootstrap_peers.max(1).min(self.started.len());
+                let mut bootstrap = Vec::with_capacity(want);
+                while bootstrap.len() < want {
+                    let pick =
+                        self.started[self.nodes[ix as usize].rng.below(self.started.len() as u64) as usize];
+                    let id = self.nodes[pick as usize].id;
+                    if !bootstrap.contains(&id) {
+                        bootstrap.push(id);
+                    }
+                }
+                let node = &mut self.nodes[ix as usize];
+                node.started_at = Some(self.now);
+                let position = self.sorted.partition_point(|(k, _)| *k < node.key);
+                self.sorted.insert(position, (node.key, ix));
+                self.started.push(ix);
+                self.input(ix, Input::Start { bootstrap });
+                // Placing starts with the join, from the bootstrap contacts: its lookups
+                // find the name's homes as the join finds the newcomer's neighbours.
+                let node = &self.nodes[ix as usize];
+                let capsules = node
+                    .names
+                    .iter()
+                    .map(|name| HostedCapsule { name: name.clone(), digest: None, version: "1.0.0".into() })
+                    .collect();
+                let addrs = vec![format!("/ip4/10.{}.0.1/tcp/4001", node.region)];
+                self.input(ix, Input::Host { capsules, addrs });
+            }
+            Ev::Request { to, from, id, bytes } => {
+                self.trace.record(2, self.now, u64::from(to), id);
+                self.trace.bytes(&bytes);
+                let message =
+                    Message::decode(&bytes).expect("a placement message the sender encoded decodes");
+                let from = self.nodes[from as usize].id;
+                self.input(to, Input::Request { from, id, message });
+            }
+            Ev::Response { to, id, bytes } => {
+                self.trace.record(3, self.now, u64::from(to), id);
+                self.trace.bytes(&bytes);
+                let message =
+                    Message::decode(&bytes).expect("a placement answer the responder encoded decodes");
+                self.input(to, Input::Response { id, message });
+            }
+            Ev::Failed { to, id } => {
+                self.trace.record(4, self.now, u64::from(to), id);
+                self.input(to, Input::Failed { id });
+            }
+            Ev::Wake(ix) => {
+                if self.nodes[ix as usize].wake == Some(self.now) {
+                    self.nodes[ix as usize].wake = None;
+                    self.input(ix, Input::Tick);
+                }
+            }
+            Ev::Query => self.query(),
+            Ev::Check => self.check(),
+        }
+    }
+
+    fn input(&mut self, ix: Ix, input: Input) {
+        let now = Millis(self.now);
+        let node = &mut self.nodes[ix as usize];
+        node.machine.handle(now, input);
+        while let Some(output) = self.nodes[ix as usize].machine.poll_output() {
+            self.carry_out(ix, output);
+        }
+        let node = &mut self.nodes[ix as usize];
+        if let Some(at) = node.machine.poll_timeout().map(|t| t.0.max(self.now + 1))
+            && node.wake.is_none_or(|w| at < w)
+        {
+            node.wake = Some(at);
+            self.queue.push(at, Ev::Wake(ix));
+        }
+    }
+
+    /// One-way delay from `a` to `b`, with the dial's round trip the first time they talk.
+    fn delay(&mut self, a: Ix, b: Ix) -> u64 {
+        let (ra, rb) = (self.nodes[a as usize].region, self.nodes[b as usize].region);
+        let base = self.scenario.network.latency_ms[ra][rb];
+        let jitter = self.scenario.network.jitter_ms;
+        let mut delay = base + if jitter > 0 { self.rng.below(jitter + 1) } else { 0 };
+        if self.connected.insert((a.min(b), a.max(b))) {
+            delay += 2 * base;
+        }
+        delay.max(1)
+    }
+
+    fn carry_out(&mut self, ix: Ix, output: Output) {
+        match output {
+            Output::Request { to, id, message } => {
+                let Some(&peer) = self.by_id.get(&to) else {
+                    self.queue.push(self.now + self.config.request_timeout_ms, Ev::Failed { to: ix, id });
+                    return;
+                };
+                if self.nodes[peer as usize].started_at.is_none() {
+                    // Not listening yet: the dial fails after the timeout.
+                    self.queue.push(self.now + self.config.request_timeout_ms, Ev::Failed { to: ix, id });
+                    return;
+                }
+                let bytes = message.encode();
+                self.messages += 1;
+                self.bytes += bytes.len() as u64;
+                let at = self.now + self.delay(ix, peer);
+                self.queue.push(at, Ev::Request { to: peer, from: ix, id, bytes });
+            }
+            Output::Respond { to, id, message } => {
+                let Some(&peer) = self.by_id.get(&to) else { return };
+                let bytes = message.encode();
+                self.messages += 1;
+                self.bytes += bytes.len() as u64;
+                let at = self.now + self.delay(ix, peer);
+                self.queue.push(at, Ev::Response { to: peer, id, bytes });
+            }
+            Output::Event(event) => self.on_event(ix, event),
+        }
+    }
+
+    fn on_event(&mut self, ix: Ix, event: PlaceEvent) {
+        let node = &mut self.nodes[ix as usize];
+        match event {
+            PlaceEvent::Joined { .. } => node.joined = true,
+            PlaceEvent::Placed { name, homes } => {
+                if let Some(at) = node.names.iter().position(|n| *n == name)
+                    && node.placed[at].is_none()
+                    && homes > 0
+                {
+                    node.placed[at] = Some(self.now);
+                    self.placed_ms.push(self.now - node.started_at.unwrap_or(0));
+                }
+            }
+            PlaceEvent::Resolved { name, hosts, asked } => {
+                let Some(since) = self.asking.remove(&(ix, name.clone())) else { return };
+                self.resolve_ms.push(self.now - since);
+                self.resolve_asked.push(asked as u64);
+                let truth = self.hosts.get(&name);
+                for host in &hosts {
+                    let real = self.by_id.get(host).is_some_and(|h| truth.is_some_and(|t| t.contains(h)));
+                    if !real && self.findings.len() < 20 {
+                        self.safety = true;
+                        self.findings.push(format!(
+                            "safety: a resolve of {name} returned {host}, which does not host it"
+                        ));
+                    }
+                }
+            }
+            PlaceEvent::Unresolved { name, .. } => {
+                let Some(since) = self.asking.remove(&(ix, name.clone())) else { return };
+                if since >= self.liveness_from() {
+                    self.resolves_failed += 1;
+                    if self.findings.len() < 20 {
+                        self.findings.push(format!(
+                            "liveness: node {ix} could not resolve {name} at {since} ms though its hosts had placed it"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+
+    fn liveness_from(&self) -> u64 {
+        self.scenario.topology.join_spread_s * 1000 + SETTLE_MS
+    }
+
+    /// A started, joined node resolves a name some started host has placed.
+    fn query(&mut self) {
+        self.queue.push(self.now + self.scenario.workload.query_interval_ms, Ev::Query);
+        if self.started.is_empty() {
+            return;
+        }
+        let asker = self.started[self.rng.below(self.started.len() as u64) as usize];
+        let host = self.started[self.rng.below(self.started.len() as u64) as usize];
+        let node = &self.nodes[host as usize];
+        let placed: Vec<&String> =
+            node.names.iter().zip(&node.placed).filter(|(_, p)| p.is_some()).map(|(n, _)| n).collect();
+        if placed.is_empty() || !self.nodes[asker as usize].joined {
+            return;
+        }
+        let name = placed[self.rng.below(placed.len() as u64) as usize].clone();
+        if self.asking.contains_key(&(asker, name.clone())) {
+            return;
+        }
+        self.resolves += 1;
+        self.asking.insert((asker, name.clone()), self.now);
+        self.input(asker, Input::Resolve { name });
+    }
+
+    /// The `k` started nodes closest to `key`.
+    fn homes(&self, key: &Key) -> Vec<Ix> {
+        let k = self.config.k;
+        let sorted = &self.sorted;
+        if sorted.len() <= k {
+            return sorted.iter().map(|(_, ix)| *ix).collect();
+        }
+        // Nodes sharing the first `bits` bits with `key` are one run of the sorted keys; the
+        // k closest are in the longest such run that still has k nodes.
+        let run = |bits: usize| {
+            let mut lo = key.0;
+            let mut hi = key.0;
+            for bit in bits..256 {
+                let (byte, mask) = (bit / 8, 0x80u8 >> (bit % 8));
+                lo[byte] &= !mask;
+                hi[byte] |= mask;
+            }
+            let a = sorted.partition_point(|(k, _)| k.0 < lo);
+            let b = sorted.partition_point(|(k, _)| k.0 <= hi);
+            a..b
+        };
+        let mut bits = 0;
+        while bits < 256 && run(bits + 1).len() >= k {
+            bits += 1;
+        }
+        let mut candidates: Vec<_> = sorted[run(bits)].iter().map(|(k, ix)| (k.distance(key), *ix)).collect();
+        candidates.sort_unstable();
+        candidates.into_iter().take(k).map(|(_, ix)| ix).collect()
+    }
+
+    /// Adverts of hosts started `SETTLE_MS` ago: how many are at all their homes, at a
+    /// majority of them, and of how many; and one that is not at a majority.
+    fn placement(&self) -> Placement {
+        let settled = self.now.saturating_sub(SETTLE_MS);
+        let mut out = Placement::default();
+        for (name, hosts) in &self.hosts {
+            let homes = self.homes(&Key::of_name(name));
+            for &host in hosts {
+                let node = &self.nodes[host as usize];
+                if node.started_at.is_none_or(|s| s > settled) {
+                    continue;
+                }
+                out.expected += 1;
+                let holding =
+                    homes.iter().filter(|&&h| self.nodes[h as usize].machine.holds(name, &node.id)).count();
+                out.all += usize::from(holding == homes.len());
+                if 2 * holding > homes.len() {
+                    out.majority += 1;
+                } else if out.example.is_none() {
+                    out.example = Some(format!(
+                        "{name} of node {host} is held by {holding} of its {} homes",
+                        homes.len()
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    fn check(&mut self) {
+        self.queue.push(self.now + 1000, Ev::Check);
+        if self.all_at.is_some() || self.now < self.liveness_from() {
+            return;
+        }
+        let placement = self.placement();
+        if placement.expected > 0 && placement.majority == placement.expected {
+            self.majority_at.get_or_insert(self.now);
+        }
+        if placement.expected > 0 && placement.all == placement.expected {
+            self.all_at = Some(self.now);
+        }
+    }
+
+    fn judge(mut self, wall_ms: f64) -> PlacementOutcome {
+        let placement = self.placement();
+        let spread_ms = self.scenario.topology.join_spread_s * 1000;
+        let bound_ms = self.scenario.check.liveness_bound_s * 1000;
+        let mut liveness = self.resolves_failed > 0;
+        let placed_in_time = self.majority_at.is_some_and(|at| at <= spread_ms + bound_ms);
+        if !placed_in_time {
+            liveness = true;
+            self.findings.push(format!(
+                "liveness: {} of {} adverts at a majority of their homes at the end; not all within {} s of the last join{}",
+                placement.majority,
+                placement.expected,
+                self.scenario.check.liveness_bound_s,
+                placement.example.clone().map(|e| format!(" (for one: {e})")).unwrap_or_default()
+            ));
+        }
+        if self.resolves == 0 {
+            liveness = true;
+            self.findings.push("vacuous: no resolve was asked".into());
+        }
+        let (verdict, exit_code) = if self.safety {
+            ("safety", exit::SAFETY)
+        } else if liveness {
+            ("liveness", exit::LIVENESS)
+        } else {
+            ("pass", exit::PASS)
+        };
+        self.placed_ms.sort_unstable();
+        self.resolve_ms.sort_unstable();
+        self.resolve_asked.sort_unstable();
+        let started: Vec<&Node> = self.nodes.iter().filter(|n| n.started_at.is_some()).collect();
+        let count = started.len().max(1) as f64;
+        let duration_s = self.scenario.duration_s.max(1) as f64;
+        let n = self.scenario.nodes.max(1) as f64;
+        PlacementOutcome {
+            scenario: self.scenario.name.clone(),
+            seed: self.seed,
+            nodes: self.scenario.nodes,
+            duration_s: self.scenario.duration_s,
+            k: self.config.k,
+            verdict: verdict.into(),
+            exit_code,
+            findings: self.findings,
+            trace_hash: self.trace.hex(),
+            wall_ms,
+            events: self.events,
+            events_per_sec: self.events as f64 / (wall_ms / 1000.0).max(1e-9),
+            messages_per_node_per_sec: self.messages as f64 / n / duration_s,
+            bytes_per_node_per_sec: self.bytes as f64 / n / duration_s,
+            placed: self.placed_ms.len(),
+            placed_p50_ms: quantile(&self.placed_ms, 0.5),
+            placed_p99_ms: quantile(&self.placed_ms, 0.99),
+            placed_max_ms: self.placed_ms.last().copied().unwrap_or(0),
+            majority_after_last_join_ms: self.majority_at.map(|at| at.saturating_sub(spread_ms)),
+            all_after_last_join_ms: self.all_at.map(|at| at.saturating_sub(spread_ms)),
+            all_homes_at_end: placement.all,
+            majority_at_end: placement.majority,
+            expected_at_end: placement.expected,
+            resolves: self.resolves,
+            resolves_failed: self.resolves_failed,
+            resolve_p50_ms: quantile(&self.resolve_ms, 0.5),
+            resolve_p99_ms: quantile(&self.resolve_ms, 0.99),
+            resolve_requests_p50: quantile(&self.resolve_asked, 0.5),
+            resolve_requests_p99: quantile(&self.resolve_asked, 0.99),
+            table_mean: started.iter().map(|n| n.machine.table().len()).sum::<usize>() as f64 / count,
+            table_max: started.iter().map(|n| n.machine.table().len()).max().unwrap_or(0),
+            held_mean: started.iter().map(|n| n.machine.held_len()).sum::<usize>() as f64 / count,
+            held_max: started.iter().map(|n| n.machine.held_len()).max().unwrap_or(0),
+        }
+    }
+}
+
+impl PlacementOutcome {
+    /// The text report.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        let mut out = format!(
+            "{} seed {} (hash placement, k {}): {} — {} nodes, {} s simulated in {:.0} ms ({:.0} events/s), trace {}\n",
+            self.scenario,
+            self.seed,
+            self.k,
+            self.verdict,
+            self.nodes,
+            self.duration_s,
+            self.wall_ms,
+            self.events_per_sec,
+            &self.trace_hash[..16.min(self.trace_hash.len())]
+        );
+        out.push_str(&format!(
+            "  placed: {} (name, host) adverts acknowledged by their homes p50 {} ms p99 {} ms max {} ms after the host started\n",
+            self.placed,
+            self.placed_p50_ms,
+            self.placed_p99_ms,
+            self.placed_max_ms
+        ));
+        let when = |at: Option<u64>| {
+            at.map_or_else(|| "not within the run".to_owned(), |ms| format!("{ms} ms after the last join"))
+        };
+        out.push_str(&format!(
+            "  every advert at a majority of its {} homes: {}; at all of them: {} (checked each second); at the end {} of {} at all {}, {} at a majority\n",
+            self.k,
+            when(self.majority_after_last_join_ms),
+            when(self.all_after_last_join_ms),
+            self.all_homes_at_end,
+            self.expected_at_end,
+            self.k,
+            self.majority_at_end
+        ));
+        out.push_str(&format!(
+            "  resolves: {} asked, {} failed after the last join; p50 {} ms p99 {} ms, {} / {} requests (p50 / p99)\n",
+            self.resolves,
+            self.resolves_failed,
+            self.resolve_p50_ms,
+            self.resolve_p99_ms,
+            self.resolve_requests_p50,
+            self.resolve_requests_p99
+        ));
+        out.push_str(&format!(
+            "  per node: {:.1} contacts (max {}), {:.1} adverts held (max {}), {:.1} msgs and {:.0} bytes per s\n",
+            self.table_mean,
+            self.table_max,
+            self.held_mean,
+            self.held_max,
+            self.messages_per_node_per_sec,
+            self.bytes_per_node_per_sec
+        ));
+        for finding in &self.findings {
+            out.push_str(&format!("  {finding}\n"));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario(nodes: usize) -> Scenario {
+        let mut s = Scenario { nodes, duration_s: 40, ..Scenario::default() };
+        s.topology.join_spread_s = 10;
+        s.check.liveness_bound_s = 20;
+        s
+    }
+
+    #[test]
+    fn a_small_cold_start_places_every_advert_and_resolves_every_name() {
+        let outcome = PlacementSim::new(scenario(200), 3).expect("a fault-free scenario").run();
+        assert_eq!(outcome.exit_code, 0, "{}", outcome.describe());
+        assert_eq!(outcome.majority_at_end, outcome.expected_at_end);
+        assert!(outcome.resolves > 50, "{}", outcome.describe());
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_trace() {
+        let a = PlacementSim::new(scenario(100), 9).expect("runs").run();
+        let b = PlacementSim::new(scenario(100), 9).expect("runs").run();
+        let c = PlacementSim::new(scenario(100), 10).expect("runs").run();
+        assert_eq!(a.trace_hash, b.trace_hash);
+        assert_ne!(a.trace_hash, c.trace_hash);
+    }
+
+    #[test]
+    fn homes_are_the_k_closest_started_nodes() {
+        let sim = PlacementSim::new(scenario(300), 1).expect("runs");
+        let mut sim = sim;
+        for ix in 0..300 {
+            let key = sim.nodes[ix].key;
+            sim.sorted.push((key, ix as Ix));
+        }
+        sim.sorted.sort();
+        for name in ["svc-1", "svc-77", "other"] {
+            let key = Key::of_name(name);
+            let mut brute: Vec<(murmur_protocol::placement::Distance, Ix)> =
+                sim.sorted.iter().map(|(k, ix)| (k.distance(&key), *ix)).collect();
+            brute.sort();
+            let want: Vec<Ix> = brute.into_iter().take(sim.config.k).map(|(_, ix)| ix).collect();
+            assert_eq!(sim.homes(&key), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn scenarios_with_what_this_world_does_not_model_are_refused() {
+        let mut s = scenario(10);
+        s.network.loss = 0.1;
+        let err = PlacementSim::new(s, 1).err().expect("refused");
+        assert!(err.contains("loss"), "{err}");
+    }
+}
