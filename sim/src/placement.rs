@@ -694,6 +694,17 @@ mod tests {
     }
 
     #[test]
+    fn a_run_that_ends_before_the_adverts_settle_fails_liveness() {
+        // The run stops one second after the last possible join: the last hosts cannot
+        // have placed their adverts, and the placement check must say so.
+        let mut s = scenario(100);
+        s.duration_s = s.topology.join_spread_s + 1;
+        let outcome = PlacementSim::new(s, 3).expect("runs").run();
+        assert_eq!(outcome.exit_code, exit::LIVENESS, "{}", outcome.describe());
+        assert!(outcome.findings.iter().any(|f| f.contains("majority")), "{:?}", outcome.findings);
+    }
+
+    #[test]
     fn the_same_seed_gives_the_same_trace() {
         let a = PlacementSim::new(scenario(100), 9).expect("runs").run();
         let b = PlacementSim::new(scenario(100), 9).expect("runs").run();
