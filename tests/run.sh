@@ -60,8 +60,9 @@ cargo build --workspace --benches --locked
 # a bounded seed sweep of every main scenario (task and artifact traffic included), the
 # steady-state scenario at 2,000 nodes, then the formation scenario at 1,000 nodes (`large`;
 # its 2,000-node default takes 90 s here, four times as long: forming is N²), a cold start
-# of 500 nodes within a minute (formation-10k), and the 10,000-node steady state with churn
-# (about 60 s and 1 GB here).
+# of 500 nodes within a minute (formation-10k), the same cold start of 5,000 nodes with
+# hash placement instead of the gossip directory (`placement`, about 45 s and 0.3 GB here),
+# and the 10,000-node steady state with churn (about 60 s and 1 GB here).
 say "simulation sweeps (release)"
 cargo build --release --locked -p murmur-sim
 sim=target/release/murmur-sim
@@ -71,7 +72,7 @@ for scenario in steady churn partition lossy-wan byzantine mass-restart task-sto
   "$sim" sweep "$scenario" --seeds 1..5
 done
 "$sim" sweep steady-10k --nodes 2000 --seeds 1..3
-# The three single runs are single-threaded: the two smaller ones share the cores with the
+# The four single runs are single-threaded: the smaller ones share the cores with the
 # largest, their output printed once each has finished.
 runs_dir=$(mktemp -d)
 trap 'rm -rf "$runs_dir"' EXIT
@@ -79,13 +80,16 @@ trap 'rm -rf "$runs_dir"' EXIT
 large=$!
 "$sim" run formation-10k --nodes 500 --seed 1 >"$runs_dir/formation" 2>&1 &
 formation=$!
+"$sim" placement formation-10k --nodes 5000 --seed 1 >"$runs_dir/placement" 2>&1 &
+placement=$!
 steady=0
 "$sim" run steady-10k --seed 1 || steady=$?
 large_rc=0; wait "$large" || large_rc=$?
 formation_rc=0; wait "$formation" || formation_rc=$?
-cat "$runs_dir/large" "$runs_dir/formation"
-if [ "$steady" -ne 0 ] || [ "$large_rc" -ne 0 ] || [ "$formation_rc" -ne 0 ]; then
-  echo "simulation runs failed: steady-10k exit $steady, large exit $large_rc, formation-10k exit $formation_rc"
+placement_rc=0; wait "$placement" || placement_rc=$?
+cat "$runs_dir/large" "$runs_dir/formation" "$runs_dir/placement"
+if [ "$steady" -ne 0 ] || [ "$large_rc" -ne 0 ] || [ "$formation_rc" -ne 0 ] || [ "$placement_rc" -ne 0 ]; then
+  echo "simulation runs failed: steady-10k exit $steady, large exit $large_rc, formation-10k exit $formation_rc, placement exit $placement_rc"
   exit 1
 fi
 

@@ -74,6 +74,11 @@ pub const PLACEMENT_OUTPUTS_MAX: usize = 4096;
 /// Lookups in flight at once; a resolve past it is answered [`Event::Unresolved`] at once.
 pub const LOOKUPS_MAX: usize = 64;
 
+/// Requests in flight at once past which a handover is skipped (and counted): lookups
+/// and a node's own stores are bounded by [`LOOKUPS_MAX`] and its capsules; handovers,
+/// which other nodes' arrivals set off, by this.
+pub const REQUESTS_IN_FLIGHT_MAX: usize = 2048;
+
 /// A join lookup ends once this many times `k` nodes nearest the newcomer have answered:
 /// each of them that holds adverts the newcomer is nearer to hands them over, so a wider
 /// join finds more of the homes it takes over from.
@@ -317,6 +322,8 @@ pub struct PlacementStats {
     pub adverts_held: u64,
     pub adverts_refused: u64,
     pub handoffs: u64,
+    /// Handovers skipped: [`REQUESTS_IN_FLIGHT_MAX`] requests were in flight.
+    pub handoffs_dropped: u64,
     pub outputs_dropped: u64,
 }
 
@@ -845,6 +852,10 @@ impl PlacementNode {
         }
         for (name, adverts) in handoff {
             for batch in adverts.chunks(ADVERTS_PER_MESSAGE_MAX) {
+                if self.waiting.len() >= REQUESTS_IN_FLIGHT_MAX {
+                    self.stats.handoffs_dropped += 1;
+                    continue;
+                }
                 self.stats.handoffs += 1;
                 let homes = vec![Contact(*node.key()), Contact(*self.id.key())];
                 let store = Message::Store { name: name.clone(), homes, adverts: batch.to_vec() };
@@ -922,6 +933,10 @@ impl PlacementNode {
         known.push(Contact(*self.id.key()));
         known.truncate(CONTACTS_PER_ANSWER_MAX);
         for to in targets {
+            if self.waiting.len() >= REQUESTS_IN_FLIGHT_MAX {
+                self.stats.handoffs_dropped += 1;
+                continue;
+            }
             self.stats.handoffs += 1;
             let store =
                 Message::Store { name: name.to_owned(), homes: known.clone(), adverts: fresh.clone() };
@@ -1226,6 +1241,25 @@ mod tests {
             );
         }
         assert!(ids.iter().all(|id| net.nodes[id].held_len() == 0));
+    }
+
+    #[test]
+    fn a_store_holds_an_advert_only_under_a_name_it_lists() {
+        let mut net = joined(6);
+        let ids = net.ids();
+        let mut advert = Advert::new(1, Millis(1_000), 60_000);
+        advert.capsules = vec![capsule("echo")];
+        let envelope = Signed::sign(advert, &key(1)).expect("signs").into_envelope();
+        let store = |name: &str| Message::Store {
+            name: name.into(),
+            homes: Vec::new(),
+            adverts: vec![envelope.clone()],
+        };
+        net.input(ids[2], Input::Request { from: ids[0], id: 1, message: store("other") });
+        assert_eq!(net.nodes[&ids[2]].held_len(), 0, "held under a name the advert does not list");
+        net.input(ids[2], Input::Request { from: ids[0], id: 2, message: store("echo") });
+        assert!(net.nodes[&ids[2]].holds("echo", &key(1).node_id()));
+        assert!(!net.nodes[&ids[2]].holds("other", &key(1).node_id()));
     }
 
     #[test]
