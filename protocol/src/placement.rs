@@ -727,10 +727,10 @@ impl PlacementNode {
             self.send(now, to, message.clone(), Waiting::Lookup { lookup: id, to });
         }
         let Some(lookup) = self.lookups.get(&id) else { return };
-        if lookup.is_done() || lookup.in_flight == 0 {
-            if let Some(lookup) = self.lookups.remove(&id) {
-                self.finish(now, lookup);
-            }
+        if (lookup.is_done() || lookup.in_flight == 0)
+            && let Some(lookup) = self.lookups.remove(&id)
+        {
+            self.finish(now, lookup);
         }
     }
 
@@ -1043,10 +1043,10 @@ impl PlacementNode {
                 self.held_names.remove(&key);
             }
         }
-        if self.next_republish.is_some_and(|at| at <= now) {
-            if let Some((_, advert)) = self.own.clone() {
-                self.host(now, advert.capsules, advert.addrs);
-            }
+        if self.next_republish.is_some_and(|at| at <= now)
+            && let Some((_, advert)) = self.own.clone()
+        {
+            self.host(now, advert.capsules, advert.addrs);
         }
     }
 }

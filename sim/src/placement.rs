@@ -736,7 +736,7 @@ mod tests {
     fn scenarios_with_what_this_world_does_not_model_are_refused() {
         let mut s = scenario(10);
         s.network.loss = 0.1;
-        let err = PlacementSim::new(s, 1).err().expect("refused");
+        let err = PlacementSim::new(s, 1).expect_err("refused");
         assert!(err.contains("loss"), "{err}");
     }
 }
