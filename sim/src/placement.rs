@@ -185,27 +185,15 @@ impl PlacementSim {
             ..PlacementConfig::default()
         };
         let n = scenario.nodes;
-        let per = scenario.workload.capsules_per_node;
-        let pool = (n * per / 3).max(1);
-        let names: Vec<String> = (0..pool).map(|i| format!("svc-{i}")).collect();
-        let regions = &scenario.network.regions;
-        let total: f64 = regions.iter().map(|r| r.share.max(0.0)).sum();
+        let names = scenario.capsule_names();
         let mut nodes = Vec::with_capacity(n);
         let mut by_id = HashMap::default();
         let mut hosts: BTreeMap<String, Vec<Ix>> = BTreeMap::new();
         for ix in 0..n {
             let mut rng = SimRng::stream(seed, &format!("node/{ix}"));
             let secret = SecretKey::from_seed(rng.bytes32());
-            let mut x = rng.unit() * total;
-            let region = regions
-                .iter()
-                .position(|r| {
-                    x -= r.share.max(0.0);
-                    x < 0.0
-                })
-                .unwrap_or(regions.len().saturating_sub(1));
-            let mut hosted: Vec<String> =
-                (0..per).map(|k| names[(ix * per + k * 7) % pool].clone()).collect();
+            let region = scenario.pick_region(&mut rng);
+            let mut hosted = scenario.hosted_names(&names, ix);
             hosted.sort();
             hosted.dedup();
             for name in &hosted {

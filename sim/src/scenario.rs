@@ -389,6 +389,38 @@ impl Default for CheckParams {
 }
 
 impl Scenario {
+    /// The capsule names the workload's nodes host: a third as many as (node, capsule)
+    /// slots, so each name has about three hosts.
+    #[must_use]
+    pub fn capsule_names(&self) -> Vec<String> {
+        let pool = (self.nodes * self.workload.capsules_per_node / 3).max(1);
+        (0..pool).map(|i| format!("svc-{i}")).collect()
+    }
+
+    /// The names node `ix` hosts, drawn from `names` ([`Scenario::capsule_names`]).
+    #[must_use]
+    pub fn hosted_names(&self, names: &[String], ix: usize) -> Vec<String> {
+        let per = self.workload.capsules_per_node;
+        let pool = names.len().max(1);
+        (0..per)
+            .map(|k| names.get((ix * per + k * 7) % pool).cloned().unwrap_or_else(|| format!("svc-{ix}")))
+            .collect()
+    }
+
+    /// A region index drawn by the regions' shares.
+    pub fn pick_region(&self, rng: &mut crate::rng::SimRng) -> usize {
+        let regions = &self.network.regions;
+        let total: f64 = regions.iter().map(|r| r.share.max(0.0)).sum();
+        let mut x = rng.unit() * total;
+        for (i, region) in regions.iter().enumerate() {
+            x -= region.share.max(0.0);
+            if x < 0.0 {
+                return i;
+            }
+        }
+        regions.len().saturating_sub(1)
+    }
+
     /// Parses a scenario file.
     pub fn parse(text: &str) -> anyhow::Result<Self> {
         let scenario: Self = toml::from_str(text)?;

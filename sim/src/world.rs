@@ -470,9 +470,7 @@ impl Sim {
 
     fn populate(&mut self) {
         let n = self.scenario.nodes;
-        let per = self.scenario.workload.capsules_per_node;
-        let pool = (n * per / 3).max(1);
-        self.capsule_names = (0..pool).map(|i| format!("svc-{i}")).collect();
+        self.capsule_names = self.scenario.capsule_names();
         let spread_ms = self.scenario.topology.join_spread_s * 1000;
         let mut start_rng = SimRng::stream(self.options.seed, "starts");
         for _ in 0..n {
@@ -529,18 +527,11 @@ impl Sim {
         let skew_ms = (self.scenario.protocol.clock_skew_max_s * 1000 / 4) as i64;
         let clock_offset_ms =
             if skew_ms > 0 { rng.between(0, 2 * skew_ms as u64) as i64 - skew_ms } else { 0 };
-        let per = self.scenario.workload.capsules_per_node;
-        let pool = self.capsule_names.len().max(1);
-        let capsules = (0..per)
-            .map(|k| HostedCapsule {
-                name: self
-                    .capsule_names
-                    .get((ix as usize * per + k * 7) % pool)
-                    .cloned()
-                    .unwrap_or_else(|| format!("svc-{ix}")),
-                digest: None,
-                version: "1.0.0".into(),
-            })
+        let capsules = self
+            .scenario
+            .hosted_names(&self.capsule_names, ix as usize)
+            .into_iter()
+            .map(|name| HostedCapsule { name, digest: None, version: "1.0.0".into() })
             .collect::<Vec<_>>();
         let mut capsules = self.capsule_overrides.get(&(ix as usize)).cloned().unwrap_or(capsules);
         capsules.sort();
@@ -596,16 +587,7 @@ impl Sim {
     }
 
     fn pick_region(&self, rng: &mut SimRng) -> usize {
-        let regions = &self.scenario.network.regions;
-        let total: f64 = regions.iter().map(|r| r.share.max(0.0)).sum();
-        let mut x = rng.unit() * total;
-        for (i, region) in regions.iter().enumerate() {
-            x -= region.share.max(0.0);
-            if x < 0.0 {
-                return i;
-            }
-        }
-        regions.len() - 1
+        self.scenario.pick_region(rng)
     }
 
     fn schedule(&mut self, at: u64, event: Event) {
