@@ -8,21 +8,34 @@
 //! closest to the name's by XOR distance: the name's *homes*. A node finds them with a
 //! Kademlia lookup (each answer names nodes closer to the target, `alpha` asks in
 //! flight, about log₂ N rounds), stores its own advert there, and resolves a name it does
-//! not hold by the same lookup, stopping at the first home that answers with hosts.
+//! not hold by the same lookup, stopping at the first answer that carries a verified,
+//! fresh advert of a host of the name (from a home, or from a host itself).
 //!
 //! What each node holds: a routing table of at most `k` contacts per distance bucket
 //! (about `k` log₂ N of them), the adverts it is a home for (about `k` × names / N), and
-//! its own advert. A node that learns of a contact closer to a name it holds than one of
-//! that name's `k` closest it knew hands the contact the name's adverts, so homes follow
-//! joins; adverts expire at their TTL, and a node stores its advert again every
-//! `republish_ms`, re-signed.
+//! its own advert. Homes follow joins by two rules, and an advert only ever moves towards
+//! its name under either:
+//! - *handover*: a node that meets a contact new to its table hands it the adverts of every
+//!   name it holds that the contact is nearer to than this node is;
+//! - *pass-on*: a node that takes an advert new to it (or a withdrawal) sends it to the
+//!   contacts it knows nearer the name, among the `k` nearest, that the store did not
+//!   already name as sent to.
+//!
+//! Adverts expire at their TTL; a node stores its advert again every `republish_ms`,
+//! re-signed, and a node that stops hosting a name stores its newer advert (which no
+//! longer lists the name) at that name's homes, which drop the older one: a withdrawal.
 //!
 //! Trust is as in the gossip directory: an advert is held only when its signature verifies
 //! and it is fresh and newer than the one held. A contact is a claim until a request to it
 //! is answered (the transport authenticates the answering node); a node that does not
 //! answer is dropped from the table. What an attacker can do here that it cannot with full
 //! directories: place identities close to a name and withhold its adverts; `k` homes and
-//! resolvers asking further on a home without hosts bound that, as in any DHT.
+//! resolvers asking further on a home without hosts bound that, as in any DHT. Made-up
+//! contacts in answers cost a lookup a timeout each; a lookup takes at most `k` contacts
+//! from one answer and keeps at most four times its width of candidates. Known gaps: the
+//! per-name bound on hosts held (`hosts_per_name_max`) is first come, first served, so
+//! identities enough can fill it; a withdrawal that reaches a home before the advert it
+//! withdraws is refused, and the late advert is then held until its TTL.
 //!
 //! Status: the protocol change that issue 23's formation figure asks for, driven by the
 //! simulator (`murmur-sim placement`); `murnode` still runs the gossip directory.
@@ -51,7 +64,8 @@ use crate::advert::{Advert, HostedCapsule};
 use crate::codec::{self, DecodeError};
 use crate::digest::Digest;
 use crate::identity::{NodeId, PublicKey, SecretKey};
-use crate::limits::{ENVELOPE_BYTES_MAX, ENVELOPE_OVERHEAD_MAX};
+use crate::limits::{CAPSULE_NAME_LEN_MAX, ENVELOPE_BYTES_MAX, ENVELOPE_OVERHEAD_MAX};
+use crate::names::check_capsule_name;
 use crate::signed::{Envelope, Signed, decode_versioned};
 use crate::time::Millis;
 use crate::verify::Verifier;
@@ -62,21 +76,38 @@ pub const PLACEMENT_VERSION: u16 = 1;
 /// Contacts one answer may name: the largest `k` a node may be configured with.
 pub const CONTACTS_PER_ANSWER_MAX: usize = 32;
 
-/// Adverts one answer or store may carry.
-pub const ADVERTS_PER_MESSAGE_MAX: usize = 64;
+/// Adverts one answer or store may carry: as many envelopes of the largest size as fit in
+/// [`PLACEMENT_MESSAGE_BYTES_MAX`] beside a full list of contacts and a name. A resolver
+/// needs a few hosts, not all; a handover of more is sent in several stores.
+pub const ADVERTS_PER_MESSAGE_MAX: usize = 15;
 
-/// Largest placement message: a full batch of adverts of typical size, a list of contacts.
+/// Largest placement message.
 pub const PLACEMENT_MESSAGE_BYTES_MAX: usize = 256 * 1024;
+
+// The worst case a node builds must be a message its peers accept: envelopes at their
+// bound (each with its CBOR header), contacts (32 bytes and a header), the name, framing.
+const _: () = assert!(
+    ADVERTS_PER_MESSAGE_MAX * (ENVELOPE_BYTES_MAX + 8)
+        + CONTACTS_PER_ANSWER_MAX * 40
+        + CAPSULE_NAME_LEN_MAX
+        + 64
+        <= PLACEMENT_MESSAGE_BYTES_MAX
+);
 
 /// Outputs queued at most; past it the newest are dropped and counted, like the mesh's.
 pub const PLACEMENT_OUTPUTS_MAX: usize = 4096;
 
-/// Lookups in flight at once; a resolve past it is answered [`Event::Unresolved`] at once.
-pub const LOOKUPS_MAX: usize = 64;
+/// Resolves in flight at once; one past it is answered [`Event::Unresolved`] at once
+/// ([`Unresolved::Busy`]). Placing is bounded by the node's own capsules instead (one
+/// lookup per name at a time), and there is one join.
+pub const RESOLVES_MAX: usize = 64;
 
-/// Requests in flight at once past which a handover is skipped (and counted): lookups
-/// and a node's own stores are bounded by [`LOOKUPS_MAX`] and its capsules; handovers,
-/// which other nodes' arrivals set off, by this.
+/// Lookups keep at most this many times their width of candidates, the closest.
+const CANDIDATES_PER_WIDTH: usize = 4;
+
+/// Requests in flight at once past which a handover or pass-on is skipped (and counted):
+/// lookups and a node's own stores are bounded by [`RESOLVES_MAX`] and its capsules;
+/// handovers, which other nodes' arrivals set off, by this.
 pub const REQUESTS_IN_FLIGHT_MAX: usize = 2048;
 
 /// A join lookup ends once this many times `k` nodes nearest the newcomer have answered:
@@ -170,7 +201,7 @@ pub enum Message {
     /// are the nodes the sender knows to hold them or to be sent them, so the receiver
     /// passes them on only to nodes nearer the name that are not among them.
     Store { name: String, homes: Vec<Contact>, adverts: Vec<Envelope> },
-    /// Answer to `Store`: how many of them are now held.
+    /// Answer to `Store`: how many of them were taken (now held, or withdrawn as asked).
     Stored { held: u32 },
 }
 
@@ -224,7 +255,7 @@ impl Message {
                 ));
             }
             Message::FindHosts { name } | Message::Store { name, .. } => {
-                if let Err(reason) = crate::names::check_capsule_name(name) {
+                if let Err(reason) = check_capsule_name(name) {
                     return Err(invalid("name", reason));
                 }
             }
@@ -307,10 +338,26 @@ pub enum Event {
     Joined { contacts: usize },
     /// The advert is stored at `homes` nodes for `name` (this node counted when it is one).
     Placed { name: String, homes: usize },
+    /// This node no longer hosts `name`: `homes` of the name's homes dropped its advert.
+    Withdrawn { name: String, homes: usize },
     /// `name`'s hosts, verified, found after `asked` requests.
     Resolved { name: String, hosts: Vec<NodeId>, asked: usize },
-    /// No home of `name` answered with hosts (`busy`: too many lookups in flight).
-    Unresolved { name: String, asked: usize, busy: bool },
+    /// No hosts of `name` were found after `asked` requests, for the reason given.
+    Unresolved { name: String, asked: usize, why: Unresolved },
+    /// [`Input::Host`] was refused and the advert held before stays in place: `reason`
+    /// names the capsule or the bound at fault.
+    HostRefused { reason: String },
+}
+
+/// Why a resolve found no hosts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unresolved {
+    /// The lookup reached the nodes nearest the name and none held a host's advert.
+    NotFound,
+    /// [`RESOLVES_MAX`] resolves were in flight; nothing was asked.
+    Busy,
+    /// The name is not a capsule name (the reason says why); nothing was asked.
+    BadName(String),
 }
 
 /// Counters for metrics.
@@ -324,6 +371,8 @@ pub struct PlacementStats {
     pub handoffs: u64,
     /// Handovers skipped: [`REQUESTS_IN_FLIGHT_MAX`] requests were in flight.
     pub handoffs_dropped: u64,
+    /// Adverts dropped because a newer one of the same host no longer lists the name.
+    pub withdrawals: u64,
     pub outputs_dropped: u64,
 }
 
@@ -446,12 +495,20 @@ impl Lookup {
         Self { target, width, purpose, candidates, in_flight: 0, asked: 0 }
     }
 
+    /// Adds a candidate; past [`CANDIDATES_PER_WIDTH`] × width, the farthest not in flight
+    /// goes (so made-up contacts cannot grow a lookup without bound).
     fn offer(&mut self, node: NodeId, local: &NodeId) {
         if node == *local {
             return;
         }
         let distance = Key::of_node(&node).distance(&self.target);
         self.candidates.entry(distance).or_insert((node, Ask::New));
+        while self.candidates.len() > CANDIDATES_PER_WIDTH * self.width {
+            let farthest =
+                self.candidates.iter().rev().find(|(_, (_, a))| *a != Ask::InFlight).map(|(d, _)| *d);
+            let Some(farthest) = farthest else { break };
+            self.candidates.remove(&farthest);
+        }
     }
 
     fn mark(&mut self, node: &NodeId, to: Ask) {
@@ -505,8 +562,33 @@ impl Lookup {
 
 #[derive(Clone, Debug)]
 enum Waiting {
-    Lookup { lookup: u64, to: NodeId },
-    Store { name: Option<String>, to: NodeId },
+    Lookup {
+        lookup: u64,
+        to: NodeId,
+    },
+    /// A store; `place` is the placing it counts towards (none for a handover).
+    Store {
+        place: Option<u64>,
+        to: NodeId,
+    },
+}
+
+/// A placing of this node's own advert under one name: stores sent, answers awaited.
+#[derive(Clone, Debug)]
+struct Placing {
+    name: String,
+    withdraw: bool,
+    acked: usize,
+    left: usize,
+}
+
+/// What became of an advert offered for a name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Taken {
+    New,
+    Known,
+    Withdrawn,
+    Refused,
 }
 
 #[derive(Clone, Debug)]
@@ -537,8 +619,10 @@ pub struct PlacementNode {
     own: Option<(Envelope, Advert)>,
     seq: u64,
     next_republish: Option<Millis>,
-    /// Acknowledged stores per name being placed.
-    placing: BTreeMap<String, (usize, usize)>,
+    /// Placings whose stores are awaited, by the lookup that found the homes.
+    placing: BTreeMap<u64, Placing>,
+    /// Names with a placing lookup in flight (at most one each).
+    placing_names: BTreeSet<String>,
     outputs: VecDeque<Output>,
     stats: PlacementStats,
 }
@@ -570,6 +654,7 @@ impl PlacementNode {
             seq: 0,
             next_republish: None,
             placing: BTreeMap::new(),
+            placing_names: BTreeSet::new(),
             outputs: VecDeque::new(),
             stats: PlacementStats::default(),
         }
@@ -599,10 +684,10 @@ impl PlacementNode {
         self.held.len()
     }
 
-    /// Whether this node holds `host`'s advert for `name`.
+    /// Whether this node holds `host`'s advert for `name`, unexpired at `now`.
     #[must_use]
-    pub fn holds(&self, name: &str, host: &NodeId) -> bool {
-        self.held.contains_key(&(Key::of_name(name), *host))
+    pub fn holds(&self, name: &str, host: &NodeId, now: Millis) -> bool {
+        self.held.get(&(Key::of_name(name), *host)).is_some_and(|h| h.expires_at > now)
     }
 
     /// The next output for the driver.
@@ -649,44 +734,83 @@ impl PlacementNode {
         self.outputs.push_back(output);
     }
 
-    fn send(&mut self, now: Millis, to: NodeId, message: Message, waiting: Waiting) {
+    /// Sends a request; `false` (counted) when the output queue is full, and then nothing
+    /// waits for an answer: the caller settles what it was for.
+    fn send(&mut self, now: Millis, to: NodeId, message: Message, waiting: Waiting) -> bool {
+        if self.outputs.len() >= PLACEMENT_OUTPUTS_MAX {
+            self.stats.outputs_dropped += 1;
+            return false;
+        }
         let id = self.next_request;
         self.next_request += 1;
         let deadline = now.plus(self.config.request_timeout_ms);
         self.waiting.insert(id, (waiting, deadline));
         self.deadlines.insert((deadline, id));
         self.stats.requests_sent += 1;
-        self.push(Output::Request { to, id, message });
+        self.outputs.push_back(Output::Request { to, id, message });
+        true
     }
 
+    /// Signs and places a new advert. Names the previous advert listed and this one does
+    /// not are withdrawn: the new advert goes to their homes too, which drop the old one.
     fn host(&mut self, now: Millis, capsules: Vec<HostedCapsule>, addrs: Vec<String>) {
-        self.seq += 1;
-        let mut advert = Advert::new(self.seq, now, self.config.ttl_ms);
+        if let Some(reason) = capsules
+            .iter()
+            .find_map(|c| check_capsule_name(&c.name).err().map(|r| format!("capsule {:?}: {r}", c.name)))
+        {
+            self.push(Output::Event(Event::HostRefused { reason }));
+            return;
+        }
+        let mut advert = Advert::new(self.seq + 1, now, self.config.ttl_ms);
         advert.capsules = capsules;
         advert.addrs = addrs;
-        let Ok(signed) = Signed::sign(advert.clone(), &self.secret) else { return };
+        let signed = match Signed::sign(advert.clone(), &self.secret) {
+            Ok(signed) => signed,
+            Err(err) => {
+                self.push(Output::Event(Event::HostRefused { reason: format!("the advert: {err}") }));
+                return;
+            }
+        };
+        self.seq += 1;
+        let dropped: Vec<String> = self
+            .own
+            .as_ref()
+            .map(|(_, old)| {
+                old.capsules
+                    .iter()
+                    .filter(|c| advert.hosts(&c.name).is_none())
+                    .map(|c| c.name.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut names: Vec<String> = advert.capsules.iter().map(|c| c.name.clone()).collect();
+        names.extend(dropped);
+        names.sort();
+        names.dedup();
         self.own = Some((signed.into_envelope(), advert));
         self.next_republish = Some(now.plus(self.config.republish_ms));
-        self.place_own(now);
-    }
-
-    fn place_own(&mut self, now: Millis) {
-        let Some((_, advert)) = &self.own else { return };
-        let names: Vec<String> = advert.capsules.iter().map(|c| c.name.clone()).collect();
         for name in names {
             self.start_lookup(now, Key::of_name(&name), Purpose::Place { name });
         }
     }
 
+    fn hosts_own(&self, name: &str) -> bool {
+        self.own.as_ref().is_some_and(|(_, a)| a.hosts(name).is_some())
+    }
+
     fn resolve(&mut self, now: Millis, name: String) {
+        if let Err(reason) = check_capsule_name(&name) {
+            self.push(Output::Event(Event::Unresolved { name, asked: 0, why: Unresolved::BadName(reason) }));
+            return;
+        }
         let key = Key::of_name(&name);
-        let local: Vec<NodeId> = self.hosts_held(&key, now).map(|(node, _)| node).collect();
-        let own = self.own.as_ref().is_some_and(|(_, a)| a.hosts(&name).is_some());
-        if !local.is_empty() || own {
-            let mut hosts = local;
-            if own {
-                hosts.push(self.id);
-            }
+        let mut hosts: Vec<NodeId> =
+            self.hosts_held(&key, now).map(|(node, _)| node).filter(|n| *n != self.id).collect();
+        if self.hosts_own(&name) {
+            hosts.push(self.id);
+        }
+        if !hosts.is_empty() {
+            hosts.sort();
             self.push(Output::Event(Event::Resolved { name, hosts, asked: 0 }));
             return;
         }
@@ -700,11 +824,20 @@ impl PlacementNode {
     }
 
     fn start_lookup(&mut self, now: Millis, target: Key, purpose: Purpose) {
-        if self.lookups.len() >= LOOKUPS_MAX {
-            if let Purpose::Resolve { name } = purpose {
-                self.push(Output::Event(Event::Unresolved { name, asked: 0, busy: true }));
+        match &purpose {
+            Purpose::Resolve { .. }
+                if self.lookups.values().filter(|l| matches!(l.purpose, Purpose::Resolve { .. })).count()
+                    >= RESOLVES_MAX =>
+            {
+                if let Purpose::Resolve { name } = purpose {
+                    self.push(Output::Event(Event::Unresolved { name, asked: 0, why: Unresolved::Busy }));
+                }
+                return;
             }
-            return;
+            // One placing lookup per name: the one in flight stores whatever advert is
+            // current when it ends.
+            Purpose::Place { name } if !self.placing_names.insert(name.clone()) => return,
+            _ => {}
         }
         let width = if matches!(purpose, Purpose::Join) { JOIN_WIDTH * self.config.k } else { self.config.k };
         let seeds = self.table.closest(&target, width);
@@ -724,17 +857,22 @@ impl PlacementNode {
             Purpose::Join | Purpose::Place { .. } => Message::FindNode { target },
         };
         for to in asks {
-            self.send(now, to, message.clone(), Waiting::Lookup { lookup: id, to });
+            if !self.send(now, to, message.clone(), Waiting::Lookup { lookup: id, to })
+                && let Some(lookup) = self.lookups.get_mut(&id)
+            {
+                // Not sent: skipped, but the contact stays (it did nothing wrong).
+                lookup.mark(&to, Ask::Failed);
+            }
         }
         let Some(lookup) = self.lookups.get(&id) else { return };
         if (lookup.is_done() || lookup.in_flight == 0)
             && let Some(lookup) = self.lookups.remove(&id)
         {
-            self.finish(now, lookup);
+            self.finish(now, id, lookup);
         }
     }
 
-    fn finish(&mut self, now: Millis, lookup: Lookup) {
+    fn finish(&mut self, now: Millis, id: u64, lookup: Lookup) {
         let closest = lookup.answered(self.config.k);
         match lookup.purpose {
             Purpose::Join => {
@@ -742,25 +880,31 @@ impl PlacementNode {
                 self.push(Output::Event(Event::Joined { contacts }));
             }
             Purpose::Resolve { name } => {
-                self.push(Output::Event(Event::Unresolved { name, asked: lookup.asked, busy: false }));
+                self.push(Output::Event(Event::Unresolved {
+                    name,
+                    asked: lookup.asked,
+                    why: Unresolved::NotFound,
+                }));
             }
             Purpose::Place { name } => {
+                self.placing_names.remove(&name);
                 let Some((envelope, _)) = self.own.clone() else { return };
+                let withdraw = !self.hosts_own(&name);
                 // This node is a home itself when it is closer than the k-th answering node.
                 let mine = self.key.distance(&lookup.target);
                 let self_home =
                     closest.len() < self.config.k || closest.last().is_some_and(|(d, _)| mine < *d);
                 let homes: Vec<NodeId> =
                     closest.iter().map(|(_, n)| *n).take(self.config.k - usize::from(self_home)).collect();
-                let acked = usize::from(self_home);
-                if self_home {
-                    let _ = self.accept(now, &envelope, &name);
+                let mut acked = 0;
+                if self_home && self.accept(now, &envelope, &name) != Taken::Refused {
+                    acked += 1;
                 }
                 if homes.is_empty() {
-                    self.push(Output::Event(Event::Placed { name, homes: acked }));
+                    self.placed(name, withdraw, acked);
                     return;
                 }
-                self.placing.insert(name.clone(), (acked, homes.len()));
+                self.placing.insert(id, Placing { name: name.clone(), withdraw, acked, left: homes.len() });
                 let mut listed: Vec<Contact> = homes.iter().map(|n| Contact(*n.key())).collect();
                 if self_home {
                     listed.push(Contact(*self.id.key()));
@@ -771,10 +915,17 @@ impl PlacementNode {
                         homes: listed.clone(),
                         adverts: vec![envelope.clone()],
                     };
-                    self.send(now, to, store, Waiting::Store { name: Some(name.clone()), to });
+                    if !self.send(now, to, store, Waiting::Store { place: Some(id), to }) {
+                        self.store_settled(Some(id), false);
+                    }
                 }
             }
         }
+    }
+
+    fn placed(&mut self, name: String, withdraw: bool, homes: usize) {
+        let event = if withdraw { Event::Withdrawn { name, homes } } else { Event::Placed { name, homes } };
+        self.push(Output::Event(event));
     }
 
     fn on_request(&mut self, now: Millis, from: NodeId, id: u64, message: Message) {
@@ -791,33 +942,32 @@ impl PlacementNode {
             Message::FindNode { target } => Some(Message::Nodes { closer: contacts(&self.table, &target) }),
             Message::FindHosts { name } => {
                 let key = Key::of_name(&name);
-                let mut adverts: Vec<Envelope> = self
-                    .hosts_held(&key, now)
-                    .map(|(_, h)| h.envelope.clone())
-                    .take(ADVERTS_PER_MESSAGE_MAX)
-                    .collect();
-                if adverts.len() < ADVERTS_PER_MESSAGE_MAX
-                    && let Some((envelope, advert)) = &self.own
-                    && advert.hosts(&name).is_some()
-                {
+                let mut adverts: Vec<Envelope> = Vec::new();
+                if let Some((envelope, _)) = self.own.as_ref().filter(|_| self.hosts_own(&name)) {
                     adverts.push(envelope.clone());
                 }
+                adverts.extend(
+                    self.hosts_held(&key, now)
+                        .filter(|(host, _)| *host != self.id)
+                        .map(|(_, h)| h.envelope.clone())
+                        .take(ADVERTS_PER_MESSAGE_MAX - adverts.len()),
+                );
                 Some(Message::Hosts { closer: contacts(&self.table, &key), adverts })
             }
             Message::Store { name, homes, adverts } => {
-                let mut fresh = Vec::new();
+                let mut taken = Vec::new();
                 let mut held = 0u32;
                 for envelope in adverts {
                     match self.accept(now, &envelope, &name) {
-                        Some(true) => {
+                        Taken::New | Taken::Withdrawn => {
                             held += 1;
-                            fresh.push(envelope);
+                            taken.push(envelope);
                         }
-                        Some(false) => held += 1,
-                        None => {}
+                        Taken::Known => held += 1,
+                        Taken::Refused => {}
                     }
                 }
-                self.pass_on(now, &name, from, &homes, fresh);
+                self.pass_on(now, &name, from, &homes, taken);
                 Some(Message::Stored { held })
             }
             // Answers are not requests: ignored.
@@ -829,13 +979,11 @@ impl PlacementNode {
         self.observed(now, from);
     }
 
-    /// `node` asked or answered: into the table, and handed the adverts of every name held
-    /// here that it is closer to than this node. Homes follow joins this way: whichever of
-    /// a name's homes are farther from it than a newcomer hand it their adverts once they
-    /// meet it, and a newcomer meets the nodes around its own place, where the name's other
-    /// homes are, by its join lookup (which is twice as wide as the others for that). An
-    /// advert only ever moves towards its name, so a node that is no home does not spread
-    /// what it holds.
+    /// `node` asked or answered: into the table and, when it is new there, handed the
+    /// adverts of every name held here that it is nearer to than this node (the handover
+    /// rule of the module docs). A newcomer meets the nodes around its own place, where
+    /// the names it is a home for are held, by its join lookup (twice as wide as the others
+    /// for that).
     fn observed(&mut self, now: Millis, node: NodeId) {
         if !self.table.observe(node) {
             return;
@@ -859,44 +1007,57 @@ impl PlacementNode {
                 self.stats.handoffs += 1;
                 let homes = vec![Contact(*node.key()), Contact(*self.id.key())];
                 let store = Message::Store { name: name.clone(), homes, adverts: batch.to_vec() };
-                self.send(now, node, store, Waiting::Store { name: None, to: node });
+                self.send(now, node, store, Waiting::Store { place: None, to: node });
             }
         }
     }
 
-    /// Holds `envelope` under `name`, if it lists it. A store is taken from anyone: who is a
-    /// home is the storer's finding (its lookup, or a home handing over), which this node's
-    /// own view cannot overrule better; what a store can make it hold is bounded by
-    /// `hosts_per_name_max` and `records_max`, and only adverts whose signatures verify.
-    /// `Some(true)` when newly held, `Some(false)` when held already, `None` when not.
-    fn accept(&mut self, now: Millis, envelope: &Envelope, name: &str) -> Option<bool> {
-        let Ok(advert) = self.verifier.peek_advert(envelope) else {
-            self.stats.adverts_refused += 1;
+    /// The advert in `envelope` and when a copy held from `now` expires, if its size, body
+    /// and times admit it (the signature is checked apart, last, as it costs most).
+    fn admissible(&self, now: Millis, envelope: &Envelope) -> Option<(Arc<Advert>, Millis)> {
+        if envelope.body().len() + ENVELOPE_OVERHEAD_MAX > ENVELOPE_BYTES_MAX {
             return None;
-        };
+        }
+        let advert = self.verifier.peek_advert(envelope).ok()?;
         let ttl = advert.ttl_ms.min(self.config.ttl_ms);
         let expires_at = now.plus(ttl).min(advert.issued_at.plus(ttl).plus(self.config.clock_skew_max_ms));
-        let host = NodeId::from_key(envelope.signer());
-        if expires_at <= now || advert.issued_at > now.plus(self.config.clock_skew_max_ms) {
+        let fresh = expires_at > now && advert.issued_at <= now.plus(self.config.clock_skew_max_ms);
+        fresh.then_some((advert, expires_at))
+    }
+
+    /// Takes `envelope` for `name`. A store is taken from anyone: who is a home is the
+    /// storer's finding (its lookup, or a home handing over), which this node's own view
+    /// cannot overrule better; what a store can make it hold is bounded by
+    /// `hosts_per_name_max` and `records_max`, and only adverts whose signatures verify.
+    /// An advert that lists the name is held when newer than the one held; one that does
+    /// not, but is newer than the one held, withdraws it.
+    fn accept(&mut self, now: Millis, envelope: &Envelope, name: &str) -> Taken {
+        let Some((advert, expires_at)) = self.admissible(now, envelope) else {
             self.stats.adverts_refused += 1;
-            return None;
-        }
-        if advert.hosts(name).is_none() {
-            self.stats.adverts_refused += 1;
-            return None;
-        }
+            return Taken::Refused;
+        };
         let key = Key::of_name(name);
+        let host = NodeId::from_key(envelope.signer());
         let held = self.held.get(&(key, host));
         if let Some(held) = held.filter(|h| h.seq >= advert.seq) {
-            return (held.seq == advert.seq).then_some(false);
+            return if held.seq == advert.seq { Taken::Known } else { Taken::Refused };
+        }
+        if advert.hosts(name).is_none() {
+            if held.is_none() || !self.verifier.verify(envelope) {
+                self.stats.adverts_refused += 1;
+                return Taken::Refused;
+            }
+            self.drop_held(key, host);
+            self.stats.withdrawals += 1;
+            return Taken::Withdrawn;
         }
         let full_name = self.hosts_held(&key, now).count() >= self.config.hosts_per_name_max;
         if held.is_none() && (full_name || self.held.len() >= self.config.records_max) {
-            return None;
+            return Taken::Refused;
         }
         if !self.verifier.verify(envelope) {
             self.stats.adverts_refused += 1;
-            return None;
+            return Taken::Refused;
         }
         let envelope = self.verifier.share(envelope.clone());
         if let Some(old) = self.held.insert((key, host), Held { envelope, seq: advert.seq, expires_at }) {
@@ -905,14 +1066,27 @@ impl PlacementNode {
         self.expiries.insert((expires_at, key, host));
         self.held_names.entry(key).or_insert_with(|| name.to_owned());
         self.stats.adverts_held += 1;
-        Some(true)
+        Taken::New
     }
 
-    /// Passes adverts just taken for `name` on to the nodes this node knows that are nearer
-    /// the name than it, among the `k` nearest, and not in `homes` (nor `from`): the storer
-    /// may not have known them (its lookup ended early, or they joined since).
-    fn pass_on(&mut self, now: Millis, name: &str, from: NodeId, homes: &[Contact], fresh: Vec<Envelope>) {
-        if fresh.is_empty() {
+    fn drop_held(&mut self, key: Key, host: NodeId) {
+        if let Some(old) = self.held.remove(&(key, host)) {
+            self.expiries.remove(&(old.expires_at, key, host));
+        }
+        let lo = (key, NodeId::bound([0; 32]));
+        let hi = (key, NodeId::bound([0xff; 32]));
+        if self.held.range(lo..=hi).next().is_none() {
+            self.held_names.remove(&key);
+        }
+    }
+
+    /// Passes adverts (or withdrawals) just taken for `name` on to the nodes this node
+    /// knows that are nearer the name than it, among the `k` nearest, and not in `homes`
+    /// (nor `from`): the storer may not have known them (its lookup ended early, or they
+    /// joined since). The store they get names them and this node first, then as many of
+    /// `homes` as fit.
+    fn pass_on(&mut self, now: Millis, name: &str, from: NodeId, homes: &[Contact], taken: Vec<Envelope>) {
+        if taken.is_empty() {
             return;
         }
         let key = Key::of_name(name);
@@ -928,9 +1102,9 @@ impl PlacementNode {
         if targets.is_empty() {
             return;
         }
-        let mut known: Vec<Contact> = homes.to_vec();
+        let mut known: Vec<Contact> = vec![Contact(*self.id.key())];
         known.extend(targets.iter().map(|n| Contact(*n.key())));
-        known.push(Contact(*self.id.key()));
+        known.extend(homes.iter().copied());
         known.truncate(CONTACTS_PER_ANSWER_MAX);
         for to in targets {
             if self.waiting.len() >= REQUESTS_IN_FLIGHT_MAX {
@@ -939,8 +1113,8 @@ impl PlacementNode {
             }
             self.stats.handoffs += 1;
             let store =
-                Message::Store { name: name.to_owned(), homes: known.clone(), adverts: fresh.clone() };
-            self.send(now, to, store, Waiting::Store { name: None, to });
+                Message::Store { name: name.to_owned(), homes: known.clone(), adverts: taken.clone() };
+            self.send(now, to, store, Waiting::Store { place: None, to });
         }
     }
 
@@ -958,13 +1132,14 @@ impl PlacementNode {
                 };
                 let Some(state) = self.lookups.get_mut(&lookup) else { return };
                 state.mark(&to, Ask::Answered);
-                for contact in closer.iter().take(CONTACTS_PER_ANSWER_MAX) {
+                // As many as were asked for: more would only be more to try.
+                for contact in closer.iter().take(self.config.k) {
                     state.offer(contact.node(), &self.id);
                 }
                 if let Purpose::Resolve { name } = &state.purpose {
                     let name = name.clone();
                     let asked = state.asked;
-                    let hosts = self.verified_hosts(&name, &adverts);
+                    let hosts = self.verified_hosts(now, &name, &adverts);
                     if !hosts.is_empty() {
                         self.lookups.remove(&lookup);
                         self.push(Output::Event(Event::Resolved { name, hosts, asked }));
@@ -973,20 +1148,20 @@ impl PlacementNode {
                 }
                 self.step(now, lookup);
             }
-            Waiting::Store { name, to } => {
+            Waiting::Store { place, to } => {
                 self.observed(now, to);
                 let held = matches!(message, Message::Stored { held } if held > 0);
-                self.store_settled(name, held);
+                self.store_settled(place, held);
             }
         }
     }
 
-    /// The hosts of `name` among `adverts` whose signatures verify.
-    fn verified_hosts(&self, name: &str, adverts: &[Envelope]) -> Vec<NodeId> {
+    /// The hosts of `name` among `adverts` that are admissible now, list the name, and
+    /// whose signatures verify.
+    fn verified_hosts(&self, now: Millis, name: &str, adverts: &[Envelope]) -> Vec<NodeId> {
         let mut hosts: Vec<NodeId> = adverts
             .iter()
-            .filter(|e| e.body().len() + ENVELOPE_OVERHEAD_MAX <= ENVELOPE_BYTES_MAX)
-            .filter(|e| self.verifier.peek_advert(e).is_ok_and(|a| a.hosts(name).is_some()))
+            .filter(|e| self.admissible(now, e).is_some_and(|(a, _)| a.hosts(name).is_some()))
             .filter(|e| self.verifier.verify(e))
             .map(|e| NodeId::from_key(e.signer()))
             .collect();
@@ -995,15 +1170,15 @@ impl PlacementNode {
         hosts
     }
 
-    fn store_settled(&mut self, name: Option<String>, held: bool) {
-        let Some(name) = name else { return };
-        let Some((acked, left)) = self.placing.get_mut(&name) else { return };
-        *acked += usize::from(held);
-        *left -= 1;
-        if *left == 0 {
-            let homes = *acked;
-            self.placing.remove(&name);
-            self.push(Output::Event(Event::Placed { name, homes }));
+    fn store_settled(&mut self, place: Option<u64>, held: bool) {
+        let Some(id) = place else { return };
+        let Some(placing) = self.placing.get_mut(&id) else { return };
+        placing.acked += usize::from(held);
+        placing.left -= 1;
+        if placing.left == 0
+            && let Some(Placing { name, withdraw, acked, .. }) = self.placing.remove(&id)
+        {
+            self.placed(name, withdraw, acked);
         }
     }
 
@@ -1019,9 +1194,9 @@ impl PlacementNode {
                 }
                 self.step(now, lookup);
             }
-            Waiting::Store { name, to } => {
+            Waiting::Store { place, to } => {
                 self.table.remove(&to);
-                self.store_settled(name, false);
+                self.store_settled(place, false);
             }
         }
     }
@@ -1031,6 +1206,7 @@ impl PlacementNode {
             if at > now {
                 break;
             }
+            self.deadlines.pop_first();
             self.on_failed(now, id);
         }
         while let Some(&(at, key, host)) = self.expiries.first() {
@@ -1038,15 +1214,15 @@ impl PlacementNode {
                 break;
             }
             self.expiries.pop_first();
-            self.held.remove(&(key, host));
-            if self.hosts_held(&key, now).next().is_none() {
-                self.held_names.remove(&key);
+            if self.held.get(&(key, host)).is_some_and(|h| h.expires_at == at) {
+                self.drop_held(key, host);
             }
         }
-        if self.next_republish.is_some_and(|at| at <= now)
-            && let Some((_, advert)) = self.own.clone()
-        {
-            self.host(now, advert.capsules, advert.addrs);
+        if self.next_republish.is_some_and(|at| at <= now) {
+            self.next_republish = Some(now.plus(self.config.republish_ms));
+            if let Some((_, advert)) = self.own.clone() {
+                self.host(now, advert.capsules, advert.addrs);
+            }
         }
     }
 }
@@ -1174,10 +1350,10 @@ mod tests {
         let mut by_distance: Vec<NodeId> = ids.clone();
         by_distance.sort_by_key(|id| Key::of_node(id).distance(&target));
         for home in &by_distance[..8] {
-            assert!(net.nodes[home].holds("echo", &host), "home {home} lacks the advert");
+            assert!(net.nodes[home].holds("echo", &host, Millis(1_000)), "home {home} lacks the advert");
         }
         for far in &by_distance[16..] {
-            assert!(!net.nodes[far].holds("echo", &host), "{far} is no home but holds it");
+            assert!(!net.nodes[far].holds("echo", &host, Millis(1_000)), "{far} is no home but holds it");
         }
         let asker = by_distance[39];
         net.input(asker, Input::Resolve { name: "echo".into() });
@@ -1196,7 +1372,7 @@ mod tests {
         assert!(
             net.events
                 .iter()
-                .any(|(_, e)| matches!(e, Event::Unresolved { name, busy: false, .. } if name == "nobody"))
+                .any(|(_, e)| matches!(e, Event::Unresolved { name, why: Unresolved::NotFound, .. } if name == "nobody"))
         );
         net.input(ids[3], Input::Host { capsules: vec![capsule("late")], addrs: Vec::new() });
         // Newcomers join; those now among the name's closest must receive the advert.
@@ -1210,7 +1386,8 @@ mod tests {
         let target = Key::of_name("late");
         let mut all = net.ids();
         all.sort_by_key(|id| Key::of_node(id).distance(&target));
-        let holding = all[..8].iter().filter(|id| net.nodes[*id].holds("late", &ids[3])).count();
+        let holding =
+            all[..8].iter().filter(|id| net.nodes[*id].holds("late", &ids[3], Millis(1_000))).count();
         assert!(holding >= 6, "{holding} of the 8 closest hold the advert after the joins");
     }
 
@@ -1258,8 +1435,8 @@ mod tests {
         net.input(ids[2], Input::Request { from: ids[0], id: 1, message: store("other") });
         assert_eq!(net.nodes[&ids[2]].held_len(), 0, "held under a name the advert does not list");
         net.input(ids[2], Input::Request { from: ids[0], id: 2, message: store("echo") });
-        assert!(net.nodes[&ids[2]].holds("echo", &key(1).node_id()));
-        assert!(!net.nodes[&ids[2]].holds("other", &key(1).node_id()));
+        assert!(net.nodes[&ids[2]].holds("echo", &key(1).node_id(), Millis(1_000)));
+        assert!(!net.nodes[&ids[2]].holds("other", &key(1).node_id(), Millis(1_000)));
     }
 
     #[test]
@@ -1295,5 +1472,236 @@ mod tests {
             Message::decode(&Message::FindNode { target: Key([7; 32]) }.encode()).expect("decodes"),
             Message::FindNode { target: Key([7; 32]) }
         );
+    }
+    /// The largest advert an issuer can sign: capsules with the longest names until the
+    /// body's bound.
+    fn largest_envelope(i: u8) -> Envelope {
+        let mut last = None;
+        let mut advert = Advert::new(1, Millis(1_000), 60_000);
+        for n in 0..crate::limits::ADVERT_CAPSULES_MAX {
+            let mut name = format!("c{n}-");
+            name.extend(std::iter::repeat_n('x', CAPSULE_NAME_LEN_MAX - name.len()));
+            advert.capsules.push(HostedCapsule {
+                name,
+                digest: Some(Digest::of(&[i, n as u8])),
+                version: "1.0.0-rc.1+build.1234567890".into(),
+            });
+            match Signed::sign(advert.clone(), &key(i)) {
+                Ok(signed) => last = Some(signed.into_envelope()),
+                Err(_) => break,
+            }
+        }
+        last.expect("one capsule fits")
+    }
+
+    #[test]
+    fn the_largest_answer_a_node_builds_is_within_the_message_bound() {
+        let envelope = largest_envelope(1);
+        assert!(
+            envelope.body().len() > crate::limits::ADVERT_BYTES_MAX * 9 / 10,
+            "{}",
+            envelope.body().len()
+        );
+        let closer = vec![Contact(*key(2).node_id().key()); CONTACTS_PER_ANSWER_MAX];
+        let store = Message::Store {
+            name: "x".repeat(CAPSULE_NAME_LEN_MAX),
+            homes: closer.clone(),
+            adverts: vec![envelope.clone(); ADVERTS_PER_MESSAGE_MAX],
+        };
+        let bytes = store.encode();
+        assert!(bytes.len() <= PLACEMENT_MESSAGE_BYTES_MAX, "{} bytes", bytes.len());
+        assert_eq!(Message::decode(&bytes).expect("a full store decodes"), store);
+        // Small adverts, so that the count is what trips.
+        let mut small = Advert::new(1, Millis(1_000), 60_000);
+        small.capsules = vec![capsule("echo")];
+        let small = Signed::sign(small, &key(1)).expect("signs").into_envelope();
+        let hosts = Message::Hosts { closer, adverts: vec![small; ADVERTS_PER_MESSAGE_MAX + 1] };
+        let err = Message::decode(&hosts.encode()).expect_err("one advert too many");
+        assert!(err.to_string().contains("adverts"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_name_is_refused_before_anything_is_sent() {
+        let mut net = joined(10);
+        let ids = net.ids();
+        let contacts = net.nodes[&ids[4]].table().len();
+        let mut node = net.nodes.remove(&ids[4]).expect("node");
+        node.handle(Millis(1_000), Input::Resolve { name: "Not A Name".into() });
+        let outputs: Vec<Output> = std::iter::from_fn(|| node.poll_output()).collect();
+        assert!(
+            matches!(
+                &outputs[..],
+                [Output::Event(Event::Unresolved { why: Unresolved::BadName(_), asked: 0, .. })]
+            ),
+            "{outputs:?}"
+        );
+        node.handle(
+            Millis(1_000),
+            Input::Host { capsules: vec![capsule("echo"), capsule("Bad Name")], addrs: Vec::new() },
+        );
+        let outputs: Vec<Output> = std::iter::from_fn(|| node.poll_output()).collect();
+        assert!(
+            matches!(&outputs[..], [Output::Event(Event::HostRefused { reason })] if reason.contains("Bad Name")),
+            "{outputs:?}"
+        );
+        assert_eq!(node.table().len(), contacts, "no contact dropped");
+    }
+
+    #[test]
+    fn a_host_of_more_capsules_than_resolves_in_flight_places_every_one() {
+        let mut net = joined(30);
+        let ids = net.ids();
+        let capsules: Vec<HostedCapsule> = (0..100).map(|i| capsule(&format!("svc-{i}"))).collect();
+        net.input(ids[7], Input::Host { capsules, addrs: Vec::new() });
+        let placed = net
+            .events
+            .iter()
+            .filter(|(n, e)| *n == ids[7] && matches!(e, Event::Placed { homes: 8, .. }))
+            .count();
+        assert_eq!(placed, 100);
+    }
+
+    #[test]
+    fn a_second_host_while_placing_does_not_start_a_second_lookup_for_a_name() {
+        let verifier: Arc<dyn Verifier> = Arc::new(Ed25519Verifier);
+        let mut node = PlacementNode::new(key(1), PlacementConfig::default(), verifier);
+        node.handle(Millis(0), Input::Start { bootstrap: vec![key(2).node_id()] });
+        let _ = std::iter::from_fn(|| node.poll_output()).count();
+        node.handle(Millis(1), Input::Host { capsules: vec![capsule("echo")], addrs: Vec::new() });
+        node.handle(
+            Millis(2),
+            Input::Host { capsules: vec![capsule("echo")], addrs: vec!["/ip4/10.0.0.1/tcp/1".into()] },
+        );
+        let asks = std::iter::from_fn(|| node.poll_output())
+            .filter(|o| matches!(o, Output::Request { message: Message::FindNode { target }, .. } if *target == Key::of_name("echo")))
+            .count();
+        // The join already asks the one contact; each placing lookup asks it once more.
+        assert_eq!(asks, 1);
+    }
+
+    #[test]
+    fn a_name_no_longer_hosted_is_withdrawn_from_its_homes() {
+        let mut net = joined(30);
+        let ids = net.ids();
+        let host = ids[11];
+        let both = vec![capsule("echo"), capsule("wc")];
+        net.input(host, Input::Host { capsules: both, addrs: Vec::new() });
+        let holding = |net: &Net, name: &str| {
+            net.nodes.values().filter(|n| n.holds(name, &host, Millis(1_000))).count()
+        };
+        assert_eq!(holding(&net, "echo"), 8);
+        net.input(host, Input::Host { capsules: vec![capsule("wc")], addrs: Vec::new() });
+        assert!(
+            net.events
+                .iter()
+                .any(|(n, e)| *n == host && *e == Event::Withdrawn { name: "echo".into(), homes: 8 }),
+            "{:?}",
+            net.events
+        );
+        assert_eq!(holding(&net, "echo"), 0);
+        assert_eq!(holding(&net, "wc"), 8, "the name still hosted stays");
+        net.input(ids[3], Input::Resolve { name: "echo".into() });
+        assert!(
+            net.events
+                .iter()
+                .any(|(n, e)| *n == ids[3] && matches!(e, Event::Unresolved { name, .. } if name == "echo"))
+        );
+    }
+
+    #[test]
+    fn a_resolver_takes_no_expired_advert() {
+        let verifier: Arc<dyn Verifier> = Arc::new(Ed25519Verifier);
+        let mut node = PlacementNode::new(key(1), PlacementConfig::default(), verifier);
+        let peer = key(2).node_id();
+        node.handle(Millis(0), Input::Start { bootstrap: vec![peer] });
+        let _ = std::iter::from_fn(|| node.poll_output()).count();
+        let now = Millis(10_000_000);
+        node.handle(now, Input::Resolve { name: "echo".into() });
+        let id = std::iter::from_fn(|| node.poll_output())
+            .find_map(|o| match o {
+                Output::Request { id, message: Message::FindHosts { .. }, .. } => Some(id),
+                _ => None,
+            })
+            .expect("asks its contact");
+        // Signed long ago with a one-minute TTL: well past it, and past the clock skew.
+        let mut advert = Advert::new(1, Millis(1_000), 60_000);
+        advert.capsules = vec![capsule("echo")];
+        let stale = Signed::sign(advert, &key(3)).expect("signs").into_envelope();
+        node.handle(
+            now,
+            Input::Response { id, message: Message::Hosts { closer: Vec::new(), adverts: vec![stale] } },
+        );
+        let events: Vec<Output> = std::iter::from_fn(|| node.poll_output()).collect();
+        assert!(
+            matches!(&events[..], [Output::Event(Event::Unresolved { why: Unresolved::NotFound, .. })]),
+            "{events:?}"
+        );
+    }
+
+    #[test]
+    fn a_lookup_keeps_a_bounded_number_of_candidates() {
+        let target = Key([0x55; 32]);
+        let mut lookup = Lookup::new(target, 8, Purpose::Join, Vec::new());
+        let local = key(0).node_id();
+        for i in 1..=200u8 {
+            lookup.offer(key(i).node_id(), &local);
+        }
+        assert_eq!(lookup.candidates.len(), CANDIDATES_PER_WIDTH * 8);
+        // The closest are the ones kept.
+        let mut all: Vec<Distance> =
+            (1..=200u8).map(|i| Key::of_node(&key(i).node_id()).distance(&target)).collect();
+        all.sort();
+        assert_eq!(lookup.candidates.keys().copied().collect::<Vec<_>>(), all[..32]);
+    }
+
+    #[test]
+    fn a_request_dropped_at_a_full_output_queue_does_not_cost_the_contact() {
+        let verifier: Arc<dyn Verifier> = Arc::new(Ed25519Verifier);
+        let mut node = PlacementNode::new(key(1), PlacementConfig::default(), verifier);
+        let peer = key(2).node_id();
+        node.handle(Millis(0), Input::Start { bootstrap: vec![peer] });
+        let join = std::iter::from_fn(|| node.poll_output())
+            .find_map(|o| if let Output::Request { id, .. } = o { Some(id) } else { None })
+            .expect("the join asks");
+        node.handle(Millis(1), Input::Response { id: join, message: Message::Nodes { closer: Vec::new() } });
+        let _ = std::iter::from_fn(|| node.poll_output()).count();
+        // The driver does not poll: answers fill the queue.
+        for id in 0..PLACEMENT_OUTPUTS_MAX as u64 {
+            node.handle(
+                Millis(1),
+                Input::Request { from: peer, id, message: Message::FindNode { target: Key([1; 32]) } },
+            );
+        }
+        node.handle(Millis(1), Input::Resolve { name: "echo".into() });
+        assert!(node.stats().outputs_dropped > 0);
+        node.handle(Millis(60_000), Input::Tick);
+        assert!(node.table().contains(&peer), "the contact did nothing wrong");
+    }
+
+    #[test]
+    fn a_host_that_is_its_own_home_names_itself_once() {
+        let mut net = joined(5);
+        let ids = net.ids();
+        net.input(ids[2], Input::Host { capsules: vec![capsule("echo")], addrs: Vec::new() });
+        assert!(
+            net.nodes[&ids[2]].holds("echo", &ids[2], Millis(1_000)),
+            "fewer nodes than k: all are homes"
+        );
+        net.input(ids[2], Input::Resolve { name: "echo".into() });
+        let resolved = net.events.iter().rev().find_map(|(n, e)| match e {
+            Event::Resolved { hosts, .. } if *n == ids[2] => Some(hosts.clone()),
+            _ => None,
+        });
+        assert_eq!(resolved, Some(vec![ids[2]]));
+        let node = net.nodes.get_mut(&ids[2]).expect("node");
+        node.handle(
+            Millis(1_000),
+            Input::Request { from: ids[0], id: 7, message: Message::FindHosts { name: "echo".into() } },
+        );
+        let adverts = std::iter::from_fn(|| node.poll_output()).find_map(|o| match o {
+            Output::Respond { message: Message::Hosts { adverts, .. }, .. } => Some(adverts.len()),
+            _ => None,
+        });
+        assert_eq!(adverts, Some(1));
     }
 }

@@ -47,6 +47,13 @@ type Ix = u32;
 /// counts them: the lookup's rounds and the stores' round trip.
 const SETTLE_MS: u64 = 2_000;
 
+/// How often each advert not yet at a majority of its homes is looked at, for the
+/// convergence figure (which is therefore at most this much late).
+const CONVERGE_EVERY_MS: u64 = 100;
+
+/// A resolve asked after the last join and unanswered this long at the end has failed.
+const RESOLVE_GIVE_UP_MS: u64 = 10_000;
+
 #[derive(Debug)]
 enum Ev {
     Start(Ix),
@@ -56,6 +63,7 @@ enum Ev {
     Wake(Ix),
     Query,
     Check,
+    Converge,
 }
 
 #[derive(Debug)]
@@ -96,6 +104,12 @@ pub struct PlacementOutcome {
     pub placed_p50_ms: u64,
     pub placed_p99_ms: u64,
     pub placed_max_ms: u64,
+    /// From a host's start to its advert held by a majority of the name's true homes at
+    /// that moment, per (name, host), sampled every [`CONVERGE_EVERY_MS`].
+    pub converged: usize,
+    pub converged_p50_ms: u64,
+    pub converged_p99_ms: u64,
+    pub converged_max_ms: u64,
     /// The first check at which every advert was at a majority of its homes, after the
     /// last join (`None`: never within the run).
     pub majority_after_last_join_ms: Option<u64>,
@@ -141,6 +155,9 @@ pub struct PlacementSim {
     connected: HashSet<(Ix, Ix)>,
     hosts: BTreeMap<String, Vec<Ix>>,
     asking: HashMap<(Ix, String), u64>,
+    /// Adverts (host, index into its names) not yet seen at a majority of their homes.
+    pending: Vec<(Ix, usize)>,
+    converged_ms: Vec<u64>,
     rng: SimRng,
     trace: TraceHash,
     events: u64,
@@ -152,6 +169,8 @@ pub struct PlacementSim {
     resolve_ms: Vec<u64>,
     resolve_asked: Vec<u64>,
     resolves: usize,
+    /// Resolves asked after the last join and its settling: the ones judged.
+    resolves_judged: usize,
     resolves_failed: usize,
     findings: Vec<String>,
     safety: bool,
@@ -226,6 +245,8 @@ impl PlacementSim {
             connected: HashSet::default(),
             hosts,
             asking: HashMap::default(),
+            pending: Vec::new(),
+            converged_ms: Vec::new(),
             rng: SimRng::stream(seed, "placement/world"),
             trace: TraceHash::default(),
             events: 0,
@@ -237,6 +258,7 @@ impl PlacementSim {
             resolve_ms: Vec::new(),
             resolve_asked: Vec::new(),
             resolves: 0,
+            resolves_judged: 0,
             resolves_failed: 0,
             findings: Vec::new(),
             safety: false,
@@ -253,6 +275,7 @@ impl PlacementSim {
             sim.queue.push(sim.scenario.workload.query_interval_ms, Ev::Query);
         }
         sim.queue.push(spread_ms + 1000, Ev::Check);
+        sim.queue.push(CONVERGE_EVERY_MS, Ev::Converge);
         Ok(sim)
     }
 
@@ -287,6 +310,7 @@ impl PlacementSim {
                 let position = self.sorted.partition_point(|(k, _)| *k < node.key);
                 self.sorted.insert(position, (node.key, ix));
                 self.started.push(ix);
+                self.pending.extend((0..self.nodes[ix as usize].names.len()).map(|i| (ix, i)));
                 self.input(ix, Input::Start { bootstrap });
                 // Placing starts with the join, from the bootstrap contacts: its lookups
                 // find the name's homes as the join finds the newcomer's neighbours.
@@ -326,6 +350,7 @@ impl PlacementSim {
             }
             Ev::Query => self.query(),
             Ev::Check => self.check(),
+            Ev::Converge => self.converge(),
         }
     }
 
@@ -391,6 +416,14 @@ impl PlacementSim {
         let node = &mut self.nodes[ix as usize];
         match event {
             PlaceEvent::Joined { .. } => node.joined = true,
+            // This world's hosts never stop hosting a name.
+            PlaceEvent::Withdrawn { .. } => {}
+            PlaceEvent::HostRefused { reason } => {
+                if self.findings.len() < 20 {
+                    self.findings.push(format!("liveness: node {ix} could not host: {reason}"));
+                }
+                self.resolves_failed += 1;
+            }
             PlaceEvent::Placed { name, homes } => {
                 if let Some(at) = node.names.iter().position(|n| *n == name)
                     && node.placed[at].is_none()
@@ -407,8 +440,10 @@ impl PlacementSim {
                 let truth = self.hosts.get(&name);
                 for host in &hosts {
                     let real = self.by_id.get(host).is_some_and(|h| truth.is_some_and(|t| t.contains(h)));
-                    if !real && self.findings.len() < 20 {
+                    if !real {
                         self.safety = true;
+                    }
+                    if !real && self.findings.len() < 20 {
                         self.findings.push(format!(
                             "safety: a resolve of {name} returned {host}, which does not host it"
                         ));
@@ -452,6 +487,7 @@ impl PlacementSim {
             return;
         }
         self.resolves += 1;
+        self.resolves_judged += usize::from(self.now >= self.liveness_from());
         self.asking.insert((asker, name.clone()), self.now);
         self.input(asker, Input::Resolve { name });
     }
@@ -499,8 +535,10 @@ impl PlacementSim {
                     continue;
                 }
                 out.expected += 1;
-                let holding =
-                    homes.iter().filter(|&&h| self.nodes[h as usize].machine.holds(name, &node.id)).count();
+                let holding = homes
+                    .iter()
+                    .filter(|&&h| self.nodes[h as usize].machine.holds(name, &node.id, Millis(self.now)))
+                    .count();
                 out.all += usize::from(holding == homes.len());
                 if 2 * holding > homes.len() {
                     out.majority += 1;
@@ -513,6 +551,29 @@ impl PlacementSim {
             }
         }
         out
+    }
+
+    /// Records each pending advert that a majority of its name's true homes now hold.
+    fn converge(&mut self) {
+        let spread_ms = self.scenario.topology.join_spread_s * 1000;
+        if !self.pending.is_empty() || self.now <= spread_ms {
+            self.queue.push(self.now + CONVERGE_EVERY_MS, Ev::Converge);
+        }
+        let now = Millis(self.now);
+        let mut pending = std::mem::take(&mut self.pending);
+        pending.retain(|&(host, i)| {
+            let node = &self.nodes[host as usize];
+            let name = &node.names[i];
+            let homes = self.homes(&Key::of_name(name));
+            let holding =
+                homes.iter().filter(|&&h| self.nodes[h as usize].machine.holds(name, &node.id, now)).count();
+            if 2 * holding > homes.len() {
+                self.converged_ms.push(self.now - node.started_at.unwrap_or(0));
+                return false;
+            }
+            true
+        });
+        self.pending = pending;
     }
 
     fn check(&mut self) {
@@ -533,7 +594,30 @@ impl PlacementSim {
         let placement = self.placement();
         let spread_ms = self.scenario.topology.join_spread_s * 1000;
         let bound_ms = self.scenario.check.liveness_bound_s * 1000;
+        let end = self.scenario.duration_s * 1000;
+        let from = self.liveness_from();
+        let unanswered = self
+            .asking
+            .iter()
+            .filter(|(_, since)| **since >= from && **since + RESOLVE_GIVE_UP_MS <= end)
+            .count();
+        if unanswered > 0 {
+            self.resolves_failed += unanswered;
+            self.findings.push(format!(
+                "liveness: {unanswered} resolves asked after the last join had no answer {} s later",
+                RESOLVE_GIVE_UP_MS / 1000
+            ));
+        }
         let mut liveness = self.resolves_failed > 0;
+        if placement.majority < placement.expected && self.majority_at.is_some() {
+            liveness = true;
+            self.findings.push(format!(
+                "liveness: {} of {} adverts at a majority of their homes at the end, after all were{}",
+                placement.majority,
+                placement.expected,
+                placement.example.clone().map(|e| format!(" (for one: {e})")).unwrap_or_default()
+            ));
+        }
         let placed_in_time = self.majority_at.is_some_and(|at| at <= spread_ms + bound_ms);
         if !placed_in_time {
             liveness = true;
@@ -545,9 +629,9 @@ impl PlacementSim {
                 placement.example.clone().map(|e| format!(" (for one: {e})")).unwrap_or_default()
             ));
         }
-        if self.resolves == 0 {
+        if self.resolves_judged == 0 {
             liveness = true;
-            self.findings.push("vacuous: no resolve was asked".into());
+            self.findings.push("vacuous: no resolve was asked after the last join".into());
         }
         let (verdict, exit_code) = if self.safety {
             ("safety", exit::SAFETY)
@@ -557,6 +641,7 @@ impl PlacementSim {
             ("pass", exit::PASS)
         };
         self.placed_ms.sort_unstable();
+        self.converged_ms.sort_unstable();
         self.resolve_ms.sort_unstable();
         self.resolve_asked.sort_unstable();
         let started: Vec<&Node> = self.nodes.iter().filter(|n| n.started_at.is_some()).collect();
@@ -582,6 +667,10 @@ impl PlacementSim {
             placed_p50_ms: quantile(&self.placed_ms, 0.5),
             placed_p99_ms: quantile(&self.placed_ms, 0.99),
             placed_max_ms: self.placed_ms.last().copied().unwrap_or(0),
+            converged: self.converged_ms.len(),
+            converged_p50_ms: quantile(&self.converged_ms, 0.5),
+            converged_p99_ms: quantile(&self.converged_ms, 0.99),
+            converged_max_ms: self.converged_ms.last().copied().unwrap_or(0),
             majority_after_last_join_ms: self.majority_at.map(|at| at.saturating_sub(spread_ms)),
             all_after_last_join_ms: self.all_at.map(|at| at.saturating_sub(spread_ms)),
             all_homes_at_end: placement.all,
@@ -623,6 +712,14 @@ impl PlacementOutcome {
             self.placed_p50_ms,
             self.placed_p99_ms,
             self.placed_max_ms
+        ));
+        out.push_str(&format!(
+            "  converged: {} adverts at a majority of their true homes p50 {} ms p99 {} ms max {} ms after the host started (sampled every {} ms)\n",
+            self.converged,
+            self.converged_p50_ms,
+            self.converged_p99_ms,
+            self.converged_max_ms,
+            CONVERGE_EVERY_MS
         ));
         let when = |at: Option<u64>| {
             at.map_or_else(|| "not within the run".to_owned(), |ms| format!("{ms} ms after the last join"))
