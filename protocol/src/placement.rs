@@ -268,10 +268,16 @@ impl Message {
 /// How a placement node behaves.
 #[derive(Clone, Debug)]
 pub struct PlacementConfig {
-    /// Homes per name, and contacts per routing-table bucket.
+    /// Homes per name.
     pub k: usize,
-    /// Requests in flight per lookup.
+    /// Contacts per routing-table bucket, and per answer to a lookup.
+    pub bucket: usize,
+    /// Requests in flight per resolve.
     pub alpha: usize,
+    /// Requests in flight per join or placing lookup. These run once per node, and per
+    /// name each refresh, and how soon adverts reach their homes is theirs: asking more
+    /// nodes at once lets the fastest answers lead (see the benchmarks' placement table).
+    pub place_alpha: usize,
     /// A request unanswered this long has failed.
     pub request_timeout_ms: u64,
     /// The TTL this node signs its advert with, and the longest honoured.
@@ -290,7 +296,9 @@ impl Default for PlacementConfig {
     fn default() -> Self {
         Self {
             k: 8,
+            bucket: 8,
             alpha: 3,
+            place_alpha: 8,
             request_timeout_ms: 2_000,
             ttl_ms: 86_400_000,
             clock_skew_max_ms: 60_000,
@@ -634,9 +642,16 @@ impl PlacementNode {
         let id = secret.node_id();
         let key = Key::of_node(&id);
         let k = config.k.clamp(1, CONTACTS_PER_ANSWER_MAX);
-        let config = PlacementConfig { k, alpha: config.alpha.max(1), ..config };
+        let bucket = config.bucket.clamp(k, CONTACTS_PER_ANSWER_MAX);
+        let config = PlacementConfig {
+            k,
+            bucket,
+            alpha: config.alpha.max(1),
+            place_alpha: config.place_alpha.max(1),
+            ..config
+        };
         Self {
-            table: RoutingTable::new(key, k),
+            table: RoutingTable::new(key, bucket),
             config,
             secret,
             id,
@@ -850,7 +865,11 @@ impl PlacementNode {
     /// Sends a lookup's next asks, or finishes it.
     fn step(&mut self, now: Millis, id: u64) {
         let Some(lookup) = self.lookups.get_mut(&id) else { return };
-        let asks = lookup.next(self.config.alpha);
+        let alpha = match lookup.purpose {
+            Purpose::Resolve { .. } => self.config.alpha,
+            Purpose::Join | Purpose::Place { .. } => self.config.place_alpha,
+        };
+        let asks = lookup.next(alpha);
         let target = lookup.target;
         let message = match &lookup.purpose {
             Purpose::Resolve { name } => Message::FindHosts { name: name.clone() },
@@ -929,7 +948,7 @@ impl PlacementNode {
     }
 
     fn on_request(&mut self, now: Millis, from: NodeId, id: u64, message: Message) {
-        let k = self.config.k;
+        let k = self.config.bucket;
         let contacts = |table: &RoutingTable, target: &Key| -> Vec<Contact> {
             table
                 .closest(target, k)
@@ -1133,7 +1152,7 @@ impl PlacementNode {
                 let Some(state) = self.lookups.get_mut(&lookup) else { return };
                 state.mark(&to, Ask::Answered);
                 // As many as were asked for: more would only be more to try.
-                for contact in closer.iter().take(self.config.k) {
+                for contact in closer.iter().take(self.config.bucket) {
                     state.offer(contact.node(), &self.id);
                 }
                 if let Purpose::Resolve { name } = &state.purpose {

@@ -17,9 +17,13 @@
 //! - placement: once a second after the last join, every (name, host) advert must be held
 //!   by a majority of the `k` nodes closest to the name among the nodes that have started,
 //!   within the scenario's liveness bound (that a resolve finds it takes one; the report
-//!   gives how many adverts reached all `k`, and when);
+//!   gives how many adverts reached all `k`, and when), and still be at the end;
+//! - convergence (a figure, not a check): every 100 ms, each advert not yet seen at a
+//!   majority of its name's true homes is looked at again, which gives the time from a
+//!   host's start to its advert at a majority, per advert;
 //! - resolves: a started node resolves a random placed name every `query_interval_ms`;
-//!   each one issued after the last join must find a host.
+//!   each one issued after the last join must find a host, and one still unanswered 10 s
+//!   before the end has failed.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
