@@ -178,6 +178,8 @@ pub struct PlacementSim {
     resolves_failed: usize,
     findings: Vec<String>,
     safety: bool,
+    /// A node refused what it was given to host (a bug in this world's names).
+    hosting_refused: bool,
 }
 
 impl PlacementSim {
@@ -266,6 +268,7 @@ impl PlacementSim {
             resolves_failed: 0,
             findings: Vec::new(),
             safety: false,
+            hosting_refused: false,
             seed,
             scenario,
         };
@@ -426,7 +429,7 @@ impl PlacementSim {
                 if self.findings.len() < 20 {
                     self.findings.push(format!("liveness: node {ix} could not host: {reason}"));
                 }
-                self.resolves_failed += 1;
+                self.hosting_refused = true;
             }
             PlaceEvent::Placed { name, homes } => {
                 if let Some(at) = node.names.iter().position(|n| *n == name)
@@ -612,7 +615,7 @@ impl PlacementSim {
                 RESOLVE_GIVE_UP_MS / 1000
             ));
         }
-        let mut liveness = self.resolves_failed > 0;
+        let mut liveness = self.resolves_failed > 0 || self.hosting_refused;
         if placement.majority < placement.expected && self.majority_at.is_some() {
             liveness = true;
             self.findings.push(format!(
