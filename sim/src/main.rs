@@ -61,9 +61,10 @@ enum Command {
         jobs: Option<usize>,
     },
     /// A cold start of hash placement (the directory that keeps each name's adverts at
-    /// its k closest nodes, not at every node) over the scenario's nodes, regions, latency
-    /// and join spread; prints how long placement and resolves took (JSON with --json).
-    /// Faults are refused: this world models none yet.
+    /// its k closest nodes, not at every node) over the scenario's nodes, regions, latency,
+    /// join spread, loss (as TCP retransmissions) and duplication; prints how long
+    /// placement and resolves took (JSON with --json). Partitions, crashes and the other
+    /// faults are refused: this world does not model them yet.
     ///
     ///   murmur-sim placement formation-10k              # 10,000 nodes
     ///   murmur-sim placement formation-10k --nodes 2000

@@ -7,9 +7,12 @@
 //! name), so `formation-10k` compares like with like. What this world models: one-way
 //! latency per region pair plus jitter, a dial (one round trip more) the first time two
 //! nodes talk, every message encoded by the sender and strictly decoded by the receiver
-//! with the shipping codec, and its bytes folded into the trace hash. Not modelled here:
-//! loss, partitions, crashes and bandwidth (the scenario's faults are refused, not
-//! ignored).
+//! with the shipping codec, and its bytes folded into the trace hash; the scenario's loss
+//! (and its `loss` faults) as TCP meets it, a segment sent again after a retransmission
+//! timeout (the round trip plus Linux's 200 ms floor, doubling for each loss in a row),
+//! and its duplication as a message delivered twice (which TCP would not do, so it tests
+//! that every answer and store is idempotent). Not modelled here: partitions, crashes and
+//! bandwidth (a scenario with other faults is refused, not run without them).
 //!
 //! Checks:
 //! - safety: every host a resolve returns does host the name (adverts are verified by the
@@ -41,7 +44,7 @@ use crate::engine::EventQueue;
 use crate::fxhash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use crate::report::{exit, quantile};
 use crate::rng::SimRng;
-use crate::scenario::Scenario;
+use crate::scenario::{Fault, Scenario};
 use crate::trace::TraceHash;
 use crate::verifier::SharedVerifier;
 
@@ -54,6 +57,10 @@ const SETTLE_MS: u64 = 2_000;
 /// How often each advert not yet at a majority of its homes is looked at, for the
 /// convergence figure (which is therefore at most this much late).
 const CONVERGE_EVERY_MS: u64 = 100;
+
+/// Linux's floor for a TCP retransmission timeout, and its ceiling (as the gossip world).
+const TCP_RTO_MIN_MS: u64 = 200;
+const TCP_RTO_MAX_MS: u64 = 120_000;
 
 /// A resolve asked after the last join and unanswered this long at the end has failed.
 const RESOLVE_GIVE_UP_MS: u64 = 10_000;
@@ -102,6 +109,8 @@ pub struct PlacementOutcome {
     pub events_per_sec: f64,
     pub messages_per_node_per_sec: f64,
     pub bytes_per_node_per_sec: f64,
+    /// Messages the modelled network lost once or more and TCP sent again.
+    pub messages_retransmitted: u64,
     /// (name, host) adverts acknowledged by at least one home.
     pub placed: usize,
     /// From a host's start to its advert acknowledged by the homes, per (name, host).
@@ -163,6 +172,10 @@ pub struct PlacementSim {
     pending: Vec<(Ix, usize)>,
     converged_ms: Vec<u64>,
     rng: SimRng,
+    /// Loss and duplication draw from a stream of their own, and only when the scenario
+    /// has them, so a lossless run's draws (and trace) do not depend on them.
+    loss_rng: SimRng,
+    lost: u64,
     trace: TraceHash,
     events: u64,
     messages: u64,
@@ -186,16 +199,11 @@ impl PlacementSim {
     /// A run of `scenario` with `seed`; refused when the scenario asks for what this world
     /// does not model.
     pub fn new(scenario: Scenario, seed: u64) -> Result<Self, String> {
-        if !scenario.faults.is_empty() {
+        if let Some(fault) = scenario.faults.iter().find(|f| !matches!(f, Fault::Loss { .. })) {
             return Err(format!(
-                "{} has faults; the placement world models none yet (no loss, partitions or crashes): use a fault-free scenario such as formation-10k",
-                scenario.name
-            ));
-        }
-        if scenario.network.loss > 0.0 || scenario.network.duplicate > 0.0 {
-            return Err(format!(
-                "{} sets network loss or duplication, which the placement world does not model",
-                scenario.name
+                "{} has a {} fault; the placement world models loss and duplication but no partitions, crashes or other faults yet: use a scenario without them, such as formation-10k",
+                scenario.name,
+                fault.label()
             ));
         }
         if scenario.topology.warm_start {
@@ -254,6 +262,8 @@ impl PlacementSim {
             pending: Vec::new(),
             converged_ms: Vec::new(),
             rng: SimRng::stream(seed, "placement/world"),
+            loss_rng: SimRng::stream(seed, "placement/loss"),
+            lost: 0,
             trace: TraceHash::default(),
             events: 0,
             messages: 0,
@@ -377,6 +387,50 @@ impl PlacementSim {
         }
     }
 
+    /// How many copies of a message arrive: two when duplicated.
+    fn copies(&mut self) -> usize {
+        let duplicate = self.scenario.network.duplicate;
+        if duplicate > 0.0 && self.loss_rng.chance(duplicate) {
+            return 2;
+        }
+        1
+    }
+
+    /// The time TCP's retransmissions add to a message from `a` to `b`: for each loss in a
+    /// row, one more retransmission timeout, starting at the round trip plus 200 ms and
+    /// doubling.
+    fn retransmission(&mut self, a: Ix, b: Ix) -> u64 {
+        let loss = self.loss_now();
+        if loss <= 0.0 {
+            return 0;
+        }
+        let (ra, rb) = (self.nodes[a as usize].region, self.nodes[b as usize].region);
+        let mut rto = 2 * self.scenario.network.latency_ms[ra][rb] + TCP_RTO_MIN_MS;
+        let mut extra = 0;
+        while extra < TCP_RTO_MAX_MS && self.loss_rng.chance(loss) {
+            extra += rto;
+            rto *= 2;
+        }
+        if extra > 0 {
+            self.lost += 1;
+        }
+        extra
+    }
+
+    fn loss_now(&self) -> f64 {
+        let second = self.now / 1000;
+        let extra: f64 = self
+            .scenario
+            .faults
+            .iter()
+            .filter_map(|f| match f {
+                Fault::Loss { at_s, until_s, loss } if (*at_s..*until_s).contains(&second) => Some(*loss),
+                _ => None,
+            })
+            .sum();
+        (self.scenario.network.loss + extra).min(0.99)
+    }
+
     /// One-way delay from `a` to `b`, with the dial's round trip the first time they talk.
     fn delay(&mut self, a: Ix, b: Ix) -> u64 {
         let (ra, rb) = (self.nodes[a as usize].region, self.nodes[b as usize].region);
@@ -404,16 +458,20 @@ impl PlacementSim {
                 let bytes = message.encode();
                 self.messages += 1;
                 self.bytes += bytes.len() as u64;
-                let at = self.now + self.delay(ix, peer);
-                self.queue.push(at, Ev::Request { to: peer, from: ix, id, bytes });
+                for _ in 0..self.copies() {
+                    let at = self.now + self.delay(ix, peer) + self.retransmission(ix, peer);
+                    self.queue.push(at, Ev::Request { to: peer, from: ix, id, bytes: bytes.clone() });
+                }
             }
             Output::Respond { to, id, message } => {
                 let Some(&peer) = self.by_id.get(&to) else { return };
                 let bytes = message.encode();
                 self.messages += 1;
                 self.bytes += bytes.len() as u64;
-                let at = self.now + self.delay(ix, peer);
-                self.queue.push(at, Ev::Response { to: peer, id, bytes });
+                for _ in 0..self.copies() {
+                    let at = self.now + self.delay(ix, peer) + self.retransmission(ix, peer);
+                    self.queue.push(at, Ev::Response { to: peer, id, bytes: bytes.clone() });
+                }
             }
             Output::Event(event) => self.on_event(ix, event),
         }
@@ -670,6 +728,7 @@ impl PlacementSim {
             events_per_sec: self.events as f64 / (wall_ms / 1000.0).max(1e-9),
             messages_per_node_per_sec: self.messages as f64 / n / duration_s,
             bytes_per_node_per_sec: self.bytes as f64 / n / duration_s,
+            messages_retransmitted: self.lost,
             placed: self.placed_ms.len(),
             placed_p50_ms: quantile(&self.placed_ms, 0.5),
             placed_p99_ms: quantile(&self.placed_ms, 0.99),
@@ -751,13 +810,14 @@ impl PlacementOutcome {
             self.resolve_requests_p99
         ));
         out.push_str(&format!(
-            "  per node: {:.1} contacts (max {}), {:.1} adverts held (max {}), {:.1} msgs and {:.0} bytes per s\n",
+            "  per node: {:.1} contacts (max {}), {:.1} adverts held (max {}), {:.1} msgs and {:.0} bytes per s; {} sent again after a loss\n",
             self.table_mean,
             self.table_max,
             self.held_mean,
             self.held_max,
             self.messages_per_node_per_sec,
-            self.bytes_per_node_per_sec
+            self.bytes_per_node_per_sec,
+            self.messages_retransmitted
         ));
         for finding in &self.findings {
             out.push_str(&format!("  {finding}\n"));
@@ -827,8 +887,22 @@ mod tests {
     #[test]
     fn scenarios_with_what_this_world_does_not_model_are_refused() {
         let mut s = scenario(10);
-        s.network.loss = 0.1;
+        s.faults.push(Fault::Crash { at_s: 5, count: 3, nodes: Vec::new(), restart_after_s: None });
         let err = PlacementSim::new(s, 1).expect_err("refused");
-        assert!(err.contains("loss"), "{err}");
+        assert!(err.contains("crash"), "{err}");
+    }
+
+    #[test]
+    fn a_lossy_duplicating_cold_start_still_places_and_resolves() {
+        let mut s = scenario(200);
+        s.network.loss = 0.03;
+        s.network.duplicate = 0.02;
+        s.faults.push(Fault::Loss { at_s: 2, until_s: 8, loss: 0.2 });
+        let outcome = PlacementSim::new(s.clone(), 5).expect("loss is modelled").run();
+        assert_eq!(outcome.exit_code, 0, "{}", outcome.describe());
+        assert!(outcome.messages_retransmitted > 100, "{}", outcome.describe());
+        assert_eq!(outcome.majority_at_end, outcome.expected_at_end);
+        let again = PlacementSim::new(s, 5).expect("runs").run();
+        assert_eq!(outcome.trace_hash, again.trace_hash);
     }
 }
