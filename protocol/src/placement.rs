@@ -102,6 +102,9 @@ pub const PLACEMENT_OUTPUTS_MAX: usize = 4096;
 /// lookup per name at a time), and there is one join.
 pub const RESOLVES_MAX: usize = 64;
 
+/// Repair lookups in flight at once (see [`PlacementConfig::replicate_ms`]).
+pub const REPAIRS_MAX: usize = 16;
+
 /// Lookups keep at most this many times their width of candidates, the closest.
 const CANDIDATES_PER_WIDTH: usize = 4;
 
@@ -286,6 +289,9 @@ pub struct PlacementConfig {
     pub clock_skew_max_ms: u64,
     /// How often this node re-signs its advert and stores it again.
     pub republish_ms: u64,
+    /// How often a home stores the adverts it holds at the other nodes it knows among the
+    /// name's `k` nearest: homes that left are replaced by the next nearest this way.
+    pub replicate_ms: u64,
     /// Adverts held for others (as (name, node) pairs).
     pub records_max: usize,
     /// Hosts held per name; more are refused (a resolver needs a few, not all).
@@ -303,6 +309,7 @@ impl Default for PlacementConfig {
             ttl_ms: 86_400_000,
             clock_skew_max_ms: 60_000,
             republish_ms: 3_600_000,
+            replicate_ms: 600_000,
             records_max: 100_000,
             hosts_per_name_max: 64,
         }
@@ -381,6 +388,10 @@ pub struct PlacementStats {
     pub handoffs_dropped: u64,
     /// Adverts dropped because a newer one of the same host no longer lists the name.
     pub withdrawals: u64,
+    /// Stores sent by the periodic replication of held adverts.
+    pub replications: u64,
+    /// Repair lookups finished (each followed by its stores).
+    pub repairs: u64,
     pub outputs_dropped: u64,
 }
 
@@ -476,8 +487,16 @@ enum Ask {
 #[derive(Clone, Debug)]
 enum Purpose {
     Join,
-    Place { name: String },
-    Resolve { name: String },
+    Place {
+        name: String,
+    },
+    Resolve {
+        name: String,
+    },
+    /// A home of the name left: find the name's nearest nodes now and store there.
+    Repair {
+        key: Key,
+    },
 }
 
 /// An iterative lookup: the candidates known, closest first, and what became of each.
@@ -512,10 +531,14 @@ impl Lookup {
         let distance = Key::of_node(&node).distance(&self.target);
         self.candidates.entry(distance).or_insert((node, Ask::New));
         while self.candidates.len() > CANDIDATES_PER_WIDTH * self.width {
-            let farthest =
-                self.candidates.iter().rev().find(|(_, (_, a))| *a != Ask::InFlight).map(|(d, _)| *d);
-            let Some(farthest) = farthest else { break };
-            self.candidates.remove(&farthest);
+            // Failed ones go first (they only keep a node from being asked twice), then
+            // the farthest not in flight.
+            let failed = self.candidates.iter().rev().find(|(_, (_, a))| *a == Ask::Failed);
+            let drop = failed
+                .or_else(|| self.candidates.iter().rev().find(|(_, (_, a))| *a != Ask::InFlight))
+                .map(|(d, _)| *d);
+            let Some(drop) = drop else { break };
+            self.candidates.remove(&drop);
         }
     }
 
@@ -574,10 +597,12 @@ enum Waiting {
         lookup: u64,
         to: NodeId,
     },
-    /// A store; `place` is the placing it counts towards (none for a handover).
+    /// A store; `place` is the placing it counts towards (none for a handover), `again`
+    /// the name a replication round sent it for (a failure there replicates it again).
     Store {
         place: Option<u64>,
         to: NodeId,
+        again: Option<Key>,
     },
 }
 
@@ -604,6 +629,8 @@ struct Held {
     envelope: Envelope,
     seq: u64,
     expires_at: Millis,
+    /// When a store of it last came in, or this node last replicated it.
+    stored_at: Millis,
 }
 
 /// One node's part of hash placement (see the module docs).
@@ -627,10 +654,13 @@ pub struct PlacementNode {
     own: Option<(Envelope, Advert)>,
     seq: u64,
     next_republish: Option<Millis>,
+    next_replicate: Option<Millis>,
     /// Placings whose stores are awaited, by the lookup that found the homes.
     placing: BTreeMap<u64, Placing>,
     /// Names with a placing lookup in flight (at most one each).
     placing_names: BTreeSet<String>,
+    /// Names held here with a repair lookup in flight.
+    repairing: BTreeSet<Key>,
     outputs: VecDeque<Output>,
     stats: PlacementStats,
 }
@@ -668,8 +698,10 @@ impl PlacementNode {
             own: None,
             seq: 0,
             next_republish: None,
+            next_replicate: None,
             placing: BTreeMap::new(),
             placing_names: BTreeSet::new(),
+            repairing: BTreeSet::new(),
             outputs: VecDeque::new(),
             stats: PlacementStats::default(),
         }
@@ -717,6 +749,7 @@ impl PlacementNode {
             self.deadlines.first().map(|(at, _)| *at),
             self.expiries.first().map(|(at, _, _)| *at),
             self.next_republish,
+            self.next_replicate,
         ]
         .into_iter()
         .flatten()
@@ -730,6 +763,7 @@ impl PlacementNode {
                 for node in bootstrap.into_iter().filter(|n| *n != self.id) {
                     self.table.observe(node);
                 }
+                self.next_replicate = Some(now.plus(self.config.replicate_ms.max(1)));
                 self.start_lookup(now, self.key, Purpose::Join);
             }
             Input::Host { capsules, addrs } => self.host(now, capsules, addrs),
@@ -832,6 +866,13 @@ impl PlacementNode {
         self.start_lookup(now, key, Purpose::Resolve { name });
     }
 
+    /// Every record held for the name at `key`, expired or not.
+    fn held_records<'a>(&'a self, key: &Key) -> impl Iterator<Item = (NodeId, &'a Held)> + 'a {
+        let lo = (*key, NodeId::bound([0; 32]));
+        let hi = (*key, NodeId::bound([0xff; 32]));
+        self.held.range(lo..=hi).map(|((_, node), h)| (*node, h))
+    }
+
     fn hosts_held<'a>(&'a self, key: &Key, now: Millis) -> impl Iterator<Item = (NodeId, &'a Held)> + 'a {
         let lo = (*key, NodeId::bound([0; 32]));
         let hi = (*key, NodeId::bound([0xff; 32]));
@@ -852,6 +893,16 @@ impl PlacementNode {
             // One placing lookup per name: the one in flight stores whatever advert is
             // current when it ends.
             Purpose::Place { name } if !self.placing_names.insert(name.clone()) => return,
+            // One repair per name, and a bounded number at once (a node that finds many
+            // homes gone repairs the rest at its next replication round).
+            Purpose::Repair { key }
+                if self.repairing.contains(key) || self.repairing.len() >= REPAIRS_MAX =>
+            {
+                return;
+            }
+            Purpose::Repair { key } => {
+                self.repairing.insert(*key);
+            }
             _ => {}
         }
         let width = if matches!(purpose, Purpose::Join) { JOIN_WIDTH * self.config.k } else { self.config.k };
@@ -867,13 +918,13 @@ impl PlacementNode {
         let Some(lookup) = self.lookups.get_mut(&id) else { return };
         let alpha = match lookup.purpose {
             Purpose::Resolve { .. } => self.config.alpha,
-            Purpose::Join | Purpose::Place { .. } => self.config.place_alpha,
+            Purpose::Join | Purpose::Place { .. } | Purpose::Repair { .. } => self.config.place_alpha,
         };
         let asks = lookup.next(alpha);
         let target = lookup.target;
         let message = match &lookup.purpose {
             Purpose::Resolve { name } => Message::FindHosts { name: name.clone() },
-            Purpose::Join | Purpose::Place { .. } => Message::FindNode { target },
+            Purpose::Join | Purpose::Place { .. } | Purpose::Repair { .. } => Message::FindNode { target },
         };
         for to in asks {
             if !self.send(now, to, message.clone(), Waiting::Lookup { lookup: id, to })
@@ -894,6 +945,12 @@ impl PlacementNode {
     fn finish(&mut self, now: Millis, id: u64, lookup: Lookup) {
         let closest = lookup.answered(self.config.k);
         match lookup.purpose {
+            Purpose::Repair { key } => {
+                self.repairing.remove(&key);
+                self.stats.repairs += 1;
+                let targets: Vec<NodeId> = closest.iter().map(|(_, n)| *n).collect();
+                self.store_held(now, key, targets, Some(key));
+            }
             Purpose::Join => {
                 let contacts = self.table.len();
                 self.push(Output::Event(Event::Joined { contacts }));
@@ -934,7 +991,7 @@ impl PlacementNode {
                         homes: listed.clone(),
                         adverts: vec![envelope.clone()],
                     };
-                    if !self.send(now, to, store, Waiting::Store { place: Some(id), to }) {
+                    if !self.send(now, to, store, Waiting::Store { place: Some(id), to, again: None }) {
                         self.store_settled(Some(id), false);
                     }
                 }
@@ -1026,7 +1083,7 @@ impl PlacementNode {
                 self.stats.handoffs += 1;
                 let homes = vec![Contact(*node.key()), Contact(*self.id.key())];
                 let store = Message::Store { name: name.clone(), homes, adverts: batch.to_vec() };
-                self.send(now, node, store, Waiting::Store { place: None, to: node });
+                self.send(now, node, store, Waiting::Store { place: None, to: node, again: None });
             }
         }
     }
@@ -1057,9 +1114,15 @@ impl PlacementNode {
         };
         let key = Key::of_name(name);
         let host = NodeId::from_key(envelope.signer());
+        if let Some(held) = self.held.get_mut(&(key, host))
+            && held.seq == advert.seq
+        {
+            held.stored_at = now;
+            return Taken::Known;
+        }
         let held = self.held.get(&(key, host));
-        if let Some(held) = held.filter(|h| h.seq >= advert.seq) {
-            return if held.seq == advert.seq { Taken::Known } else { Taken::Refused };
+        if held.is_some_and(|h| h.seq > advert.seq) {
+            return Taken::Refused;
         }
         if advert.hosts(name).is_none() {
             if held.is_none() || !self.verifier.verify(envelope) {
@@ -1079,13 +1142,66 @@ impl PlacementNode {
             return Taken::Refused;
         }
         let envelope = self.verifier.share(envelope.clone());
-        if let Some(old) = self.held.insert((key, host), Held { envelope, seq: advert.seq, expires_at }) {
+        if let Some(old) =
+            self.held.insert((key, host), Held { envelope, seq: advert.seq, expires_at, stored_at: now })
+        {
             self.expiries.remove(&(old.expires_at, key, host));
         }
         self.expiries.insert((expires_at, key, host));
         self.held_names.entry(key).or_insert_with(|| name.to_owned());
         self.stats.adverts_held += 1;
         Taken::New
+    }
+
+    /// Every `replicate_ms`, each name this node holds an advert of that no one stored here
+    /// in the last round (Kademlia's rule, per record: whoever stored it then reached the
+    /// other homes too) is
+    /// looked up and stored at its nearest nodes: homes that left are replaced by the next
+    /// nearest, which this node's table alone may not know. At most [`REPAIRS_MAX`] at
+    /// once; the rest are due again next round.
+    fn replicate(&mut self, now: Millis) {
+        let since = Millis(now.0.saturating_sub(self.config.replicate_ms));
+        let due: Vec<Key> = self
+            .held_names
+            .keys()
+            .filter(|key| self.held_records(key).any(|(_, h)| h.stored_at <= since))
+            .copied()
+            .collect();
+        for key in due {
+            self.start_lookup(now, key, Purpose::Repair { key });
+        }
+    }
+
+    /// Sends what this node holds for the name at `key` to `targets`, bounded like
+    /// handovers. One that holds it already answers at once, without a signature check
+    /// (same sequence number); one that took a departed home's place gets it.
+    fn store_held(&mut self, now: Millis, key: Key, targets: Vec<NodeId>, again: Option<Key>) {
+        let Some(name) = self.held_names.get(&key).cloned() else { return };
+        let adverts: Vec<Envelope> = self.hosts_held(&key, now).map(|(_, h)| h.envelope.clone()).collect();
+        let targets: Vec<NodeId> = targets.into_iter().filter(|n| *n != self.id).collect();
+        if targets.is_empty() || adverts.is_empty() {
+            return;
+        }
+        let lo = (key, NodeId::bound([0; 32]));
+        let hi = (key, NodeId::bound([0xff; 32]));
+        for (_, held) in self.held.range_mut(lo..=hi) {
+            held.stored_at = now;
+        }
+        let mut homes: Vec<Contact> = targets.iter().map(|n| Contact(*n.key())).collect();
+        homes.push(Contact(*self.id.key()));
+        homes.truncate(CONTACTS_PER_ANSWER_MAX);
+        for to in targets {
+            for batch in adverts.chunks(ADVERTS_PER_MESSAGE_MAX) {
+                if self.waiting.len() >= REQUESTS_IN_FLIGHT_MAX {
+                    self.stats.handoffs_dropped += 1;
+                    continue;
+                }
+                self.stats.replications += 1;
+                let store =
+                    Message::Store { name: name.clone(), homes: homes.clone(), adverts: batch.to_vec() };
+                self.send(now, to, store, Waiting::Store { place: None, to, again });
+            }
+        }
     }
 
     fn drop_held(&mut self, key: Key, host: NodeId) {
@@ -1133,7 +1249,7 @@ impl PlacementNode {
             self.stats.handoffs += 1;
             let store =
                 Message::Store { name: name.to_owned(), homes: known.clone(), adverts: taken.clone() };
-            self.send(now, to, store, Waiting::Store { place: None, to });
+            self.send(now, to, store, Waiting::Store { place: None, to, again: None });
         }
     }
 
@@ -1167,7 +1283,7 @@ impl PlacementNode {
                 }
                 self.step(now, lookup);
             }
-            Waiting::Store { place, to } => {
+            Waiting::Store { place, to, .. } => {
                 self.observed(now, to);
                 let held = matches!(message, Message::Stored { held } if held > 0);
                 self.store_settled(place, held);
@@ -1210,12 +1326,24 @@ impl PlacementNode {
                 self.table.remove(&to);
                 if let Some(state) = self.lookups.get_mut(&lookup) {
                     state.mark(&to, Ask::Failed);
+                    // The table's next nearest stand in: without them a lookup whose seeds
+                    // all left would end without one answer.
+                    for (_, node) in self.table.closest(&state.target, state.width) {
+                        state.offer(node, &self.id);
+                    }
                 }
                 self.step(now, lookup);
             }
-            Waiting::Store { place, to } => {
+            Waiting::Store { place, to, again } => {
                 self.table.remove(&to);
                 self.store_settled(place, false);
+                // A home that left: look the name's nearest nodes up now and store there,
+                // rather than wait a round (the table alone may not know who is next).
+                if let Some(key) = again
+                    && self.held_names.contains_key(&key)
+                {
+                    self.start_lookup(now, key, Purpose::Repair { key });
+                }
             }
         }
     }
@@ -1236,6 +1364,10 @@ impl PlacementNode {
             if self.held.get(&(key, host)).is_some_and(|h| h.expires_at == at) {
                 self.drop_held(key, host);
             }
+        }
+        if self.next_replicate.is_some_and(|at| at <= now) {
+            self.next_replicate = Some(now.plus(self.config.replicate_ms.max(1)));
+            self.replicate(now);
         }
         if self.next_republish.is_some_and(|at| at <= now) {
             self.next_republish = Some(now.plus(self.config.republish_ms));
@@ -1265,6 +1397,7 @@ mod tests {
         events: Vec<(NodeId, Event)>,
         /// Nodes whose requests fail.
         down: BTreeSet<NodeId>,
+        now: Millis,
     }
 
     impl Net {
@@ -1276,7 +1409,7 @@ mod tests {
                     (node.id(), node)
                 })
                 .collect();
-            Self { nodes, events: Vec::new(), down: BTreeSet::new() }
+            Self { nodes, events: Vec::new(), down: BTreeSet::new(), now: Millis(1_000) }
         }
 
         fn ids(&self) -> Vec<NodeId> {
@@ -1287,7 +1420,7 @@ mod tests {
             let mut queue = VecDeque::from([(node, input)]);
             while let Some((at, input)) = queue.pop_front() {
                 let Some(n) = self.nodes.get_mut(&at) else { continue };
-                n.handle(Millis(1_000), input);
+                n.handle(self.now, input);
                 let outputs: Vec<Output> = std::iter::from_fn(|| n.poll_output()).collect();
                 for out in outputs {
                     match out {
@@ -1722,5 +1855,34 @@ mod tests {
             _ => None,
         });
         assert_eq!(adverts, Some(1));
+    }
+
+    #[test]
+    fn homes_replicate_what_they_hold_so_a_departed_home_is_replaced() {
+        let mut net = joined(30);
+        let ids = net.ids();
+        let host = ids[9];
+        net.input(host, Input::Host { capsules: vec![capsule("echo")], addrs: Vec::new() });
+        let target = Key::of_name("echo");
+        let mut by_distance: Vec<NodeId> = ids.iter().copied().filter(|id| *id != host).collect();
+        by_distance.sort_by_key(|id| Key::of_node(id).distance(&target));
+        let gone = by_distance[0];
+        net.nodes.remove(&gone);
+        net.down.insert(gone);
+        let replacement = by_distance[8];
+        let holds = |net: &Net, id: &NodeId, now: Millis| net.nodes[id].holds("echo", &host, now);
+        let replicate_ms = PlacementConfig::default().replicate_ms;
+        // Before a replication round, whether the ninth nearest holds it is chance; after
+        // one, the nearest eight that are left all do.
+        net.now = Millis(1_000 + replicate_ms);
+        for id in net.ids() {
+            net.input(id, Input::Tick);
+        }
+        let now = net.now;
+        for id in &by_distance[1..9] {
+            assert!(holds(&net, id, now), "home {id} lacks the advert after a replication round");
+        }
+        assert!(holds(&net, &replacement, now));
+        assert!(net.nodes.values().any(|n| n.stats().replications > 0));
     }
 }

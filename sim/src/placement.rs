@@ -65,12 +65,32 @@ const TCP_RTO_MAX_MS: u64 = 120_000;
 /// A resolve asked after the last join and unanswered this long at the end has failed.
 const RESOLVE_GIVE_UP_MS: u64 = 10_000;
 
+/// Events for a node carry the epoch (restarts so far) of the process they are for: one
+/// that restarted since does not get what was meant for the process before.
 #[derive(Debug)]
 enum Ev {
     Start(Ix),
-    Request { to: Ix, from: Ix, id: u64, bytes: Vec<u8> },
-    Response { to: Ix, id: u64, bytes: Vec<u8> },
-    Failed { to: Ix, id: u64 },
+    Request {
+        to: Ix,
+        to_epoch: u32,
+        from: Ix,
+        from_epoch: u32,
+        id: u64,
+        bytes: Vec<u8>,
+    },
+    Response {
+        to: Ix,
+        epoch: u32,
+        id: u64,
+        bytes: Vec<u8>,
+    },
+    Failed {
+        to: Ix,
+        epoch: u32,
+        id: u64,
+    },
+    /// The scenario's fault at this index (a crash) happens.
+    Crash(usize),
     Wake(Ix),
     Query,
     Check,
@@ -79,6 +99,8 @@ enum Ev {
 
 #[derive(Debug)]
 struct Node {
+    secret: SecretKey,
+    epoch: u32,
     id: NodeId,
     key: Key,
     region: usize,
@@ -111,6 +133,8 @@ pub struct PlacementOutcome {
     pub bytes_per_node_per_sec: f64,
     /// Messages the modelled network lost once or more and TCP sent again.
     pub messages_retransmitted: u64,
+    /// Node crashes the scenario's faults caused.
+    pub crashes: u64,
     /// (name, host) adverts acknowledged by at least one home.
     pub placed: usize,
     /// From a host's start to its advert acknowledged by the homes, per (name, host).
@@ -176,6 +200,13 @@ pub struct PlacementSim {
     /// has them, so a lossless run's draws (and trace) do not depend on them.
     loss_rng: SimRng,
     lost: u64,
+    verifier: Arc<dyn Verifier>,
+    /// When crashes happened: a resolve asked within a replication round (and the
+    /// settling time) of one is not judged, as the homes are still being replaced.
+    crash_times: Vec<u64>,
+    /// The epoch of the asker whose request is being answered (answers are given at once).
+    replying_to_epoch: u32,
+    crashed: u64,
     trace: TraceHash,
     events: u64,
     messages: u64,
@@ -199,9 +230,11 @@ impl PlacementSim {
     /// A run of `scenario` with `seed`; refused when the scenario asks for what this world
     /// does not model.
     pub fn new(scenario: Scenario, seed: u64) -> Result<Self, String> {
-        if let Some(fault) = scenario.faults.iter().find(|f| !matches!(f, Fault::Loss { .. })) {
+        if let Some(fault) =
+            scenario.faults.iter().find(|f| !matches!(f, Fault::Loss { .. } | Fault::Crash { .. }))
+        {
             return Err(format!(
-                "{} has a {} fault; the placement world models loss and duplication but no partitions, crashes or other faults yet: use a scenario without them, such as formation-10k",
+                "{} has a {} fault; the placement world models loss, duplication and crashes but no partitions or other faults yet: use a scenario without them, such as formation-10k",
                 scenario.name,
                 fault.label()
             ));
@@ -214,6 +247,8 @@ impl PlacementSim {
             ttl_ms: scenario.protocol.ttl_s * 1000,
             clock_skew_max_ms: scenario.protocol.clock_skew_max_s * 1000,
             republish_ms: scenario.protocol.refresh_s.max(1) * 1000,
+            // Homes replicate what they hold as often as the gossip world's anti-entropy.
+            replicate_ms: scenario.protocol.sync_interval_s.max(1) * 1000,
             request_timeout_ms: scenario.topology.request_timeout_ms.max(1),
             ..PlacementConfig::default()
         };
@@ -232,10 +267,12 @@ impl PlacementSim {
             for name in &hosted {
                 hosts.entry(name.clone()).or_default().push(ix as Ix);
             }
-            let machine = PlacementNode::new(secret, config.clone(), verifier.clone());
+            let machine = PlacementNode::new(secret.clone(), config.clone(), verifier.clone());
             let id = machine.id();
             by_id.insert(id, ix as Ix);
             nodes.push(Node {
+                secret,
+                epoch: 0,
                 id,
                 key: Key::of_node(&id),
                 region,
@@ -264,6 +301,10 @@ impl PlacementSim {
             rng: SimRng::stream(seed, "placement/world"),
             loss_rng: SimRng::stream(seed, "placement/loss"),
             lost: 0,
+            verifier,
+            crash_times: Vec::new(),
+            replying_to_epoch: 0,
+            crashed: 0,
             trace: TraceHash::default(),
             events: 0,
             messages: 0,
@@ -293,6 +334,11 @@ impl PlacementSim {
         }
         sim.queue.push(spread_ms + 1000, Ev::Check);
         sim.queue.push(CONVERGE_EVERY_MS, Ev::Converge);
+        for (index, fault) in sim.scenario.faults.iter().enumerate() {
+            if let Fault::Crash { at_s, .. } = fault {
+                sim.queue.push(at_s * 1000, Ev::Crash(index));
+            }
+        }
         Ok(sim)
     }
 
@@ -311,7 +357,7 @@ impl PlacementSim {
     fn dispatch(&mut self, event: Ev) {
         match event {
             Ev::Start(ix) => {
-                self.trace.record(1, self.now, u64::from(ix), 0);
+                self.trace.record(1, self.now, u64::from(ix), u64::from(self.nodes[ix as usize].epoch));
                 let want = self.scenario.topology.bootstrap_peers.max(1).min(self.started.len());
                 let mut bootstrap = Vec::with_capacity(want);
                 while bootstrap.len() < want {
@@ -340,22 +386,37 @@ impl PlacementSim {
                 let addrs = vec![format!("/ip4/10.{}.0.1/tcp/4001", node.region)];
                 self.input(ix, Input::Host { capsules, addrs });
             }
-            Ev::Request { to, from, id, bytes } => {
+            Ev::Request { to, to_epoch, from, from_epoch, id, bytes } => {
+                if self.nodes[from as usize].epoch != from_epoch
+                    || self.nodes[from as usize].started_at.is_none()
+                {
+                    return; // the asker's process is gone, and its connection with it
+                }
+                if self.nodes[to as usize].epoch != to_epoch || self.nodes[to as usize].started_at.is_none() {
+                    // The connection was to a process that crashed: reset, back to the asker.
+                    let at = self.now + self.one_way(to, from);
+                    self.queue.push(at, Ev::Failed { to: from, epoch: from_epoch, id });
+                    return;
+                }
                 self.trace.record(2, self.now, u64::from(to), id);
                 self.trace.bytes(&bytes);
                 let message =
                     Message::decode(&bytes).expect("a placement message the sender encoded decodes");
-                let from = self.nodes[from as usize].id;
-                self.input(to, Input::Request { from, id, message });
+                let from_id = self.nodes[from as usize].id;
+                self.replying_to_epoch = from_epoch;
+                self.input(to, Input::Request { from: from_id, id, message });
             }
-            Ev::Response { to, id, bytes } => {
+            Ev::Response { to, epoch, .. } | Ev::Failed { to, epoch, .. }
+                if self.nodes[to as usize].epoch != epoch || self.nodes[to as usize].started_at.is_none() => {
+            }
+            Ev::Response { to, id, bytes, .. } => {
                 self.trace.record(3, self.now, u64::from(to), id);
                 self.trace.bytes(&bytes);
                 let message =
                     Message::decode(&bytes).expect("a placement answer the responder encoded decodes");
                 self.input(to, Input::Response { id, message });
             }
-            Ev::Failed { to, id } => {
+            Ev::Failed { to, id, .. } => {
                 self.trace.record(4, self.now, u64::from(to), id);
                 self.input(to, Input::Failed { id });
             }
@@ -368,6 +429,7 @@ impl PlacementSim {
             Ev::Query => self.query(),
             Ev::Check => self.check(),
             Ev::Converge => self.converge(),
+            Ev::Crash(index) => self.crash(index),
         }
     }
 
@@ -431,6 +493,53 @@ impl PlacementSim {
         (self.scenario.network.loss + extra).min(0.99)
     }
 
+    fn one_way(&self, a: Ix, b: Ix) -> u64 {
+        let (ra, rb) = (self.nodes[a as usize].region, self.nodes[b as usize].region);
+        self.scenario.network.latency_ms[ra][rb].max(1)
+    }
+
+    /// The scenario's crash at `index`: each node chosen loses its process and everything
+    /// it held in memory (placement keeps nothing on disk); with `restart_after_s` it starts
+    /// again with the same key, joins and places its adverts anew.
+    fn crash(&mut self, index: usize) {
+        let Fault::Crash { count, nodes, restart_after_s, .. } = self.scenario.faults[index].clone() else {
+            return;
+        };
+        let mut chosen: Vec<Ix> = nodes.iter().filter(|&&n| n < self.nodes.len()).map(|&n| n as Ix).collect();
+        let mut faults = SimRng::stream(self.seed, &format!("placement/crash/{index}"));
+        while chosen.len() < count && chosen.len() < self.started.len() {
+            let pick = self.started[faults.below(self.started.len() as u64) as usize];
+            if !chosen.contains(&pick) {
+                chosen.push(pick);
+            }
+        }
+        for ix in chosen {
+            if self.nodes[ix as usize].started_at.is_none() {
+                continue;
+            }
+            self.trace.record(5, self.now, u64::from(ix), 0);
+            self.crashed += 1;
+            self.crash_times.push(self.now);
+            let verifier: Arc<dyn Verifier> = self.verifier.clone();
+            let node = &mut self.nodes[ix as usize];
+            node.started_at = None;
+            node.epoch += 1;
+            node.joined = false;
+            node.wake = None;
+            node.placed.iter_mut().for_each(|p| *p = None);
+            node.machine = PlacementNode::new(node.secret.clone(), self.config.clone(), verifier);
+            let key = node.key;
+            self.sorted.retain(|(k, _)| *k != key);
+            self.started.retain(|&n| n != ix);
+            self.pending.retain(|&(host, _)| host != ix);
+            self.asking.retain(|(asker, _), _| *asker != ix);
+            self.connected.retain(|&(a, b)| a != ix && b != ix);
+            if let Some(after) = restart_after_s {
+                self.queue.push(self.now + after * 1000, Ev::Start(ix));
+            }
+        }
+    }
+
     /// One-way delay from `a` to `b`, with the dial's round trip the first time they talk.
     fn delay(&mut self, a: Ix, b: Ix) -> u64 {
         let (ra, rb) = (self.nodes[a as usize].region, self.nodes[b as usize].region);
@@ -446,21 +555,40 @@ impl PlacementSim {
     fn carry_out(&mut self, ix: Ix, output: Output) {
         match output {
             Output::Request { to, id, message } => {
+                let epoch = self.nodes[ix as usize].epoch;
                 let Some(&peer) = self.by_id.get(&to) else {
-                    self.queue.push(self.now + self.config.request_timeout_ms, Ev::Failed { to: ix, id });
+                    self.queue
+                        .push(self.now + self.config.request_timeout_ms, Ev::Failed { to: ix, epoch, id });
                     return;
                 };
                 if self.nodes[peer as usize].started_at.is_none() {
-                    // Not listening yet: the dial fails after the timeout.
-                    self.queue.push(self.now + self.config.request_timeout_ms, Ev::Failed { to: ix, id });
+                    // Not listening (not yet, or crashed): the dial is refused, or times out
+                    // for a node that never started.
+                    let after = if self.nodes[peer as usize].epoch > 0 {
+                        2 * self.one_way(ix, peer)
+                    } else {
+                        self.config.request_timeout_ms
+                    };
+                    self.queue.push(self.now + after, Ev::Failed { to: ix, epoch, id });
                     return;
                 }
+                let to_epoch = self.nodes[peer as usize].epoch;
                 let bytes = message.encode();
                 self.messages += 1;
                 self.bytes += bytes.len() as u64;
                 for _ in 0..self.copies() {
                     let at = self.now + self.delay(ix, peer) + self.retransmission(ix, peer);
-                    self.queue.push(at, Ev::Request { to: peer, from: ix, id, bytes: bytes.clone() });
+                    self.queue.push(
+                        at,
+                        Ev::Request {
+                            to: peer,
+                            to_epoch,
+                            from: ix,
+                            from_epoch: epoch,
+                            id,
+                            bytes: bytes.clone(),
+                        },
+                    );
                 }
             }
             Output::Respond { to, id, message } => {
@@ -470,7 +598,8 @@ impl PlacementSim {
                 self.bytes += bytes.len() as u64;
                 for _ in 0..self.copies() {
                     let at = self.now + self.delay(ix, peer) + self.retransmission(ix, peer);
-                    self.queue.push(at, Ev::Response { to: peer, id, bytes: bytes.clone() });
+                    let epoch = self.replying_to_epoch;
+                    self.queue.push(at, Ev::Response { to: peer, epoch, id, bytes: bytes.clone() });
                 }
             }
             Output::Event(event) => self.on_event(ix, event),
@@ -515,13 +644,30 @@ impl PlacementSim {
                     }
                 }
             }
-            PlaceEvent::Unresolved { name, .. } => {
+            PlaceEvent::Unresolved { name, asked, why } => {
                 let Some(since) = self.asking.remove(&(ix, name.clone())) else { return };
-                if since >= self.liveness_from() {
+                if self.judged(since) {
                     self.resolves_failed += 1;
                     if self.findings.len() < 20 {
+                        let homes = self.homes(&Key::of_name(&name));
+                        let now = Millis(self.now);
+                        let hosts = self.hosts.get(&name).cloned().unwrap_or_default();
+                        let holding = homes
+                            .iter()
+                            .filter(|&&h| {
+                                hosts.iter().any(|&host| {
+                                    self.nodes[h as usize].machine.holds(
+                                        &name,
+                                        &self.nodes[host as usize].id,
+                                        now,
+                                    )
+                                })
+                            })
+                            .count();
                         self.findings.push(format!(
-                            "liveness: node {ix} could not resolve {name} at {since} ms though its hosts had placed it"
+                            "liveness: node {ix} could not resolve {name} at {since} ms though its hosts had placed it ({why:?} after {asked} requests, {} ms; {holding} of its {} true homes hold one of its adverts)",
+                            self.now - since,
+                            homes.len()
                         ));
                     }
                 }
@@ -531,6 +677,14 @@ impl PlacementSim {
 
     fn liveness_from(&self) -> u64 {
         self.scenario.topology.join_spread_s * 1000 + SETTLE_MS
+    }
+
+    /// Whether a resolve asked at `since` is judged: after the last join has settled, and
+    /// not within a replication round (and the settling time) of a crash.
+    fn judged(&self, since: u64) -> bool {
+        let repair = self.config.replicate_ms + SETTLE_MS;
+        since >= self.liveness_from()
+            && !self.crash_times.iter().any(|&at| at <= since && since < at + repair)
     }
 
     /// A started, joined node resolves a name some started host has placed.
@@ -552,7 +706,7 @@ impl PlacementSim {
             return;
         }
         self.resolves += 1;
-        self.resolves_judged += usize::from(self.now >= self.liveness_from());
+        self.resolves_judged += usize::from(self.judged(self.now));
         self.asking.insert((asker, name.clone()), self.now);
         self.input(asker, Input::Resolve { name });
     }
@@ -660,11 +814,10 @@ impl PlacementSim {
         let spread_ms = self.scenario.topology.join_spread_s * 1000;
         let bound_ms = self.scenario.check.liveness_bound_s * 1000;
         let end = self.scenario.duration_s * 1000;
-        let from = self.liveness_from();
         let unanswered = self
             .asking
             .iter()
-            .filter(|(_, since)| **since >= from && **since + RESOLVE_GIVE_UP_MS <= end)
+            .filter(|(_, since)| self.judged(**since) && **since + RESOLVE_GIVE_UP_MS <= end)
             .count();
         if unanswered > 0 {
             self.resolves_failed += unanswered;
@@ -729,6 +882,7 @@ impl PlacementSim {
             messages_per_node_per_sec: self.messages as f64 / n / duration_s,
             bytes_per_node_per_sec: self.bytes as f64 / n / duration_s,
             messages_retransmitted: self.lost,
+            crashes: self.crashed,
             placed: self.placed_ms.len(),
             placed_p50_ms: quantile(&self.placed_ms, 0.5),
             placed_p99_ms: quantile(&self.placed_ms, 0.99),
@@ -810,14 +964,15 @@ impl PlacementOutcome {
             self.resolve_requests_p99
         ));
         out.push_str(&format!(
-            "  per node: {:.1} contacts (max {}), {:.1} adverts held (max {}), {:.1} msgs and {:.0} bytes per s; {} sent again after a loss\n",
+            "  per node: {:.1} contacts (max {}), {:.1} adverts held (max {}), {:.1} msgs and {:.0} bytes per s; {} sent again after a loss; {} crashes\n",
             self.table_mean,
             self.table_max,
             self.held_mean,
             self.held_max,
             self.messages_per_node_per_sec,
             self.bytes_per_node_per_sec,
-            self.messages_retransmitted
+            self.messages_retransmitted,
+            self.crashes
         ));
         for finding in &self.findings {
             out.push_str(&format!("  {finding}\n"));
@@ -887,9 +1042,65 @@ mod tests {
     #[test]
     fn scenarios_with_what_this_world_does_not_model_are_refused() {
         let mut s = scenario(10);
-        s.faults.push(Fault::Crash { at_s: 5, count: 3, nodes: Vec::new(), restart_after_s: None });
+        s.faults.push(Fault::Partition {
+            at_s: 5,
+            until_s: 8,
+            fraction: 0.5,
+            by_region: false,
+            one_way: false,
+            nodes: Vec::new(),
+        });
         let err = PlacementSim::new(s, 1).expect_err("refused");
-        assert!(err.contains("crash"), "{err}");
+        assert!(err.contains("partition"), "{err}");
+    }
+
+    /// 200 nodes; 20 s in, the `nearest` nodes nearest one name crash for good, and
+    /// others at random (33 in all); homes replicate every 5 s, hosts every `refresh_s`.
+    fn crashing(nearest: usize, refresh_s: u64) -> PlacementOutcome {
+        let mut s = scenario(200);
+        s.protocol.sync_interval_s = 5;
+        s.protocol.refresh_s = refresh_s;
+        let probe = PlacementSim::new(s.clone(), 4).expect("runs");
+        let name = Key::of_name(&s.capsule_names()[0]);
+        let mut by_distance: Vec<(murmur_protocol::placement::Distance, usize)> =
+            probe.nodes.iter().enumerate().map(|(ix, n)| (n.key.distance(&name), ix)).collect();
+        by_distance.sort();
+        let nodes = by_distance.iter().take(nearest).map(|(_, ix)| *ix).collect();
+        s.faults.push(Fault::Crash { at_s: 20, count: 33, nodes, restart_after_s: None });
+        PlacementSim::new(s, 4).expect("crashes are modelled").run()
+    }
+
+    #[test]
+    fn homes_that_crash_are_replaced_and_names_stay_resolvable() {
+        let outcome = crashing(6, 1_000);
+        assert_eq!(outcome.exit_code, 0, "{}", outcome.describe());
+        assert_eq!(outcome.crashes, 33);
+        assert_eq!(outcome.all_homes_at_end, outcome.expected_at_end, "{}", outcome.describe());
+    }
+
+    #[test]
+    fn a_name_whose_every_holder_crashed_is_found_again_once_its_hosts_republish() {
+        // The 16 nearest held every copy of some adverts: nothing is left to replicate
+        // them from, until their hosts store them again, which they do every refresh.
+        let lost = crashing(16, 1_000);
+        assert_eq!(lost.exit_code, exit::LIVENESS, "{}", lost.describe());
+        assert!(lost.findings.iter().any(|f| f.contains("held by 0 of its 8 homes")), "{:?}", lost.findings);
+        let found = crashing(16, 4);
+        assert_eq!(found.exit_code, 0, "{}", found.describe());
+    }
+
+    #[test]
+    fn a_node_that_restarts_joins_and_places_again() {
+        let mut s = scenario(150);
+        s.protocol.sync_interval_s = 5;
+        s.faults.push(Fault::Crash { at_s: 15, count: 20, nodes: vec![0, 1], restart_after_s: Some(5) });
+        let a = PlacementSim::new(s.clone(), 6).expect("runs").run();
+        assert_eq!(a.exit_code, 0, "{}", a.describe());
+        assert_eq!(a.crashes, 20);
+        // Every node is up at the end, restarted ones included, with its adverts placed.
+        assert_eq!(a.expected_at_end, 300, "{}", a.describe());
+        assert_eq!(a.majority_at_end, 300);
+        assert_eq!(a.trace_hash, PlacementSim::new(s, 6).expect("runs").run().trace_hash);
     }
 
     #[test]
