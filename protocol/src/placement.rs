@@ -21,6 +21,13 @@
 //!   contacts it knows nearer the name, among the `k` nearest, that the store did not
 //!   already name as sent to.
 //!
+//! Homes that leave are replaced by *replication*: every `replicate_ms` a node looks up
+//! each name it holds a record of that no store refreshed in the last round (Kademlia's
+//! rule, per record: whoever stored it then reached the other homes too) and stores what
+//! it holds at the name's nearest nodes; a store that fails (a home gone) starts that
+//! lookup at once. A record whose every holder left is found again when its host stores
+//! it again.
+//!
 //! Adverts expire at their TTL; a node stores its advert again every `republish_ms`,
 //! re-signed, and a node that stops hosting a name stores its newer advert (which no
 //! longer lists the name) at that name's homes, which drop the older one: a withdrawal.

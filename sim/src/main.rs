@@ -62,8 +62,8 @@ enum Command {
     },
     /// A cold start of hash placement (the directory that keeps each name's adverts at
     /// its k closest nodes, not at every node) over the scenario's nodes, regions, latency,
-    /// join spread, loss (as TCP retransmissions) and duplication; prints how long
-    /// placement and resolves took (JSON with --json). Partitions, crashes and the other
+    /// join spread, loss (as TCP retransmissions), duplication and crashes; prints how long
+    /// placement and resolves took (JSON with --json). Partitions, churn and the other
     /// faults are refused: this world does not model them yet.
     ///
     ///   murmur-sim placement formation-10k              # 10,000 nodes

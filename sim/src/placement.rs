@@ -11,8 +11,13 @@
 //! (and its `loss` faults) as TCP meets it, a segment sent again after a retransmission
 //! timeout (the round trip plus Linux's 200 ms floor, doubling for each loss in a row),
 //! and its duplication as a message delivered twice (which TCP would not do, so it tests
-//! that every answer and store is idempotent). Not modelled here: partitions, crashes and
-//! bandwidth (a scenario with other faults is refused, not run without them).
+//! that every answer and store is idempotent); `crash` faults (a crashed node loses
+//! everything, as placement keeps nothing on disk; what was sent to its old process is
+//! dropped, dials to it are refused; with `restart_after_s` it starts again with its key,
+//! joins and places anew). Homes replicate every `protocol.sync_interval_s`. Not modelled
+//! here: partitions, churn, mass restarts and bandwidth (a scenario with those faults is
+//! refused, not run without them). Resolves asked within a replication round of a crash
+//! are not judged.
 //!
 //! Checks:
 //! - safety: every host a resolve returns does host the name (adverts are verified by the
