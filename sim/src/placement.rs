@@ -199,6 +199,8 @@ pub struct PlacementSim {
     asking: HashMap<(Ix, String), u64>,
     /// Adverts (host, index into its names) not yet seen at a majority of their homes.
     pending: Vec<(Ix, usize)>,
+    /// Whether a convergence pass is scheduled.
+    converging: bool,
     converged_ms: Vec<u64>,
     rng: SimRng,
     /// Loss and duplication draw from a stream of their own, and only when the scenario
@@ -302,6 +304,7 @@ impl PlacementSim {
             hosts,
             asking: HashMap::default(),
             pending: Vec::new(),
+            converging: true,
             converged_ms: Vec::new(),
             rng: SimRng::stream(seed, "placement/world"),
             loss_rng: SimRng::stream(seed, "placement/loss"),
@@ -379,6 +382,11 @@ impl PlacementSim {
                 self.sorted.insert(position, (node.key, ix));
                 self.started.push(ix);
                 self.pending.extend((0..self.nodes[ix as usize].names.len()).map(|i| (ix, i)));
+                if !self.converging {
+                    // A restart after every advert had converged: look again.
+                    self.converging = true;
+                    self.queue.push(self.now + CONVERGE_EVERY_MS, Ev::Converge);
+                }
                 self.input(ix, Input::Start { bootstrap });
                 // Placing starts with the join, from the bootstrap contacts: its lookups
                 // find the name's homes as the join finds the newcomer's neighbours.
@@ -780,7 +788,8 @@ impl PlacementSim {
     /// Records each pending advert that a majority of its name's true homes now hold.
     fn converge(&mut self) {
         let spread_ms = self.scenario.topology.join_spread_s * 1000;
-        if !self.pending.is_empty() || self.now <= spread_ms {
+        self.converging = !self.pending.is_empty() || self.now <= spread_ms;
+        if self.converging {
             self.queue.push(self.now + CONVERGE_EVERY_MS, Ev::Converge);
         }
         let now = Millis(self.now);
@@ -1105,6 +1114,8 @@ mod tests {
         // Every node is up at the end, restarted ones included, with its adverts placed.
         assert_eq!(a.expected_at_end, 300, "{}", a.describe());
         assert_eq!(a.majority_at_end, 300);
+        // The restarted nodes' adverts converge again, and are counted again.
+        assert_eq!(a.converged, 300 + 2 * 20, "{}", a.describe());
         assert_eq!(a.trace_hash, PlacementSim::new(s, 6).expect("runs").run().trace_hash);
     }
 
