@@ -125,6 +125,11 @@ pub const REQUESTS_IN_FLIGHT_MAX: usize = 2048;
 /// join finds more of the homes it takes over from.
 const JOIN_WIDTH: usize = 2;
 
+/// The keys of [`PlacementNode`]'s held records for the name at `key`: every host.
+fn name_range(key: Key) -> std::ops::RangeInclusive<(Key, NodeId)> {
+    (key, NodeId::bound([0; 32]))..=(key, NodeId::bound([0xff; 32]))
+}
+
 /// A place in the key space: SHA-256 of a node id or of a capsule name, domain-separated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -875,15 +880,11 @@ impl PlacementNode {
 
     /// Every record held for the name at `key`, expired or not.
     fn held_records<'a>(&'a self, key: &Key) -> impl Iterator<Item = (NodeId, &'a Held)> + 'a {
-        let lo = (*key, NodeId::bound([0; 32]));
-        let hi = (*key, NodeId::bound([0xff; 32]));
-        self.held.range(lo..=hi).map(|((_, node), h)| (*node, h))
+        self.held.range(name_range(*key)).map(|((_, node), h)| (*node, h))
     }
 
     fn hosts_held<'a>(&'a self, key: &Key, now: Millis) -> impl Iterator<Item = (NodeId, &'a Held)> + 'a {
-        let lo = (*key, NodeId::bound([0; 32]));
-        let hi = (*key, NodeId::bound([0xff; 32]));
-        self.held.range(lo..=hi).filter(move |(_, h)| h.expires_at > now).map(|((_, node), h)| (*node, h))
+        self.held_records(key).filter(move |(_, h)| h.expires_at > now)
     }
 
     fn start_lookup(&mut self, now: Millis, target: Key, purpose: Purpose) {
@@ -1081,18 +1082,36 @@ impl PlacementNode {
                 ));
             }
         }
+        let homes = [Contact(*node.key()), Contact(*self.id.key())];
         for (name, adverts) in handoff {
-            for batch in adverts.chunks(ADVERTS_PER_MESSAGE_MAX) {
-                if self.waiting.len() >= REQUESTS_IN_FLIGHT_MAX {
-                    self.stats.handoffs_dropped += 1;
-                    continue;
-                }
-                self.stats.handoffs += 1;
-                let homes = vec![Contact(*node.key()), Contact(*self.id.key())];
-                let store = Message::Store { name: name.clone(), homes, adverts: batch.to_vec() };
-                self.send(now, node, store, Waiting::Store { place: None, to: node, again: None });
-            }
+            self.stats.handoffs += self.send_stores(now, node, &name, &homes, &adverts, None);
         }
+    }
+
+    /// Stores `adverts` of `name` at `to` in messages of at most [`ADVERTS_PER_MESSAGE_MAX`],
+    /// for a handover, a pass-on or a replication; one past [`REQUESTS_IN_FLIGHT_MAX`]
+    /// requests in flight is skipped and counted. How many were sent.
+    fn send_stores(
+        &mut self,
+        now: Millis,
+        to: NodeId,
+        name: &str,
+        homes: &[Contact],
+        adverts: &[Envelope],
+        again: Option<Key>,
+    ) -> u64 {
+        let mut sent = 0;
+        for batch in adverts.chunks(ADVERTS_PER_MESSAGE_MAX) {
+            if self.waiting.len() >= REQUESTS_IN_FLIGHT_MAX {
+                self.stats.handoffs_dropped += 1;
+                continue;
+            }
+            let store =
+                Message::Store { name: name.to_owned(), homes: homes.to_vec(), adverts: batch.to_vec() };
+            self.send(now, to, store, Waiting::Store { place: None, to, again });
+            sent += 1;
+        }
+        sent
     }
 
     /// The advert in `envelope` and when a copy held from `now` expires, if its size, body
@@ -1189,25 +1208,14 @@ impl PlacementNode {
         if targets.is_empty() || adverts.is_empty() {
             return;
         }
-        let lo = (key, NodeId::bound([0; 32]));
-        let hi = (key, NodeId::bound([0xff; 32]));
-        for (_, held) in self.held.range_mut(lo..=hi) {
+        for (_, held) in self.held.range_mut(name_range(key)) {
             held.stored_at = now;
         }
         let mut homes: Vec<Contact> = targets.iter().map(|n| Contact(*n.key())).collect();
         homes.push(Contact(*self.id.key()));
         homes.truncate(CONTACTS_PER_ANSWER_MAX);
         for to in targets {
-            for batch in adverts.chunks(ADVERTS_PER_MESSAGE_MAX) {
-                if self.waiting.len() >= REQUESTS_IN_FLIGHT_MAX {
-                    self.stats.handoffs_dropped += 1;
-                    continue;
-                }
-                self.stats.replications += 1;
-                let store =
-                    Message::Store { name: name.clone(), homes: homes.clone(), adverts: batch.to_vec() };
-                self.send(now, to, store, Waiting::Store { place: None, to, again });
-            }
+            self.stats.replications += self.send_stores(now, to, &name, &homes, &adverts, again);
         }
     }
 
@@ -1215,9 +1223,7 @@ impl PlacementNode {
         if let Some(old) = self.held.remove(&(key, host)) {
             self.expiries.remove(&(old.expires_at, key, host));
         }
-        let lo = (key, NodeId::bound([0; 32]));
-        let hi = (key, NodeId::bound([0xff; 32]));
-        if self.held.range(lo..=hi).next().is_none() {
+        if self.held_records(&key).next().is_none() {
             self.held_names.remove(&key);
         }
     }
@@ -1249,14 +1255,7 @@ impl PlacementNode {
         known.extend(homes.iter().copied());
         known.truncate(CONTACTS_PER_ANSWER_MAX);
         for to in targets {
-            if self.waiting.len() >= REQUESTS_IN_FLIGHT_MAX {
-                self.stats.handoffs_dropped += 1;
-                continue;
-            }
-            self.stats.handoffs += 1;
-            let store =
-                Message::Store { name: name.to_owned(), homes: known.clone(), adverts: taken.clone() };
-            self.send(now, to, store, Waiting::Store { place: None, to, again: None });
+            self.stats.handoffs += self.send_stores(now, to, name, &known, &taken, None);
         }
     }
 

@@ -767,10 +767,7 @@ impl PlacementSim {
                     continue;
                 }
                 out.expected += 1;
-                let holding = homes
-                    .iter()
-                    .filter(|&&h| self.nodes[h as usize].machine.holds(name, &node.id, Millis(self.now)))
-                    .count();
+                let holding = self.holding(&homes, name, &node.id);
                 out.all += usize::from(holding == homes.len());
                 if 2 * holding > homes.len() {
                     out.majority += 1;
@@ -785,6 +782,12 @@ impl PlacementSim {
         out
     }
 
+    /// How many of `homes` hold `host`'s advert for `name` now.
+    fn holding(&self, homes: &[Ix], name: &str, host: &NodeId) -> usize {
+        let now = Millis(self.now);
+        homes.iter().filter(|&&h| self.nodes[h as usize].machine.holds(name, host, now)).count()
+    }
+
     /// Records each pending advert that a majority of its name's true homes now hold.
     fn converge(&mut self) {
         let spread_ms = self.scenario.topology.join_spread_s * 1000;
@@ -792,14 +795,12 @@ impl PlacementSim {
         if self.converging {
             self.queue.push(self.now + CONVERGE_EVERY_MS, Ev::Converge);
         }
-        let now = Millis(self.now);
         let mut pending = std::mem::take(&mut self.pending);
         pending.retain(|&(host, i)| {
             let node = &self.nodes[host as usize];
             let name = &node.names[i];
             let homes = self.homes(&Key::of_name(name));
-            let holding =
-                homes.iter().filter(|&&h| self.nodes[h as usize].machine.holds(name, &node.id, now)).count();
+            let holding = self.holding(&homes, name, &node.id);
             if 2 * holding > homes.len() {
                 self.converged_ms.push(self.now - node.started_at.unwrap_or(0));
                 return false;
